@@ -1,0 +1,27 @@
+# Two entry points: `make demo` (the main job) and `make test`. Both build .venv from this
+# checkout's own files first, so they work on a fresh clone.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[kafka,demo,test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/streammargin demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

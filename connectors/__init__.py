@@ -1,0 +1,1 @@
+"""streammargin connectors: Kafka consumer processes and the command line around the models."""

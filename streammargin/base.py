@@ -1,0 +1,235 @@
+"""What every streammargin classifier shares: River plumbing around a numeric core.
+
+`MarginClassifier` turns River dicts into (columns, values) arrays through a `FeatureSpace`,
+codes the binary labels, serves calibrated probabilities, runs mini-batches, and saves its state
+safely. A model module only says how to score and learn from one encoded instance (and a batch of
+rows), keeping the paper's update rule in view.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import typing
+
+import numpy as np
+from river import base
+
+from streammargin import state as state_module
+from streammargin.features import FeatureSpace, validate_value
+from streammargin.jit import calibration
+
+__all__ = ["MarginClassifier", "binary_target", "binary_targets", "frame_values", "grown"]
+
+
+def binary_target(y: typing.Any) -> float:
+    """+1.0 for the positive label (True, 1), -1.0 for the negative one (False, 0, -1).
+
+    Anything else raises a `ValueError`: these are binary classifiers, wrap them in
+    `river.multiclass.OneVsRestClassifier` for more labels.
+    """
+    if y is True:
+        return 1.0
+    if y is False:
+        return -1.0
+    if not isinstance(y, (str, bytes)):
+        try:
+            as_float = float(y)
+        except (TypeError, ValueError):
+            as_float = None
+        if as_float == 1.0:
+            return 1.0
+        if as_float == 0.0 or as_float == -1.0:
+            return -1.0
+    raise ValueError(
+        f"unknown label {y!r}: a binary classifier takes True/False, 1/0 or 1/-1 "
+        "(use river.multiclass.OneVsRestClassifier for more classes)"
+    )
+
+
+def binary_targets(y: typing.Any) -> np.ndarray:
+    """`binary_target` of every label of a sequence, vectorised for bool and numeric labels."""
+    labels = np.asarray(y)
+    if labels.dtype == np.bool_:
+        return np.where(labels, 1.0, -1.0)
+    if labels.dtype.kind in "iuf":
+        as_float = labels.astype(np.float64)
+        if np.isin(as_float, (1.0, 0.0, -1.0)).all():
+            return np.where(as_float == 1.0, 1.0, -1.0)
+    return np.array([binary_target(label) for label in labels], dtype=np.float64)
+
+
+def grown(array: np.ndarray, n_rows: int) -> np.ndarray:
+    """`array` with room for at least `n_rows` rows (zero-filled), doubling its capacity."""
+    if array.shape[0] >= n_rows:
+        return array
+    capacity = max(n_rows, 2 * array.shape[0], 8)
+    bigger = np.zeros((capacity, *array.shape[1:]), dtype=array.dtype)
+    bigger[: array.shape[0]] = array
+    return bigger
+
+
+def frame_values(X: typing.Any) -> np.ndarray:
+    """A pandas DataFrame as a C-contiguous float64 array; NaN marks an absent feature.
+
+    Raises a `ValueError` naming the column for non-numeric or infinite values.
+    """
+    try:
+        values = X.to_numpy(dtype=np.float64, na_value=np.nan)
+    except (TypeError, ValueError):
+        for column in X.columns:
+            for value in X[column]:
+                if value is not None and value == value:  # None/NaN: absent
+                    validate_value(column, value)
+        raise
+    if np.isinf(values).any():
+        rows, cols = np.nonzero(np.isinf(values))
+        raise ValueError(
+            f"feature {X.columns[cols[0]]!r} has value {values[rows[0], cols[0]]!r} "
+            f"in row {X.index[rows[0]]!r}: expected a finite real number"
+        )
+    return np.ascontiguousarray(values)
+
+
+class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
+    """Base class of the binary margin classifiers.
+
+    Subclasses set `_state_arrays` (names of the numpy attributes that hold the learnt state) and
+    `_state_values` (names of JSON-able attributes, e.g. counters), create them in `_reset()`, and
+    implement the encoded-instance methods below.
+    """
+
+    _state_arrays: tuple[str, ...] = ()
+    _state_values: tuple[str, ...] = ()
+    # Columns before this one are reserved by the model (linear models keep the intercept at 0).
+    _first_column: int = 0
+
+    def _reset(self) -> None:
+        """Create the learnt state of a fresh model (called by the subclass' __init__)."""
+        self._features = FeatureSpace(first_column=self._first_column)
+
+    # What a model implements ----------------------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def _calibration(self) -> np.ndarray:
+        """The calibration state (`streammargin.jit.calibration`), a view into the model's state."""
+
+    @abc.abstractmethod
+    def _reserve(self, n_columns: int) -> None:
+        """Make the state hold at least `n_columns` feature columns."""
+
+    @abc.abstractmethod
+    def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
+        """Raw decision value of an encoded instance (idx < 0: unknown feature)."""
+
+    @abc.abstractmethod
+    def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
+        """One trial on an encoded instance, target in {-1.0, +1.0}; also feeds the calibrator."""
+
+    @abc.abstractmethod
+    def _score_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Raw decision values of the rows of X (NaN = absent feature)."""
+
+    @abc.abstractmethod
+    def _learn_rows(self, X: np.ndarray, cols: np.ndarray, targets: np.ndarray) -> None:
+        """`_learn` over the rows of X in order."""
+
+    # River API ------------------------------------------------------------------------------------
+
+    def decision_one(self, x: dict) -> float:
+        """The raw score of `x`: its sign is the predicted label."""
+        return self._score(*self._features.encode(x, grow=False))
+
+    def predict_one(self, x: dict, **kwargs: typing.Any) -> bool:
+        # The label of highest calibrated probability (River's convention, so predict_one and
+        # predict_proba_one agree): the sign of the score, shifted by the threshold the
+        # calibration learnt. `decision_one(x) > 0` is the uncalibrated decision of the paper.
+        idx, val = self._features.encode(x, False)
+        return calibration.proba(self._calibration, self._score(idx, val)) > 0.5
+
+    def predict_proba_one(self, x: dict, **kwargs: typing.Any) -> dict[bool, float]:
+        score = self._score(*self._features.encode(x, grow=False))
+        p_true = calibration.proba(self._calibration, score)
+        return {False: 1.0 - p_true, True: p_true}
+
+    def learn_one(self, x: dict, y: typing.Any) -> None:
+        target = 1.0 if y is True else -1.0 if y is False else binary_target(y)
+        features = self._features
+        idx, val = features.encode(x, True)
+        self._reserve(features.n_columns)
+        self._learn(idx, val, target)
+
+    def _frame(self, X: typing.Any, grow: bool) -> tuple[np.ndarray, np.ndarray]:
+        values = frame_values(X)  # validated before the feature space may grow
+        cols = self._features.encode_columns(X.columns, grow=grow)
+        return values, cols
+
+    def learn_many(self, X: typing.Any, y: typing.Any) -> None:
+        """Learn from the rows of a DataFrame in order: the same as `learn_one` row by row.
+
+        NaN marks a feature absent from a row (pandas' missing value); infinities, strings and
+        unknown labels raise a `ValueError` before anything is learnt.
+        """
+        targets = binary_targets(y)
+        if len(targets) != len(X):
+            raise ValueError(f"X has {len(X)} rows but y has {len(targets)} labels")
+        values, cols = self._frame(X, grow=True)
+        self._reserve(self._features.n_columns)
+        self._learn_rows(values, cols, targets)
+
+    def decision_many(self, X: typing.Any) -> np.ndarray:
+        values, cols = self._frame(X, grow=False)
+        return self._score_rows(values, cols)
+
+    def predict_many(self, X: typing.Any) -> typing.Any:
+        return (self.predict_proba_many(X)[True] > 0.5).rename(None)
+
+    def predict_proba_many(self, X: typing.Any) -> typing.Any:
+        import pandas as pd
+
+        scores = self.decision_many(X)
+        p_true = np.empty_like(scores)
+        calibration.proba_many(self._calibration, scores, p_true)
+        return pd.DataFrame({False: 1.0 - p_true, True: p_true}, index=X.index)
+
+    # Safe state -----------------------------------------------------------------------------------
+
+    def to_state(self) -> dict:
+        """The learnt model as numpy arrays and JSON values (see `streammargin.state`)."""
+        params = self._get_params()
+        json.dumps(params, allow_nan=False)  # fails loudly on a parameter without a safe state
+        return {
+            "model": type(self).__name__,
+            "params": params,
+            "features": self._features.to_state(),
+            "arrays": {name: getattr(self, name) for name in self._state_arrays},
+            "values": {name: getattr(self, name) for name in self._state_values},
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> MarginClassifier:
+        """Rebuild a model from `to_state()`: it predicts and learns exactly like the original."""
+        if state.get("model") != cls.__name__:
+            raise state_module.StateError(
+                f"state of {state.get('model')!r} cannot restore a {cls.__name__}"
+            )
+        model = cls(**state["params"])
+        model._features = FeatureSpace.from_state(state["features"])
+        arrays = state["arrays"]
+        for name in cls._state_arrays:
+            fresh = getattr(model, name)
+            setattr(model, name, state_module.check_array(arrays, name, fresh.dtype, fresh.ndim))
+        for name in cls._state_values:
+            setattr(model, name, state["values"][name])
+        model._check_restored()
+        return model
+
+    @abc.abstractmethod
+    def _check_restored(self) -> None:
+        """Raise `StateError` if restored arrays do not fit together."""
+
+    @property
+    def n_features(self) -> int:
+        """Number of feature names the model has learnt from."""
+        return len(self._features)

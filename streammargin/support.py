@@ -1,0 +1,107 @@
+"""Base of the kernel classifiers: kernels by name and a bounded support cache.
+
+A kernel model keeps at most `budget` support vectors; its memory is fixed by the budget and the
+number of feature columns, never by the length of the stream. The cache's arrays and the numba
+functions that work on them are described in `streammargin.jit.kernels`; this module holds the
+River-side plumbing every kernel model shares.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from streammargin import state
+from streammargin.base import MarginClassifier
+from streammargin.jit import calibration
+from streammargin.jit import kernels as kjit
+
+__all__ = ["KernelClassifier", "grown_columns"]
+
+
+def grown_columns(array: np.ndarray, n_columns: int) -> np.ndarray:
+    """`array` (2-d) with room for at least `n_columns` columns (zero-filled), doubling."""
+    if array.shape[1] >= n_columns:
+        return array
+    capacity = max(n_columns, 2 * array.shape[1], 8)
+    bigger = np.zeros((array.shape[0], capacity), dtype=array.dtype)
+    bigger[:, : array.shape[1]] = array
+    return bigger
+
+
+class KernelClassifier(MarginClassifier):
+    """Shared plumbing of the kernel classifiers on a bounded support cache.
+
+    A subclass sets its params (including `kernel`, `gamma`, `degree`, `coef0`, `budget`) as
+    attributes, then calls `self._reset()`. It sets `_n_fields` (per-vector slot fields, at least
+    `kjit.N_COMMON_FIELDS`) and `_n_model_state` (its own entries of `st` after `kjit.ST_MODEL`),
+    and may extend `_reset` to fill them.
+
+    Learnt state: `_support` (S), `_slots`, `_st`; see `streammargin.jit.kernels`.
+    """
+
+    _first_column = 0
+    _n_fields = kjit.N_COMMON_FIELDS
+    _n_model_state = 0
+    _state_arrays = ("_support", "_slots", "_st")
+
+    def _validate_kernel(self) -> None:
+        if self.kernel not in kjit.KERNELS:
+            raise ValueError(f"kernel must be one of {sorted(kjit.KERNELS)}, got {self.kernel!r}")
+        if not (isinstance(self.gamma, (int, float)) and self.gamma > 0 and math.isfinite(self.gamma)):
+            raise ValueError(f"gamma must be a positive number, got {self.gamma!r}")
+        if not (isinstance(self.degree, int) and self.degree >= 1):
+            raise ValueError(f"degree must be a positive integer, got {self.degree!r}")
+        if not (isinstance(self.coef0, (int, float)) and math.isfinite(self.coef0)):
+            raise ValueError(f"coef0 must be a finite number, got {self.coef0!r}")
+        if not (isinstance(self.budget, int) and self.budget >= 1):
+            raise ValueError(f"budget must be a positive integer, got {self.budget!r}")
+
+    def _reset(self) -> None:
+        self._validate_kernel()
+        super()._reset()
+        self._support = np.zeros((self.budget, 8))
+        self._slots = np.zeros((self.budget, self._n_fields))
+        self._st = np.zeros(kjit.ST_MODEL + self._n_model_state)
+        self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = kjit.kernel_params(
+            self.kernel, self.gamma, self.degree, self.coef0
+        )
+        self._st[kjit.ST_PLATT : kjit.ST_MODEL] = calibration.new_state()
+
+    @property
+    def _calibration(self) -> np.ndarray:
+        return self._st[kjit.ST_PLATT : kjit.ST_MODEL]
+
+    def _reserve(self, n_columns: int) -> None:
+        if n_columns > self._support.shape[1]:
+            self._support = grown_columns(self._support, n_columns)
+
+    def _check_restored(self) -> None:
+        budget = self.budget
+        if self._support.shape[0] != budget or self._support.shape[1] < self._features.n_columns:
+            raise state.StateError("support vectors do not match the budget or feature space")
+        if self._slots.shape != (budget, self._n_fields):
+            raise state.StateError("support slots do not match the budget")
+        if self._st.shape != (kjit.ST_MODEL + self._n_model_state,):
+            raise state.StateError("kernel model state has the wrong size")
+        if not 0 <= self._st[kjit.ST_SIZE] <= budget:
+            raise state.StateError("support size exceeds the budget")
+        # The params are the source of truth for the kernel.
+        self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = kjit.kernel_params(
+            self.kernel, self.gamma, self.degree, self.coef0
+        )
+
+    @property
+    def support_size(self) -> int:
+        """Number of support vectors held (never more than `budget`)."""
+        return int(self._st[kjit.ST_SIZE])
+
+    @property
+    def n_trials(self) -> int:
+        return int(self._st[kjit.ST_TRIALS])
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Counters a monitoring process reports (the Kafka worker's metrics)."""
+        return {"support_size": self.support_size, "trials": self.n_trials}

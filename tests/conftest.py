@@ -1,0 +1,24 @@
+"""Shared fixtures, and a guard: "no tests collected" can never pass silently."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+TESTS = pathlib.Path(__file__).parent.resolve()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if not items:
+        raise pytest.UsageError("the selection collected no tests")
+    # On a whole-suite run, every test_*.py module must contribute tests: a module that silently
+    # collects nothing (misnamed functions, a class without Test prefix) fails the run.
+    root = config.invocation_params.dir
+    targets = {pathlib.Path(root, arg.split("::")[0]).resolve() for arg in config.args}
+    if targets != {TESTS} or config.getoption("keyword") or config.getoption("markexpr"):
+        return
+    collected = {pathlib.Path(str(item.fspath)).name for item in items}
+    empty = sorted(p.name for p in TESTS.glob("test_*.py") if p.name not in collected)
+    if empty:
+        raise pytest.UsageError(f"test modules that collected no tests: {empty}")
