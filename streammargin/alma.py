@@ -143,7 +143,7 @@ class ALMAClassifier(MarginClassifier):
 
     def _reset(self) -> None:
         super()._reset()
-        self._vectors = np.zeros((8, 2))
+        self._vectors = np.zeros((8, alma_jit.N_COLUMNS))
         self._st = alma_jit.new_state(*self._hyper_values())
 
     @property
@@ -165,6 +165,9 @@ class ALMAClassifier(MarginClassifier):
     def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
         return alma_jit.margin(self._vectors, self._st, idx, val)
 
+    def _proba(self, idx: np.ndarray, val: np.ndarray) -> float:
+        return alma_jit.proba(self._vectors, self._st, idx, val)
+
     def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
         alma_jit.learn(self._vectors, self._st, idx, val, target)
 
@@ -177,7 +180,7 @@ class ALMAClassifier(MarginClassifier):
         alma_jit.learn_rows(self._vectors, self._st, X, cols, targets)
 
     def _check_restored(self) -> None:
-        if self._vectors.shape[1] != 2 or self._vectors.shape[0] < self._features.n_columns:
+        if self._vectors.shape[1] != alma_jit.N_COLUMNS or self._vectors.shape[0] < self._features.n_columns:
             raise state.StateError("ALMA weight arrays do not match its feature space")
         if self._st.shape != (alma_jit.STATE_SIZE,):
             raise state.StateError("ALMA state array has the wrong size")

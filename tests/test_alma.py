@@ -77,10 +77,11 @@ def sparse_stream(rng, n, n_names, density):
         yield x, y
 
 
-@pytest.mark.parametrize("p", [2.0, 3.0, 2 * math.log(40)])
+@pytest.mark.parametrize("p", [2.0, 3.0, 2 * math.log(40), 40.0])
 @pytest.mark.parametrize("alpha", [1.0, 0.8])
 def test_weights_equal_the_papers_rule(p, alpha):
-    """With fit_intercept=False the O(nnz) dual representation equals Figure 1 to 1e-9."""
+    """With fit_intercept=False the O(nnz) dual representation equals Figure 1 (to 1e-12; the
+    issue asks for 1e-9)."""
     rng = np.random.default_rng(int(p * 10 + alpha * 100))
     stream = list(sparse_stream(rng, n=3000, n_names=40, density=0.3))
     model = paper_model(p=p, alpha=alpha)
@@ -98,7 +99,7 @@ def test_weights_equal_the_papers_rule(p, alpha):
 
     assert model.n_corrections == corrections
     w = np.array([model.weights[name] for name in names])
-    np.testing.assert_allclose(w, w_ref, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(w, w_ref, rtol=0, atol=1e-12)
 
 
 def test_the_served_average_does_not_change_the_learnt_weights():
@@ -112,17 +113,21 @@ def test_the_served_average_does_not_change_the_learnt_weights():
     assert last.n_corrections == averaged.n_corrections
 
 
-def test_average_is_the_mean_of_the_hypotheses_over_trials():
+@pytest.mark.parametrize("p", [2.0, 3.0, 40.0, 400.0])
+def test_average_is_the_mean_of_the_hypotheses_over_trials(p):
+    """The O(nnz) lazy average equals the explicit mean of w_t over trials, also for a large p,
+    where the primal factor moves over many orders of magnitude (re-basing) and |u|^p forces the
+    scale back into u (renormalisation)."""
     rng = np.random.default_rng(4)
-    stream = list(sparse_stream(rng, n=300, n_names=6, density=0.8))
-    model = ALMAClassifier(fit_intercept=False, average=True, p=3.0)
+    stream = list(sparse_stream(rng, n=2000, n_names=6, density=0.8))
+    model = ALMAClassifier(fit_intercept=False, average=True, p=p, alpha=0.5)
     hypotheses = []
     for x, y in stream:
         model.learn_one(x, y)
         hypotheses.append(model.weights)
     mean = {k: np.mean([h.get(k, 0.0) for h in hypotheses]) for k in model.weights}
     probe = {k: 1.0 for k in model.weights}
-    xh_norm = len(probe) ** (1 / 3)
+    xh_norm = len(probe) ** (1 / p)
     expected = sum(mean[k] for k in probe) / xh_norm
     assert model.decision_one(probe) == pytest.approx(expected, rel=1e-9)
 
@@ -202,7 +207,7 @@ def test_large_p_makes_fewer_mistakes_on_a_sparse_target():
 
 def test_weights_stay_in_the_unit_q_ball_on_a_long_stream():
     rng = np.random.default_rng(5)
-    for p in (2.0, 3.0, 8.0):
+    for p in (2.0, 3.0, 8.0, 400.0):
         q = p / (p - 1)
         model = ALMAClassifier(p=p, alpha=0.7)
         for x, y in sparse_stream(rng, n=2000, n_names=30, density=0.5):

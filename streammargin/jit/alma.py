@@ -6,11 +6,23 @@ degree 1 and norm-preserving (||f^-1(theta)||_q = ||theta||_p), so the projectio
 same scaling of theta' = f(w'): theta <- theta' / max(1, ||theta'||_p). We therefore store
 theta = scale * u, keep S = sum_i |u_i|^p up to date incrementally, and read the weights as
 
-    w_i = f^-1_i(theta) = scale * sign(u_i) |u_i|^(p-1) / S^((p-2)/p)   (w = theta for p = 2).
+    w_i = factor * g(u_i),  g(u) = sign(u) |u|^(p-1),  factor = scale / S^((p-2)/p)
 
-An update then costs O(nnz(x)) instead of O(d): the projection only changes `scale`. S is
-recomputed exactly every RECOMPUTE_EVERY corrections (rounding never accumulates), and `scale` is
-folded into u before |u|^p could overflow.
+(w = scale * u for p = 2). An update then costs O(nnz(x)) instead of O(d): the projection only
+changes `scale`. S is recomputed exactly every RECOMPUTE_EVERY corrections (rounding never
+accumulates), and whenever it leaves [S_LOW, S_HIGH] the scale moves into u so that max |u_i| = 1
+(|u|^p must neither overflow nor underflow; for a large p this happens often, at O(d) each).
+
+Averaged hypothesis, also in O(nnz(x)). The mean over trials of w_t is (1/T) sum_t factor_t
+g(u_t,i). g(u_i) only changes when coordinate i is updated, so with F = sum_t factor_t (a running
+scalar) the sum for coordinate i is acc_i + g(u_i) (F - mark_i), where acc_i holds the part up to
+the last update of i and mark_i the value of F then. Each trial adds its final factor to F; an
+update of coordinate i first settles acc_i. The factor can move by orders of magnitude (S grows
+from tiny values for p > 2, `scale` shrinks with every projection), and F must only sum terms of
+comparable size or the later ones vanish in its rounding: whenever the factor leaves [base/2,
+2 base] we re-base, settling every coordinate (acc_i += g(u_i)(F - mark_i)) and restarting F and
+the marks at 0. That costs O(d) a logarithmic number of times. Moving the scale into u changes the
+unit of g(u), so it re-bases first too.
 
 Instances: (idx, val) hold the columns and values of the nonzero features; idx < 0 marks a feature
 the model has never learnt from (weight 0, but its value counts in ||x||_p). Column 0 holds the
@@ -18,8 +30,8 @@ intercept's constant feature, whose value `rho` is 0 when the model has no inter
 
 Arrays shared with `streammargin.alma.ALMAClassifier` (few arguments: numba's dispatch costs
 about 0.1 us per argument, as much as the arithmetic of a small instance):
-- vectors: float64[capacity, 2]; column 0 is u, the scaled dual vector; column 1 is wsum, the sum
-  over trials of the primal weights (averaged hypothesis only).
+- vectors: float64[capacity, 3]; columns U (the scaled dual vector), ACC and MARK (the averaged
+  hypothesis' accumulators).
 - st: float64[STATE_SIZE], the scalars, the hyper-parameters and the calibration state, at the
   offsets below.
 """
@@ -32,17 +44,21 @@ import numpy as np
 from numba import njit
 
 from streammargin.jit import calibration
+from streammargin.jit.rows import row_entries
 
+# columns of `vectors`
+U, ACC, MARK = range(3)
+N_COLUMNS = 3
 # learnt scalars
-K, SCALE, SUM_P, SINCE_RECOMPUTE, TRIALS, SURVIVED = range(6)
+K, SCALE, SUM_P, SINCE_RECOMPUTE, TRIALS, FACTOR_SUM, FACTOR_BASE = range(7)
 # hyper-parameters, written from the model's params
-P, ALPHA, B, C, RHO, AVERAGE = range(6, 12)
+P, ALPHA, B, C, RHO, AVERAGE = range(7, 13)
 # calibration state (streammargin.jit.calibration) at st[PLATT:]
-PLATT = 12
+PLATT = 13
 STATE_SIZE = PLATT + calibration.SIZE
 
 RECOMPUTE_EVERY = 4096
-OVERFLOW_EXPONENT = 100.0  # fold `scale` into u once scale^p < 10^-OVERFLOW_EXPONENT
+S_LOW, S_HIGH = 1e-150, 1e150  # the range S is kept in (see `_renormalise`)
 
 
 def new_state(*hyper: float) -> np.ndarray:
@@ -64,30 +80,42 @@ def _abs_pow(v, p):
 
 
 @njit(cache=True)
-def normaliser(val, rho, p):
-    """(largest, inv_scaled) with xh_j = val[j] / largest * inv_scaled = x_j / ||(rho, x)||_p.
+def normalise(val, rho, p, xh):
+    """Write xh = x / ||(rho, x)||_p into `xh` and return (rho / ||(rho, x)||_p, nonzero).
 
-    Dividing by the largest entry first keeps every step finite, from subnormal instances to
-    values near the float64 maximum. largest = 0 means a zero instance.
+    nonzero is False for a zero instance (xh is then unused). The norm is computed directly when
+    the sum of powers is safely inside float64's range, else after dividing by the largest entry,
+    which keeps every step finite from subnormal instances to values near the float64 maximum.
     """
+    total = _abs_pow(rho, p)
+    for j in range(val.shape[0]):
+        total += _abs_pow(val[j], p)
+    if 1e-280 < total < 1e300:
+        inv = 1.0 / math.sqrt(total) if p == 2.0 else total ** (-1.0 / p)
+        for j in range(val.shape[0]):
+            xh[j] = val[j] * inv
+        return rho * inv, True
     largest = abs(rho)
     for j in range(val.shape[0]):
         a = abs(val[j])
         if a > largest:
             largest = a
     if largest == 0.0:
-        return 0.0, 0.0
-    total = _abs_pow(rho / largest, p)
+        return 0.0, False
+    rho_hat = rho / largest
+    total = _abs_pow(rho_hat, p)
     for j in range(val.shape[0]):
-        total += _abs_pow(val[j] / largest, p)
-    if p == 2.0:
-        return largest, 1.0 / math.sqrt(total)
-    return largest, 1.0 / total ** (1.0 / p)
+        xh[j] = val[j] / largest
+        total += _abs_pow(xh[j], p)
+    inv = 1.0 / math.sqrt(total) if p == 2.0 else total ** (-1.0 / p)
+    for j in range(val.shape[0]):
+        xh[j] *= inv
+    return rho_hat * inv, True
 
 
 @njit(cache=True)
 def primal_factor(st):
-    """The factor c with w_i = c * sign(u_i) |u_i|^(p-1)."""
+    """The factor c with w_i = c * g(u_i)."""
     p = st[P]
     if p == 2.0:
         return st[SCALE]
@@ -97,144 +125,167 @@ def primal_factor(st):
 
 
 @njit(cache=True)
-def primal(u_i, factor, p):
+def g(u_i, p):
+    """sign(u) |u|^(p-1)."""
     if p == 2.0:
-        return factor * u_i
+        return u_i
     if u_i == 0.0:
         return 0.0
-    return factor * math.copysign(abs(u_i) ** (p - 1.0), u_i)
+    return math.copysign(abs(u_i) ** (p - 1.0), u_i)
 
 
 @njit(cache=True)
-def _margin_last(vectors, st, idx, val, largest, inv_scaled):
-    """w . xh for the last hypothesis."""
+def _averaged_weight(vectors, i, p, factor_sum):
+    """sum over trials so far of w_t,i (divide by the number of trials for the mean)."""
+    return vectors[i, ACC] + g(vectors[i, U], p) * (factor_sum - vectors[i, MARK])
+
+
+@njit(cache=True)
+def _margins(vectors, st, idx, xh, rho_hat):
+    """(last, served): w . xh for the last hypothesis, and the margin of the served one (the same,
+    or the averaged hypothesis' margin), in one pass over the instance."""
     p = st[P]
     factor = primal_factor(st)
-    total = primal(vectors[0, 0], factor, p) * (st[RHO] / largest * inv_scaled)
+    if st[AVERAGE] == 0.0 or st[TRIALS] == 0.0:
+        last = factor * g(vectors[0, U], p) * rho_hat
+        for j in range(idx.shape[0]):
+            i = idx[j]
+            if i >= 0:
+                last += factor * g(vectors[i, U], p) * xh[j]
+        return last, last
+    factor_sum = st[FACTOR_SUM]
+    last = factor * g(vectors[0, U], p) * rho_hat
+    summed = _averaged_weight(vectors, 0, p, factor_sum) * rho_hat
     for j in range(idx.shape[0]):
         i = idx[j]
         if i >= 0:
-            total += primal(vectors[i, 0], factor, p) * (val[j] / largest * inv_scaled)
-    return total
+            last += factor * g(vectors[i, U], p) * xh[j]
+            summed += _averaged_weight(vectors, i, p, factor_sum) * xh[j]
+    return last, summed / st[TRIALS]
 
 
 @njit(cache=True)
-def _margin_average(vectors, st, idx, val, largest, inv_scaled):
-    """(wsum + survived * w) . xh / trials: the averaged hypothesis."""
-    trials = st[TRIALS]
-    if trials == 0.0:
+def _served_margin(vectors, st, idx, val, xh):
+    rho_hat, nonzero = normalise(val, st[RHO], st[P], xh)
+    if not nonzero:
         return 0.0
-    total = vectors[0, 1] * (st[RHO] / largest * inv_scaled)
-    for j in range(idx.shape[0]):
-        i = idx[j]
-        if i >= 0:
-            total += vectors[i, 1] * (val[j] / largest * inv_scaled)
-    last = _margin_last(vectors, st, idx, val, largest, inv_scaled)
-    return (total + st[SURVIVED] * last) / trials
-
-
-@njit(cache=True)
-def _served_margin(vectors, st, idx, val, largest, inv_scaled):
-    if st[AVERAGE] != 0.0:
-        return _margin_average(vectors, st, idx, val, largest, inv_scaled)
-    return _margin_last(vectors, st, idx, val, largest, inv_scaled)
+    return _margins(vectors, st, idx, xh, rho_hat)[1]
 
 
 @njit(cache=True)
 def margin(vectors, st, idx, val):
     """The served hypothesis' margin on the normalised instance (0 for a zero instance)."""
-    largest, inv_scaled = normaliser(val, st[RHO], st[P])
-    if largest == 0.0:
-        return 0.0
-    return _served_margin(vectors, st, idx, val, largest, inv_scaled)
+    return _served_margin(vectors, st, idx, val, np.empty(val.shape[0]))
 
 
 @njit(cache=True)
-def _recompute_sum(vectors, st):
+def proba(vectors, st, idx, val):
+    """Calibrated probability of the positive label: prediction in one call."""
+    return calibration.proba(st[PLATT:], margin(vectors, st, idx, val))
+
+
+@njit(cache=True)
+def _settle(vectors, i, p, factor_sum):
+    """Bring coordinate i's average accumulator up to date (before g(u_i) changes)."""
+    vectors[i, ACC] = _averaged_weight(vectors, i, p, factor_sum)
+    vectors[i, MARK] = factor_sum
+
+
+@njit(cache=True)
+def _rebase(vectors, st):
+    """Settle every average accumulator and restart F and the marks at 0."""
+    p, factor_sum = st[P], st[FACTOR_SUM]
+    for i in range(vectors.shape[0]):
+        vectors[i, ACC] = _averaged_weight(vectors, i, p, factor_sum)
+        vectors[i, MARK] = 0.0
+    st[FACTOR_SUM] = 0.0
+    st[FACTOR_BASE] = primal_factor(st)
+
+
+@njit(cache=True)
+def _renormalise(vectors, st):
+    """Recompute S = sum |u_i|^p exactly; if it strays from [S_LOW, S_HIGH] (|u|^p about to
+    overflow, or underflowing), move the scale so that max |u_i| = 1, which puts S in [1, d]."""
     p = st[P]
-    if st[SCALE] ** p < 10.0 ** (-OVERFLOW_EXPONENT):
-        scale = st[SCALE]
-        for i in range(vectors.shape[0]):
-            vectors[i, 0] *= scale
-        st[SCALE] = 1.0
     total = 0.0
     for i in range(vectors.shape[0]):
-        total += _abs_pow(vectors[i, 0], p)
+        total += _abs_pow(vectors[i, U], p)
+    if not S_LOW < total < S_HIGH:
+        largest = 0.0
+        for i in range(vectors.shape[0]):
+            largest = max(largest, abs(vectors[i, U]))
+        if largest > 0.0:
+            if st[AVERAGE] != 0.0:
+                _rebase(vectors, st)  # the unit of g(u) changes
+            for i in range(vectors.shape[0]):
+                vectors[i, U] /= largest
+            st[SCALE] *= largest
+            total = 0.0
+            for i in range(vectors.shape[0]):
+                total += _abs_pow(vectors[i, U], p)
     st[SUM_P] = total
     st[SINCE_RECOMPUTE] = 0.0
 
 
 @njit(cache=True)
-def _accumulate_average(vectors, st):
-    """Before w changes: add w times the number of trials it survived to wsum."""
-    survived = st[SURVIVED]
-    if survived == 0.0:
-        return
-    p = st[P]
-    factor = primal_factor(st)
-    for i in range(vectors.shape[0]):
-        if vectors[i, 0] != 0.0:
-            vectors[i, 1] += survived * primal(vectors[i, 0], factor, p)
-    st[SURVIVED] = 0.0
+def _update(vectors, st, i, step, x_i, total, p, averaged):
+    """u_i += step * x_i, keeping S (returned) and the average accumulator of i up to date."""
+    if averaged:
+        _settle(vectors, i, p, st[FACTOR_SUM])
+    old = vectors[i, U]
+    vectors[i, U] = old + step * x_i
+    return total + _abs_pow(vectors[i, U], p) - _abs_pow(old, p)
 
 
 @njit(cache=True)
-def learn(vectors, st, idx, val, y):
-    """One trial of ALMA_p on (x, y), y in {-1.0, +1.0}. Returns 1 on a correction, else 0.
+def _learn(vectors, st, idx, val, y, xh):
+    """One trial of ALMA_p on (x, y), y in {-1.0, +1.0}, `xh` a scratch buffer of len(val).
+    Returns 1 on a correction, else 0.
 
     Every column in idx must be >= 0 and < vectors.shape[0] (the caller grows the space first).
     """
     p, rho = st[P], st[RHO]
-    largest, inv_scaled = normaliser(val, rho, p)
+    averaged = st[AVERAGE] != 0.0
+    rho_hat, nonzero = normalise(val, rho, p, xh)
     corrected = 0
-    if largest > 0.0:  # "in the degenerate case x_t = 0 no update takes place" (footnote 4)
-        served = _served_margin(vectors, st, idx, val, largest, inv_scaled)
+    if nonzero:  # "in the degenerate case x_t = 0 no update takes place" (footnote 4)
+        last, served = _margins(vectors, st, idx, xh, rho_hat)
         calibration.learn(st[PLATT:], served, y)
         k = st[K]
         gamma = st[B] * math.sqrt(p - 1.0) / math.sqrt(k)
-        if y * _margin_last(vectors, st, idx, val, largest, inv_scaled) <= (1.0 - st[ALPHA]) * gamma:
-            if st[AVERAGE] != 0.0:
-                _accumulate_average(vectors, st)
+        if y * last <= (1.0 - st[ALPHA]) * gamma:
             eta = st[C] / (math.sqrt(p - 1.0) * math.sqrt(k))
             step = eta * y / st[SCALE]  # theta += eta y xh  <=>  u += (eta y / scale) xh
             total = st[SUM_P]
             if rho != 0.0:
-                old = vectors[0, 0]
-                vectors[0, 0] = old + step * (rho / largest * inv_scaled)
-                total += _abs_pow(vectors[0, 0], p) - _abs_pow(old, p)
+                total = _update(vectors, st, 0, step, rho_hat, total, p, averaged)
             for j in range(idx.shape[0]):
-                i = idx[j]
-                old = vectors[i, 0]
-                vectors[i, 0] = old + step * (val[j] / largest * inv_scaled)
-                total += _abs_pow(vectors[i, 0], p) - _abs_pow(old, p)
+                total = _update(vectors, st, idx[j], step, xh[j], total, p, averaged)
             st[SUM_P] = total
             st[SINCE_RECOMPUTE] += 1.0
-            if total < 0.0 or st[SINCE_RECOMPUTE] >= RECOMPUTE_EVERY:
-                _recompute_sum(vectors, st)
+            # (`not a < S < b` is also true for a NaN from an overflowed |u|^p.)
+            if not S_LOW < total < S_HIGH or st[SINCE_RECOMPUTE] >= RECOMPUTE_EVERY:
+                _renormalise(vectors, st)
             # ||w'||_q = ||theta'||_p; project onto the unit q-ball by scaling theta.
             dual_norm = st[SCALE] * st[SUM_P] ** (1.0 / p)
             if dual_norm > 1.0:
                 st[SCALE] /= dual_norm
-                if st[SCALE] ** p < 10.0 ** (-OVERFLOW_EXPONENT):
-                    _recompute_sum(vectors, st)
             st[K] = k + 1.0
             corrected = 1
     st[TRIALS] += 1.0
-    st[SURVIVED] += 1.0
+    if averaged:  # the hypothesis after this trial served it
+        factor = primal_factor(st)
+        if factor > 2.0 * st[FACTOR_BASE] or factor < 0.5 * st[FACTOR_BASE]:
+            _rebase(vectors, st)
+            st[FACTOR_BASE] = factor
+        st[FACTOR_SUM] += factor
     return corrected
 
 
 @njit(cache=True)
-def _row_entries(X, cols, r, idx_buf, val_buf):
-    """The non-missing (non-NaN) entries of row r of X, into the buffers; returns their count."""
-    n = 0
-    for c in range(X.shape[1]):
-        v = X[r, c]
-        if v == v:
-            idx_buf[n] = cols[c]
-            val_buf[n] = v
-            n += 1
-    return n
+def learn(vectors, st, idx, val, y):
+    """One trial of ALMA_p on (x, y); see `_learn`."""
+    return _learn(vectors, st, idx, val, y, np.empty(val.shape[0]))
 
 
 @njit(cache=True)
@@ -242,10 +293,11 @@ def learn_rows(vectors, st, X, cols, y):
     """`learn` over the rows of X (NaN = absent feature). Returns the number of corrections."""
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)
+    xh = np.empty(X.shape[1], dtype=np.float64)
     corrections = 0
     for r in range(X.shape[0]):
-        n = _row_entries(X, cols, r, idx_buf, val_buf)
-        corrections += learn(vectors, st, idx_buf[:n], val_buf[:n], y[r])
+        n = row_entries(X, cols, r, idx_buf, val_buf)
+        corrections += _learn(vectors, st, idx_buf[:n], val_buf[:n], y[r], xh[:n])
     return corrections
 
 
@@ -253,13 +305,14 @@ def learn_rows(vectors, st, X, cols, y):
 def margin_rows(vectors, st, X, cols, out):
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)
+    xh = np.empty(X.shape[1], dtype=np.float64)
     for r in range(X.shape[0]):
-        n = _row_entries(X, cols, r, idx_buf, val_buf)
-        out[r] = margin(vectors, st, idx_buf[:n], val_buf[:n])
+        n = row_entries(X, cols, r, idx_buf, val_buf)
+        out[r] = _served_margin(vectors, st, idx_buf[:n], val_buf[:n], xh[:n])
 
 
 @njit(cache=True)
 def primal_weights(vectors, st, out):
     factor = primal_factor(st)
     for i in range(vectors.shape[0]):
-        out[i] = primal(vectors[i, 0], factor, st[P])
+        out[i] = factor * g(vectors[i, U], st[P])

@@ -1,0 +1,146 @@
+"""Throughput of ALMAClassifier against River's linear models, measured in one run.
+
+Prints three tables:
+1. predict_one + learn_one samples/s on dense dicts (d = 10 and 100), with the ratio to River's
+   ALMAClassifier; repetitions are interleaved across models and the median is reported, so load
+   on the machine hits every model alike.
+2. learn_many / predict_many rows/s on pandas DataFrames (d = 100).
+3. numba's first-call cost: a fresh process compiling from scratch, then one loading the cache.
+
+Run: .venv/bin/python benchmarks/alma_throughput.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+def dense_stream(d: int, n: int, seed: int = 0) -> list[tuple[dict, bool]]:
+    rng = np.random.default_rng(seed)
+    names = [f"x{i}" for i in range(d)]
+    u = rng.normal(size=d)
+    X = rng.normal(size=(n, d))
+    y = X @ u + 0.5 * rng.normal(size=n) > 0
+    return [(dict(zip(names, row.tolist())), bool(label)) for row, label in zip(X, y)]
+
+
+def time_loop(model, data) -> float:
+    start = time.perf_counter()
+    for x, y in data:
+        model.predict_one(x)
+        model.learn_one(x, y)
+    return len(data) / (time.perf_counter() - start)
+
+
+def per_record_table(repeats: int, n: int) -> None:
+    from river import linear_model
+
+    import streammargin
+
+    factories = {
+        "river ALMAClassifier": linear_model.ALMAClassifier,
+        "river Perceptron": linear_model.Perceptron,
+        "river PAClassifier": linear_model.PAClassifier,
+        "streammargin ALMAClassifier": streammargin.ALMAClassifier,
+        "streammargin ALMA p=2ln(d)": None,  # filled per d
+    }
+    print("predict_one + learn_one, dense dicts, no scaler (samples/s, median of repeats)")
+    print(f"{'model':<30}{'d':>5}{'samples/s':>12}{'vs river ALMA':>15}")
+    for d in (10, 100):
+        data = dense_stream(d, n)
+        factories["streammargin ALMA p=2ln(d)"] = lambda d=d: streammargin.ALMAClassifier(
+            p=2 * np.log(d)
+        )
+        rates: dict[str, list[float]] = {name: [] for name in factories}
+        for _ in range(repeats):
+            for name, factory in factories.items():
+                model = factory()
+                time_loop(model, data[:200])  # warm-up: compile / load numba caches
+                rates[name].append(time_loop(model, data))
+        base = statistics.median(rates["river ALMAClassifier"])
+        for name, values in rates.items():
+            rate = statistics.median(values)
+            print(f"{name:<30}{d:>5}{rate:>12,.0f}{rate / base:>14.2f}x")
+    print()
+
+
+def batch_table(n: int) -> None:
+    import pandas as pd
+
+    import streammargin
+
+    d = 100
+    rng = np.random.default_rng(1)
+    X = pd.DataFrame(rng.normal(size=(n, d)), columns=[f"x{i}" for i in range(d)])
+    y = pd.Series(X.to_numpy() @ rng.normal(size=d) > 0)
+    print(f"mini-batches, d = {d}, {n:,} rows in chunks of 10,000 (rows/s, best of 3)")
+    for params in ({}, {"average": False}, {"p": 2 * np.log(d)}):
+        model = streammargin.ALMAClassifier(**params)
+        model.learn_many(X.iloc[:1000], y.iloc[:1000])  # compile
+        model.predict_many(X.iloc[:10])
+        learn, predict = [], []
+        for _ in range(3):
+            start = time.perf_counter()
+            for i in range(0, n, 10_000):
+                model.learn_many(X.iloc[i : i + 10_000], y.iloc[i : i + 10_000])
+            learn.append(n / (time.perf_counter() - start))
+            start = time.perf_counter()
+            for i in range(0, n, 10_000):
+                model.predict_many(X.iloc[i : i + 10_000])
+            predict.append(n / (time.perf_counter() - start))
+        label = ", ".join(f"{k}={v:g}" for k, v in params.items()) or "defaults"
+        print(f"  ALMAClassifier({label:<14}) learn_many {max(learn):>12,.0f}/s   "
+              f"predict_many {max(predict):>12,.0f}/s")
+    print()
+
+
+FIRST_CALL = """
+import time
+t0 = time.perf_counter()
+import streammargin
+t1 = time.perf_counter()
+m = streammargin.ALMAClassifier()
+m.learn_one({"a": 1.0, "b": 2.0}, True)
+m.predict_proba_one({"a": 1.0})
+t2 = time.perf_counter()
+import pandas as pd
+m.learn_many(pd.DataFrame({"a": [1.0]}), pd.Series([True]))
+m.predict_many(pd.DataFrame({"a": [1.0]}))
+t3 = time.perf_counter()
+print(f"{t1 - t0:.3f} {t2 - t1:.3f} {t3 - t2:.3f}")
+"""
+
+
+def compile_table() -> None:
+    print("numba first-call cost (seconds; fresh processes, a private numba cache directory)")
+    print(f"{'':<26}{'import':>8}{'learn_one+predict':>19}{'learn_many+predict':>20}")
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        for label in ("cold (compiles)", "warm (loads the cache)"):
+            out = subprocess.run(
+                [sys.executable, "-c", FIRST_CALL], env=env, capture_output=True, text=True,
+                check=True,
+            ).stdout.split()
+            print(f"{label:<26}{float(out[0]):>8.2f}{float(out[1]):>19.2f}{float(out[2]):>20.2f}")
+    print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer records and repeats")
+    args = parser.parse_args()
+    per_record_table(repeats=3 if args.quick else 7, n=5_000 if args.quick else 20_000)
+    batch_table(n=100_000 if args.quick else 500_000)
+    compile_table()
+
+
+if __name__ == "__main__":
+    main()
