@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ["connectors.demo"]
+SUBCOMMANDS = ["connectors.demo", "connectors.evaluate_command"]
 
 
 def build_parser() -> argparse.ArgumentParser:
