@@ -4,8 +4,24 @@ from __future__ import annotations
 
 from streammargin import state
 from streammargin.alma import ALMAClassifier
+from streammargin.budget_perceptron import BudgetPerceptron
+from streammargin.budget_svm import BudgetSVMClassifier
+from streammargin.convex_polytope import ConvexPolytopeClassifier
+from streammargin.kernel_alma import KernelALMAClassifier
+from streammargin.mpu import MPUClassifier
+from streammargin.sbp import SBPClassifier
 from streammargin.state import from_state
 
 __version__ = "0.1.0"
 
-__all__ = ["ALMAClassifier", "from_state", "state"]
+__all__ = [
+    "ALMAClassifier",
+    "BudgetPerceptron",
+    "BudgetSVMClassifier",
+    "ConvexPolytopeClassifier",
+    "KernelALMAClassifier",
+    "MPUClassifier",
+    "SBPClassifier",
+    "from_state",
+    "state",
+]

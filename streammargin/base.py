@@ -77,14 +77,12 @@ def frame_values(X: typing.Any) -> np.ndarray:
     in L1 (measured 2x faster than copying to row-major first). Raises a `ValueError` naming the
     column for non-numeric or infinite values.
     """
-    try:
-        values = X.to_numpy(dtype=np.float64, na_value=np.nan)
-    except (TypeError, ValueError):
-        for column in X.columns:
+    for column, dtype in X.dtypes.items():
+        if dtype.kind not in "biuf":  # object/string columns: pandas would parse "1.5" as 1.5
             for value in X[column]:
                 if value is not None and value == value:  # None/NaN: absent
                     validate_value(column, value)
-        raise
+    values = X.to_numpy(dtype=np.float64, na_value=np.nan)
     values = np.asfortranarray(values)
     if not np.isfinite(values).all() and np.isinf(values).any():
         rows, cols = np.nonzero(np.isinf(values))

@@ -16,9 +16,22 @@ def pytest_collection_modifyitems(session, config, items):
     # collects nothing (misnamed functions, a class without Test prefix) fails the run.
     root = config.invocation_params.dir
     targets = {pathlib.Path(root, arg.split("::")[0]).resolve() for arg in config.args}
-    if targets != {TESTS} or config.getoption("keyword") or config.getoption("markexpr"):
+    narrowed = any(config.getoption(name) for name in ("keyword", "markexpr", "ignore", "ignore_glob", "deselect"))
+    if targets != {TESTS} or narrowed:
         return
     collected = {pathlib.Path(str(item.fspath)).name for item in items}
     empty = sorted(p.name for p in TESTS.glob("test_*.py") if p.name not in collected)
     if empty:
         raise pytest.UsageError(f"test modules that collected no tests: {empty}")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker():
+    """An embedded Tansu broker (in-memory) on a free port for the whole session; torn down after.
+
+    Its memory storage is shared by the tests: each test uses fresh topic and group names.
+    """
+    from connectors.broker import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        yield broker

@@ -1,0 +1,607 @@
+"""The Margin Perceptron with Unlearning (Panagiotakopoulos & Tsampouka 2010), online and batch.
+
+`MPUClassifier` is the online learner, linear (primal weights) or kernel (dual over its replay
+cache); `fit_batch` is the paper's batch L1-SVM solver on numpy arrays.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+
+import numpy as np
+
+from streammargin import state
+from streammargin.base import MarginClassifier, binary_targets
+from streammargin.jit import calibration
+from streammargin.jit import kernels as kjit
+from streammargin.jit import mpu as mpu_jit
+from streammargin.support import KernelClassifier, grown_columns
+
+__all__ = ["MPUClassifier", "fit_batch", "objective", "dual_objective"]
+
+
+def _margin_ratio(epsilon: float, gap: float) -> float:
+    """b / R^2 for the before-run accuracy epsilon (eq. 23): epsilon = 2 r / (1 - r), r = db / b."""
+    return gap * (2.0 + epsilon) / epsilon
+
+
+@state.register
+class MPUClassifier(KernelClassifier):
+    """Margin Perceptron with Unlearning: a perceptron that approximates the L1-SVM online.
+
+    Patterns are augmented with a constant rho (for the bias) and multiplied by their label,
+    z = y [x, rho]; the weight vector is a = sum_k I_k z_k with integer dual counts I_k. On
+    presenting pattern k at margin s = a . z_k the paper's rule is
+
+        s <= b       and I_k < I:  learning     a += z_k,  I_k += 1
+        s >= b + db  and I_k > 0:  unlearning   a -= z_k,  I_k -= 1
+
+    applied as multiple updates (Section 4): all the steps that presenting z_k again and again would
+    make, at the cost of one inner product. With the cap I the algorithm converges to an
+    approximation of the L1-SVM min_w 1/2 ||w||^2 + Cp sum_k max(0, 1 - w . z_k) with w = a / b and
+    Cp = I / b; without cap (`C=None`) to the hard-margin SVM. The gap db must exceed R^2 (R: the
+    largest ||z_k||), else learning and unlearning undo each other for ever.
+
+    On a stream unlearning needs patterns to be seen again (the paper says so), so the model keeps
+    the patterns that were margin violators when they arrived in a bounded *replay cache* and
+    presents `replay` of them again, round robin, after each new example. The weights are always
+    sum_k I_k z_k over the cache: when the cache is full, the oldest pattern with I_k = 0 is evicted
+    (else the oldest one) and its whole contribution leaves the weights. Memory is bounded by
+    `budget` patterns.
+
+    How the paper's constants are set. R is the largest norm seen so far, and the paper's db =
+    3 R^2 generalises to db = `gap` R^2. Remark 4 turns a penalty Cp and an accuracy epsilon into
+    b = db (2 + epsilon) / epsilon and I = floor(Cp b) + 1: the before-run bound (eq. 23) then
+    guarantees, at convergence, (J - J_opt) / J_opt < epsilon. As R grows, db, b and I grow with
+    R^2, and every I_k is multiplied by the same factor (rounded), so that the dual variables
+    alpha_k = I_k / b, hence the learnt SVM, are kept. Everything is computed in units of R, which
+    makes the model invariant to a rescaling of the features and keeps any finite input finite.
+
+    `replay_cache(sweeps)` presents the whole cache again without a new example (for idle time):
+    repeated until it returns 0, it leaves the cache at a fixed point of the rule, where the
+    before-run bound (eq. 23) holds for the SVM on the cached patterns.
+
+    The linear form (`kernel=None`) keeps the primal weights: a prediction costs O(features), a
+    replay O(features). The kernel form keeps the cache's Gram matrix and the margins of all cached
+    patterns, augmented as K(x, x') + rho^2: a prediction costs `budget` kernel evaluations and a
+    replay O(budget) (memory budget^2 floats).
+
+    Parameters
+    ----------
+    C
+        The SVM penalty Cp in the units of the features as given (I = floor(C b) + 1, so the
+        penalty actually solved for is I / b, within 1 / b of C); `None` for the hard margin
+        (I = infinity). The default suits the linear form on standardised features over a cache of
+        about 1000 patterns (benchmarks/mpu.py); an RBF kernel usually wants C near 1.
+    epsilon
+        Before-run accuracy (eq. 23) that sets b = db (2 + epsilon) / epsilon: smaller values
+        approximate the SVM on the cache more closely with finer steps.
+    gap
+        db / R^2, > 1 (the paper uses 3).
+    budget
+        Capacity of the replay cache (patterns).
+    replay
+        Cached patterns presented again after each new example.
+    unlearn
+        `False` turns unlearning off: the classic margin perceptron (with the cap I) on the same
+        cache, replays and evictions. For comparisons.
+    kernel
+        `None` for the linear (primal) form, or "rbf", "poly", "linear" for the dual form.
+    gamma, degree, coef0
+        Kernel parameters: rbf exp(-gamma ||a - b||^2), poly (gamma a.b + coef0)^degree.
+    fit_intercept
+        Augment the patterns with the constant `intercept_scale` (the paper's rho). `False` gives
+        the homogeneous hyperplane of the paper's experiments.
+    intercept_scale
+        rho. The default of 1 suits standardised features.
+
+    Attributes
+    ----------
+    n_learning_steps, n_unlearning_steps : int
+        The paper's t+ and t- (a multiple update of n steps counts n).
+    support_size : int
+        Cached patterns with I_k > 0 (the support vectors).
+    cache_size : int
+        Cached patterns (support vectors and recent violators with I_k = 0).
+    n_evictions : int
+        Patterns evicted from the full cache.
+    R, b, db, I
+        The current largest norm and the paper's constants derived from it (`I` is None without
+        cap).
+
+    The raw score `decision_one(x)` is the SVM decision value w . [x, rho] (margin boundaries at
+    +-1). Probabilities come from the package's online Platt scaling of that score, fitted on each
+    example before the model learns from it; `predict_one` is the label of highest probability.
+
+    Examples
+    --------
+
+    >>> from river import datasets, evaluate, metrics, preprocessing
+    >>> import streammargin
+
+    >>> model = preprocessing.StandardScaler() | streammargin.MPUClassifier()
+    >>> evaluate.progressive_val_score(datasets.Phishing(), model, metrics.Accuracy())
+    Accuracy: 88.32%
+
+    >>> mpu = model["MPUClassifier"]
+    >>> mpu.n_learning_steps, mpu.n_unlearning_steps, mpu.support_size, mpu.cache_size
+    (8010, 2009, 462, 581)
+
+    The kernel form, on a problem no hyperplane can learn (River's linear models score 0.51-0.55):
+
+    >>> model = preprocessing.StandardScaler() | streammargin.MPUClassifier(
+    ...     kernel="rbf", C=1.0, gamma=1.0
+    ... )
+    >>> evaluate.progressive_val_score(datasets.Bananas(), model, metrics.Accuracy())
+    Accuracy: 88.26%
+
+    >>> model["MPUClassifier"].support_size
+    1000
+
+    References
+    ----------
+    [^1]: Panagiotakopoulos, C. and Tsampouka, P. (2010). The Margin Perceptron with Unlearning.
+    In Proceedings of the 27th International Conference on Machine Learning (ICML), 855-862.
+
+    """
+
+    _first_column = 0
+    _n_fields = mpu_jit.N_FIELDS
+    _n_model_state = mpu_jit.N_MODEL_STATE
+    _state_arrays = ("_support", "_slots", "_st", "_weights", "_gram", "_margins")
+
+    def __init__(
+        self,
+        C: float | None = 0.01,
+        epsilon: float = 0.1,
+        gap: float = 3.0,
+        budget: int = 1000,
+        replay: int = 4,
+        unlearn: bool = True,
+        kernel: str | None = None,
+        gamma: float = 1.0,
+        degree: int = 3,
+        coef0: float = 1.0,
+        fit_intercept: bool = True,
+        intercept_scale: float = 1.0,
+    ):
+        self.C = C
+        self.epsilon = epsilon
+        self.gap = gap
+        self.budget = budget
+        self.replay = replay
+        self.unlearn = unlearn
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.fit_intercept = fit_intercept
+        self.intercept_scale = intercept_scale
+        self._reset()
+
+    @classmethod
+    def _unit_test_params(cls) -> typing.Iterator[dict]:
+        yield {}
+        yield {"kernel": "rbf", "gamma": 0.5, "budget": 30}
+        yield {"C": None, "budget": 8, "replay": 3, "fit_intercept": False}
+        yield {"kernel": "poly", "degree": 2, "budget": 12, "unlearn": False, "epsilon": 1.0}
+
+    # Set-up ---------------------------------------------------------------------------------------
+
+    def _validate_kernel(self) -> None:
+        def positive_finite(value: typing.Any) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                math.isfinite(value) and value > 0
+            )
+
+        if self.C is not None and not positive_finite(self.C):
+            raise ValueError(f"C must be a positive number or None, got {self.C!r}")
+        if not positive_finite(self.epsilon):
+            raise ValueError(f"epsilon must be a positive number, got {self.epsilon!r}")
+        if not (positive_finite(self.gap) and self.gap > 1.0):
+            raise ValueError(f"gap must be a number > 1 (db > R^2), got {self.gap!r}")
+        if not (isinstance(self.replay, int) and not isinstance(self.replay, bool)
+                and self.replay >= 0):
+            raise ValueError(f"replay must be a non-negative integer, got {self.replay!r}")
+        if self.fit_intercept and not positive_finite(self.intercept_scale):
+            raise ValueError(f"intercept_scale must be positive, got {self.intercept_scale!r}")
+        if self.kernel is None:
+            if not (isinstance(self.budget, int) and self.budget >= 1):
+                raise ValueError(f"budget must be a positive integer, got {self.budget!r}")
+        else:
+            super()._validate_kernel()
+
+    @property
+    def _primal(self) -> bool:
+        return self.kernel is None
+
+    def _hyper_values(self) -> tuple[float, ...]:
+        """The hyper-parameter slots of the state array (`mpu_jit.write_hyper`), from the params."""
+        return (
+            _margin_ratio(self.epsilon, self.gap),
+            float(self.gap),
+            0.0 if self.C is None else float(self.C),
+            float(self.intercept_scale) if self.fit_intercept else 0.0,
+            float(self.replay),
+            float(self.unlearn),
+        )
+
+    def _kernel_params(self) -> np.ndarray:
+        if self._primal:  # unused by the primal form: fixed, so the ignored params do not matter
+            return kjit.kernel_params("linear", 1.0, 1, 0.0)
+        return kjit.kernel_params(self.kernel, self.gamma, self.degree, self.coef0)
+
+    def _reset(self) -> None:
+        self._validate_kernel()
+        MarginClassifier._reset(self)
+        budget = self.budget
+        self._support = np.zeros((budget, 8))
+        self._slots = np.zeros((budget, self._n_fields))
+        self._st = mpu_jit.new_state(
+            *self._hyper_values(), self._kernel_params(), calibration.new_state()
+        )
+        primal = self._primal
+        self._weights = np.zeros(8 if primal else 0)
+        self._gram = np.zeros((0, 0) if primal else (budget, budget))
+        self._margins = np.zeros(0 if primal else budget)
+
+    def _reserve(self, n_columns: int) -> None:
+        if n_columns > self._support.shape[1]:
+            self._support = grown_columns(self._support, n_columns)
+            if self._primal:  # the primal loops run over the columns of S and of the weights alike
+                weights = np.zeros(self._support.shape[1])
+                weights[: self._weights.shape[0]] = self._weights
+                self._weights = weights
+
+    def _check_restored(self) -> None:
+        budget = self.budget
+        columns = self._support.shape[1]
+        if self._support.shape[0] != budget or columns < self._features.n_columns:
+            raise state.StateError("MPU cache does not match the budget or the feature space")
+        if self._slots.shape != (budget, self._n_fields):
+            raise state.StateError("MPU cache slots do not match the budget")
+        if self._st.shape != (kjit.ST_MODEL + self._n_model_state,):
+            raise state.StateError("MPU state array has the wrong size")
+        primal = self._primal
+        if self._weights.shape != ((columns,) if primal else (0,)):
+            raise state.StateError("MPU weights do not match the cache")
+        if self._gram.shape != ((0, 0) if primal else (budget, budget)):
+            raise state.StateError("MPU Gram matrix does not match the budget")
+        if self._margins.shape != ((0,) if primal else (budget,)):
+            raise state.StateError("MPU margins do not match the budget")
+        # A checkpoint read from a topic is untrusted: the numba loops index with these numbers.
+        if not all(np.isfinite(getattr(self, name)).all() for name in self._state_arrays):
+            raise state.StateError("MPU state holds NaN or infinite values")
+        st = self._st
+        size = st[kjit.ST_SIZE]
+        if not (0 <= size <= budget and size == int(size)):
+            raise state.StateError("MPU cache size exceeds the budget")
+        counts = self._slots[:, kjit.COEF]
+        if not (np.all(counts >= 0) and np.all(counts <= mpu_jit.CAP_MAX)
+                and np.all(counts == np.floor(counts))):
+            raise state.StateError("MPU dual counts must be non-negative integers")
+        if not np.all(np.abs(self._slots[: int(size), kjit.LABEL]) == 1.0):
+            raise state.StateError("MPU cached labels must be -1 or +1")
+        cursor, cap = st[mpu_jit.CURSOR], st[mpu_jit.CAP]
+        if not (0 <= cursor <= mpu_jit.CAP_MAX and 1 <= cap <= mpu_jit.CAP_MAX):
+            raise state.StateError("MPU replay cursor or cap out of range")
+        if not 0.0 <= st[mpu_jit.R_NORM]:
+            raise state.StateError("MPU largest norm R must be non-negative")
+        # The params are the source of truth for the hyper-parameter slots and the kernel.
+        mpu_jit.write_hyper(self._st, *self._hyper_values())
+        self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = self._kernel_params()
+
+    # Numeric core ---------------------------------------------------------------------------------
+
+    def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
+        if self._primal:
+            return mpu_jit.primal_score(self._weights, self._st, idx, val)
+        return mpu_jit.dual_score(self._support, self._slots, self._st, idx, val)
+
+    def _proba(self, idx: np.ndarray, val: np.ndarray) -> float:
+        if self._primal:
+            return mpu_jit.primal_proba(self._weights, self._st, idx, val)
+        return mpu_jit.dual_proba(self._support, self._slots, self._st, idx, val)
+
+    def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
+        if self._primal:
+            mpu_jit.learn_primal(
+                self._support, self._slots, self._st, self._weights, idx, val, target
+            )
+        else:
+            mpu_jit.learn_dual(
+                self._support, self._slots, self._st, self._gram, self._margins, idx, val, target
+            )
+
+    def _score_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        out = np.empty(X.shape[0])
+        if self._primal:
+            mpu_jit.score_rows_primal(self._weights, self._st, X, cols, out)
+        else:
+            mpu_jit.score_rows_dual(self._support, self._slots, self._st, X, cols, out)
+        return out
+
+    def _learn_rows(self, X: np.ndarray, cols: np.ndarray, targets: np.ndarray) -> None:
+        if self._primal:
+            mpu_jit.learn_rows_primal(
+                self._support, self._slots, self._st, self._weights, X, cols, targets
+            )
+        else:
+            mpu_jit.learn_rows_dual(
+                self._support, self._slots, self._st, self._gram, self._margins, X, cols, targets
+            )
+
+    def replay_cache(self, sweeps: int = 1) -> int:
+        """Present every cached pattern `sweeps` more times (round robin) with the paper's rule.
+
+        What `learn_one` does `replay` times after each example, without a new one: a consumer
+        can call it when idle to bring the model closer to the SVM on its cache. Returns the number
+        of updates (0: the cache is a fixed point of the rule).
+        """
+        count = sweeps * self.cache_size
+        if self._primal:
+            return mpu_jit.replay_primal(self._support, self._slots, self._st, self._weights, count)
+        return mpu_jit.replay_dual(self._slots, self._st, self._gram, self._margins, count)
+
+    # Inspection -----------------------------------------------------------------------------------
+
+    @property
+    def R(self) -> float:
+        return float(self._st[mpu_jit.R_NORM])
+
+    @property
+    def b(self) -> float:
+        return float(self._st[mpu_jit.MARGIN]) * self.R**2
+
+    @property
+    def db(self) -> float:
+        return float(self._st[mpu_jit.GAP]) * self.R**2
+
+    @property
+    def I(self) -> int | None:  # noqa: E743 (the paper's name)
+        if self.C is None:
+            return None
+        return int(self._st[mpu_jit.CAP])
+
+    @property
+    def weights(self) -> dict:
+        """Feature name -> weight of w = a / b (linear form only)."""
+        if not self._primal:
+            raise AttributeError("a kernel MPUClassifier has no primal weights")
+        scale = self._svm_scale()
+        return self._features.decode(self._weights * scale)
+
+    @property
+    def intercept(self) -> float:
+        """The bias of w = a / b: the weight of the constant feature times rho (linear form)."""
+        if not self._primal:
+            raise AttributeError("a kernel MPUClassifier has no primal weights")
+        return float(self._st[mpu_jit.BIAS] * self._svm_scale() * self._st[mpu_jit.RHO])
+
+    def _svm_scale(self) -> float:
+        # w = a / b = (a / R) / (b / R^2) / R
+        r = self._st[mpu_jit.R_NORM]
+        return 0.0 if r == 0 else 1.0 / (self._st[mpu_jit.MARGIN] * r)
+
+    @property
+    def dual_counts(self) -> np.ndarray:
+        """I_k of the cached patterns, in cache order."""
+        return self._slots[: self.cache_size, kjit.COEF].copy()
+
+    @property
+    def cache_size(self) -> int:
+        return int(self._st[kjit.ST_SIZE])
+
+    @property
+    def support_size(self) -> int:
+        return int(np.count_nonzero(self._slots[: self.cache_size, kjit.COEF]))
+
+    @property
+    def n_learning_steps(self) -> int:
+        return int(self._st[mpu_jit.LEARN_STEPS])
+
+    @property
+    def n_unlearning_steps(self) -> int:
+        return int(self._st[mpu_jit.UNLEARN_STEPS])
+
+    @property
+    def n_evictions(self) -> int:
+        return int(self._st[mpu_jit.EVICTIONS])
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Counters a monitoring process reports (the Kafka worker's metrics)."""
+        return {
+            "learning_steps": self.n_learning_steps,
+            "unlearning_steps": self.n_unlearning_steps,
+            "support_size": self.support_size,
+            "cache_size": self.cache_size,
+            "evictions": self.n_evictions,
+            "trials": self.n_trials,
+        }
+
+
+# Batch --------------------------------------------------------------------------------------------
+
+
+def objective(w: np.ndarray, X: np.ndarray, y: np.ndarray, C: float) -> float:
+    """J(w, C) = 1/2 ||w||^2 + C sum_k max(0, 1 - y_k w . x_k), the L1-SVM primal objective."""
+    margins = np.asarray(y, dtype=np.float64) * (np.asarray(X, dtype=np.float64) @ w)
+    return float(0.5 * w @ w + C * np.maximum(0.0, 1.0 - margins).sum())
+
+
+def dual_objective(alpha: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
+    """L(alpha) = sum_k alpha_k - 1/2 ||sum_k alpha_k y_k x_k||^2, for 0 <= alpha_k <= C a lower
+    bound on min_w J(w, C) (weak duality)."""
+    v = np.asarray(X, dtype=np.float64).T @ (alpha * np.asarray(y, dtype=np.float64))
+    return float(alpha.sum() - 0.5 * v @ v)
+
+
+def _exact_bounds(X, y, counts, a, b, C) -> tuple[float, float, float]:
+    """Set a = sum_k I_k z_k exactly (the bound must use the weights the counts stand for) and
+    return J(a / b, C), L(I / b) and the after-run accuracy J / L - 1 (eq. 24)."""
+    a[:] = X.T @ (counts * y)
+    J = objective(a / b, X, y, C)
+    L = dual_objective(counts / b, X, y)
+    return J, L, (J / L - 1.0 if L > 0 else math.inf)
+
+
+def fit_batch(
+    X: typing.Any,
+    y: typing.Any,
+    C: float = 1.0,
+    epsilon: float = 0.01,
+    *,
+    epsilon_before: float | None = None,
+    gap: float = 3.0,
+    c: float = 1.01,
+    n_epochs_1: int = 3,
+    n_epochs_2: int = 10,
+    max_full_passes: int = 10_000,
+    seed: int = 0,
+) -> tuple[np.ndarray, dict]:
+    """Solve the L1-SVM with the paper's batch MPU: returns (w, info).
+
+    Minimises J(w, C) = 1/2 ||w||^2 + C sum_k max(0, 1 - y_k w . x_k) over w, with X used as given
+    (no bias: append a constant column to X for one) and y in {-1, +1} (True/False and 1/0 also
+    work), and stops as soon as the after-run bound guarantees (J(w) - J_opt) / J_opt <= epsilon.
+
+    The driver is the paper's Section 4. Patterns z_k = y_k x_k, R = max_k ||z_k||, db = gap R^2
+    (the paper: 3 R^2). Remark 4: I = floor(C db (2 + e) / e) + 1 and b = I / C for the before-run
+    accuracy e = `epsilon_before` (default epsilon / 10, the paper's ratio 1e-5 / 1e-4), so that
+    the MPU converges to an e-accurate solution. Each round:
+    1. a full pass over a fresh permutation of the data, with multiple updates, collecting the
+       first-level active set: the points with a . z_k <= c b or I_k > 0;
+    2. up to `n_epochs_1` times: a pass over the first-level set, collecting the second-level set
+       (the points whose I_k changed and stays > 0), then up to `n_epochs_2` mini-epochs over it;
+       a set is left early after a pass without update.
+    At the end of each full pass the weights are recomputed exactly, a = sum_k I_k z_k, and the run
+    stops when the pass made no update (convergence) or when the after-run accuracy
+
+        epsilon_aft = J(a / b, C) / L(alpha) - 1,   alpha_k = I_k / b,
+                    = (1/2 ||a||^2 + I sum_k max(b - a . z_k, 0)) / (b (t+ - t-) - 1/2 ||a||^2) - 1
+
+    (eq. 24; with sum_k I_k = t+ - t-) is at most `epsilon`. Derivation: 0 <= I_k <= I makes
+    0 <= alpha_k <= I / b = C feasible for the dual, so weak duality gives J_opt >= L(alpha) =
+    sum_k alpha_k - 1/2 ||sum_k alpha_k z_k||^2 = (b (t+ - t-) - 1/2 ||a||^2) / b^2, and
+    (J - J_opt) / J_opt <= J / L - 1 whenever L > 0. The bound holds at any time, not only at
+    convergence (the paper's remark), so it is a valid stopping rule.
+
+    `info` holds: "J" (the objective of w), "dual_objective" (L(alpha), a lower bound on J_opt),
+    "epsilon_after", "epsilon_before", "I", "b", "db", "R", "alpha" (the dual variables),
+    "support_size" (alpha > 0), "n_at_bound" (alpha = C), "n_learning_steps", "n_unlearning_steps",
+    "n_updates" (multiple updates count 1), "n_full_passes", "n_presentations", "converged" (a full
+    pass without update) and "stopped_by" ("bound", "converged" or "max_full_passes").
+
+    Examples
+    --------
+
+    >>> import numpy as np
+    >>> from sklearn import datasets, preprocessing
+    >>> from streammargin.mpu import fit_batch
+
+    >>> X, y = datasets.load_breast_cancer(return_X_y=True)
+    >>> X = preprocessing.StandardScaler().fit_transform(X)
+    >>> X = np.hstack([X, np.ones((len(X), 1))])  # a bias, as a constant feature
+    >>> w, info = fit_batch(X, 2 * y - 1, C=1.0, epsilon=0.01)
+    >>> info["stopped_by"], info["epsilon_after"] <= 0.01
+    ('bound', True)
+    >>> round(info["dual_objective"], 2) <= round(info["J"], 2)
+    True
+
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"X must be a 2-d array, got shape {X.shape}")
+    if not np.isfinite(X).all():
+        raise ValueError("X has NaN or infinite values")
+    targets = np.ascontiguousarray(binary_targets(y), dtype=np.float64)
+    if targets.shape != (X.shape[0],):
+        raise ValueError(f"X has {X.shape[0]} rows but y has {targets.shape} labels")
+    if not (math.isfinite(C) and C > 0):
+        raise ValueError(f"C must be a positive number, got {C!r}")
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a positive number, got {epsilon!r}")
+    if epsilon_before is None:
+        epsilon_before = epsilon / 10.0
+    if not (math.isfinite(epsilon_before) and epsilon_before > 0):
+        raise ValueError(f"epsilon_before must be a positive number, got {epsilon_before!r}")
+    if not (math.isfinite(gap) and gap > 1):
+        raise ValueError(f"gap must be > 1 (db > R^2), got {gap!r}")
+    if not c >= 1:
+        raise ValueError(f"c must be >= 1, got {c!r}")
+
+    n, d = X.shape
+    if n == 0:
+        raise ValueError("X has no rows")
+    sq = np.einsum("ij,ij->i", X, X)
+    r2 = float(sq.max())
+    if not math.isfinite(r2):
+        raise ValueError("the squared norm of a row of X overflows; rescale X")
+    db = gap * r2
+    cap = math.floor(C * db * (2.0 + epsilon_before) / epsilon_before) + 1.0
+    if cap > mpu_jit.CAP_MAX:
+        raise ValueError("C R^2 / epsilon_before is too large for exact integer counts")
+    b = cap / C
+    run = np.zeros(mpu_jit.RUN_SIZE)
+    run[mpu_jit.RUN_B], run[mpu_jit.RUN_DB], run[mpu_jit.RUN_CAP] = b, db, cap
+    run[mpu_jit.RUN_ACTIVE] = c * b
+    a = np.zeros(d)
+    counts = np.zeros(n)
+    first = np.empty(n, dtype=np.int64)
+    second = np.empty(n, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    n_updates = n_presentations = n_full = 0
+    stopped_by = "max_full_passes"
+
+    def present(order: np.ndarray, collect: int, out: np.ndarray) -> tuple[int, int]:
+        nonlocal n_updates, n_presentations
+        updates, n_out = mpu_jit.batch_pass(X, targets, sq, a, counts, run, order, collect, out)
+        n_updates += updates
+        n_presentations += order.shape[0]
+        return updates, n_out
+
+    while n_full < max_full_passes:
+        n_full += 1
+        updates, n_first = present(rng.permutation(n), mpu_jit.COLLECT_FIRST_LEVEL, first)
+        J, L, eps_after = _exact_bounds(X, targets, counts, a, b, C)
+        if updates == 0:
+            stopped_by = "converged"
+            break
+        if eps_after <= epsilon:
+            stopped_by = "bound"
+            break
+        level_1 = first[:n_first].copy()
+        for _ in range(n_epochs_1):
+            updates, n_second = present(level_1, mpu_jit.COLLECT_SECOND_LEVEL, second)
+            if updates == 0:
+                break
+            level_2 = second[:n_second].copy()
+            for _ in range(n_epochs_2):
+                if present(level_2, mpu_jit.COLLECT_NONE, second)[0] == 0:
+                    break
+    else:
+        J, L, eps_after = _exact_bounds(X, targets, counts, a, b, C)
+    w = a / b
+    info = {
+        "J": J,
+        "dual_objective": L,
+        "epsilon_after": eps_after,
+        "epsilon_before": epsilon_before,
+        "I": int(cap),
+        "b": b,
+        "db": db,
+        "R": math.sqrt(r2),
+        "alpha": counts / b,
+        "support_size": int(np.count_nonzero(counts)),
+        "n_at_bound": int(np.count_nonzero(counts == cap)),
+        "n_learning_steps": int(run[mpu_jit.RUN_LEARN_STEPS]),
+        "n_unlearning_steps": int(run[mpu_jit.RUN_UNLEARN_STEPS]),
+        "n_updates": n_updates,
+        "n_full_passes": n_full,
+        "n_presentations": n_presentations,
+        "converged": stopped_by == "converged",
+        "stopped_by": stopped_by,
+    }
+    return w, info
