@@ -1,0 +1,193 @@
+"""River-side plumbing shared by the dual kernel learners on a budget: the eviction policies by
+name, their parameters, the seeded random stream, and the counters.
+
+The numeric side (cached margins, the five policies, finite kernel values) is
+`streammargin.jit.budget`; `BudgetPerceptron` and `KernelALMAClassifier` subclass
+`BudgetKernelClassifier`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import secrets
+
+import numpy as np
+
+from streammargin import state
+from streammargin.jit import budget as bjit
+from streammargin.jit import kernels as kjit
+from streammargin.support import KernelClassifier
+
+__all__ = ["BudgetKernelClassifier", "EVICTIONS", "ServedRow", "finite_positive"]
+
+EVICTIONS = tuple(bjit.POLICIES)  # ("random", "oldest", "smallest", "merge", "project")
+
+
+class ServedRow:
+    """Reuse of the kernel row of a prediction by the learning step that follows it.
+
+    Progressive validation calls `predict_one(x)` then `learn_one(x, y)`: both need the kernel
+    row of x against the whole cache, the bulk of a trial's arithmetic. The prediction leaves the
+    row in a scratch array (not part of the model's state) and flags it in its last entry;
+    `learn` uses it only if it receives the very arrays the prediction encoded (the feature
+    space returns its cached arrays for an unchanged dict) and no trial happened in between.
+    """
+
+    _row: np.ndarray
+    _row_for: tuple | None
+
+    def _new_scratch_row(self, length: int) -> None:
+        self._row = np.zeros(length)
+        self._row_for = None
+
+    def _score_keep_row(self, idx: np.ndarray, val: np.ndarray, row: np.ndarray) -> float:
+        raise NotImplementedError
+
+    def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
+        score = self._score_keep_row(idx, val, self._row)
+        self._row_for = (idx, val, self._st[kjit.ST_TRIALS])
+        return score
+
+    def _scratch_row(self, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
+        """The scratch row for learning from (idx, val): flagged as x's row only if it is."""
+        served = self._row_for
+        fresh = (
+            served is None
+            or served[0] is not idx
+            or served[1] is not val
+            or served[2] != self._st[kjit.ST_TRIALS]
+        )
+        if fresh:
+            self._row[-1] = 0.0
+        self._row_for = None
+        return self._row
+
+
+class BudgetKernelClassifier(ServedRow, KernelClassifier):
+    """A kernel classifier whose cache is kept within `budget` by an eviction policy.
+
+    A subclass sets the params `kernel`, `gamma`, `degree`, `coef0`, `budget`, `eviction`,
+    `projection_threshold`, `average` and `seed`, then calls `self._reset()`. Its own `st`
+    entries start at `bjit.ST_BUDGET_END` (`_n_own_state` of them); it implements
+    `_score_keep_row` and `_learn` on the jit functions.
+    """
+
+    _n_fields = bjit.N_FIELDS
+    _n_own_state = 0
+    _state_arrays = ("_support", "_slots", "_st", "_gram_inv")
+
+    @property
+    def _n_model_state(self) -> int:  # type: ignore[override]
+        return bjit.N_BUDGET_STATE + self._n_own_state
+
+    def _tracks_margins(self) -> bool:
+        """Whether the policy (or the model) needs the cached margins f(s_i)."""
+        return self.eviction in ("oldest", "smallest")
+
+    def _validate_budget(self) -> None:
+        self._validate_kernel()
+        if self.eviction not in bjit.POLICIES:
+            raise ValueError(f"eviction must be one of {list(EVICTIONS)}, got {self.eviction!r}")
+        if self.eviction == "merge" and self.kernel != "rbf":
+            raise ValueError(
+                "eviction='merge' merges two support vectors into one point between them, "
+                f"which only the 'rbf' kernel supports; got kernel={self.kernel!r}"
+            )
+        threshold = self.projection_threshold
+        if not (
+            isinstance(threshold, numbers.Real)
+            and not isinstance(threshold, bool)
+            and 0.0 <= threshold < 1.0
+        ):
+            raise ValueError(f"projection_threshold must be in [0, 1), got {threshold!r}")
+        if not isinstance(self.average, bool):
+            raise ValueError(f"average must be True or False, got {self.average!r}")
+        seed = self.seed
+        if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)):
+            raise ValueError(f"seed must be an int or None, got {self.seed!r}")
+
+    def _rng_key(self) -> float:
+        """The generator's key: from `seed`, or fresh entropy when `seed` is None. Only the
+        'random' policy draws numbers; the others keep key 0 so that equal params give equal
+        states."""
+        if self.eviction != "random":
+            return 0.0
+        if self.seed is None:
+            return float(secrets.randbits(52))
+        return float(int(self.seed) % 2**52)
+
+    def _hyper_values(self) -> dict[int, float]:
+        """The `st` entries written from the params (the params are their source of truth)."""
+        return {
+            bjit.POLICY: float(bjit.POLICIES[self.eviction]),
+            bjit.THRESHOLD: float(self.projection_threshold),
+            bjit.TRACK: float(self._tracks_margins()),
+            bjit.AVERAGE: float(self.average),
+        }
+
+    def _reset(self) -> None:
+        self._validate_budget()
+        super()._reset()  # the cache, `st` with the kernel and calibration entries
+        self._st[bjit.RNG_KEY] = self._rng_key()
+        self._st[bjit.SCALE] = 1.0
+        for slot, value in self._hyper_values().items():
+            self._st[slot] = value
+        side = self.budget if self.eviction == "project" else 0
+        self._gram_inv = np.zeros((side, side))
+        self._new_scratch_row(self.budget + 2)
+
+    def _check_restored(self) -> None:
+        super()._check_restored()
+        side = self.budget if self.eviction == "project" else 0
+        if self._gram_inv.shape != (side, side):
+            raise state.StateError("the inverse Gram matrix does not match the budget")
+        if not (0.0 <= self._st[bjit.RNG_KEY] < 2**52 and self._st[bjit.SCALE] > 0.0):
+            raise state.StateError("budget state out of range")
+        for slot, value in self._hyper_values().items():
+            self._st[slot] = value
+
+    # Inspection -----------------------------------------------------------------------------------
+
+    @property
+    def n_updates(self) -> int:
+        """Update steps taken (mistakes for a perceptron, corrections for ALMA)."""
+        return int(self._st[bjit.UPDATES])
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Counters a monitoring process reports (the Kafka worker's metrics)."""
+        return {
+            "support_size": self.support_size,
+            "trials": self.n_trials,
+            "updates": self.n_updates,
+            "evictions": int(self._st[bjit.EVICTIONS]),
+            "merges": int(self._st[bjit.MERGES]),
+            "projections": int(self._st[bjit.PROJECTIONS]),
+        }
+
+    @property
+    def support_vectors(self) -> list[tuple[dict, bool, float]]:
+        """The cache as (vector, label, weight) triples: f(x) = sum weight * K(vector, x) with
+        the label's sign (a Projectron weight may change sign)."""
+        out = []
+        scale = self._st[bjit.SCALE]
+        for i in range(self.support_size):
+            vector = {
+                name: float(self._support[i, self._features.index[name]])
+                for name in self._features.names
+                if self._support[i, self._features.index[name]] != 0.0
+            }
+            label = bool(self._slots[i, kjit.LABEL] > 0)
+            out.append((vector, label, float(scale * self._slots[i, kjit.COEF])))
+        return out
+
+
+def finite_positive(value: object) -> bool:
+    """Whether a param is a positive finite real number (bool excluded)."""
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and value > 0
+        and math.isfinite(value)
+    )

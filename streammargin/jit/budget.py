@@ -1,0 +1,744 @@
+"""Budget maintenance for the dual kernel learners: finite kernel values, cached margins, a
+counter-based random generator and the five ways of keeping a support cache within its budget.
+
+Representation (shared by the budget perceptrons and kernel ALMA_2). The hypothesis is
+
+    f(x) = SCALE * sum_i a_i K(s_i, x),      a_i = COEF_i * LABEL_i,
+
+over the `size` stored vectors s_i (rows of S, see `streammargin.jit.kernels`). SCALE lives in `st`
+so that shrinking every coefficient at once (Forgetron, ALMA's projection on the unit ball) costs
+O(1); it is folded into the coefficients before it could underflow. When `st[TRACK]` is set, each
+slot also keeps its vector's unscaled margin
+
+    MARGIN_i = sum_j a_j K(s_i, s_j),     so that f(s_i) = SCALE * MARGIN_i,
+
+updated in O(size) from the query's kernel row when a vector is added, and from one stored row
+when one is removed. The margins give ALMA its norm ||w||^2 = SCALE^2 sum_i a_i MARGIN_i, the
+Forgetron its mu_t and the Crammer-Kandola-Singer rule its removal scores. They are recomputed
+exactly every RECOMPUTE_EVERY changes, so rounding never accumulates.
+
+Averaged hypothesis (`st[AVERAGE]`). The served hypothesis may be the average of the hypotheses
+after each trial, f_avg = (1/T) sum_t f_t, restricted to the vectors still cached (an evicted
+vector takes its history with it; a merged one passes it on to z). Each vector's summed
+coefficient is kept lazily: with CUM_SCALE = sum_t SCALE_t, it is
+AVG_BASE_i + COEF_i (CUM_SCALE - AVG_MARK_i), brought up to date (`checkpoint`) only when COEF_i
+changes (a projection, a merge, a fold of SCALE). A trial costs O(1) more; serving, two more
+multiply-adds per vector.
+
+Finite arithmetic. Inputs may range from 1e-300 to 1e300, where ||x||^2 overflows. Every kernel
+value here is finite: squared norms saturate at the largest float; an RBF distance involving a
+norm beyond LIMIT is computed directly as sum (x_c - s_c)^2 (which may overflow to inf, giving
+K = 0, the right limit); linear and polynomial values are clamped to [-BIG, BIG]. NaN never
+appears: a dot product that could overflow is computed on vectors scaled by their largest entry.
+
+Policies (`st[POLICY]`), applied when a vector must be added to a full cache:
+    RANDOM    remove a vector drawn uniformly (Cesa-Bianchi & Gentile 2006, the Random Budget
+              Perceptron)
+    OLDEST    remove the oldest (Dekel, Shalev-Shwartz & Singer 2008, Forgetron; its shrinking is
+              the perceptron's, see `forgetron_phi`)
+    SMALLEST  remove the vector whose own margin stays largest without it,
+              argmax_i y_i (f(s_i) - a_i K(s_i, s_i)) (Crammer, Kandola & Singer 2003); the new
+              example is a candidate too, in which case it is not added
+    MERGE     merge the vector of smallest |a_m| with the same-sign partner whose merge loses the
+              least of ||f|| (Wang, Crammer & Vucetic 2012, BSGD; RBF kernel)
+    PROJECT   project phi(x) on the span of the cache instead of adding it when the projection
+              error is at most THRESHOLD ||phi(x)||, and always when the cache is full
+              (Orabona, Keshet & Caputo 2009, Projectron); keeps the inverse Gram matrix
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from streammargin.jit import kernels as kjit
+from streammargin.jit.kernels import (
+    BORN,
+    COEF,
+    COEF0,
+    DEGREE,
+    GAMMA,
+    KIND,
+    KP_SIZE,
+    LABEL,
+    POLY,
+    RBF,
+    SQ_NORM,
+    ST_KP,
+    ST_MODEL,
+    ST_SIZE,
+    ST_TRIALS,
+)
+
+# Slot fields after the common ones.
+MARGIN = kjit.N_COMMON_FIELDS  # unscaled f(s_i), kept when st[TRACK] is set
+SELF = MARGIN + 1  # K(s_i, s_i)
+AVG_BASE = SELF + 1  # sum over past trials of this vector's coefficient, up to AVG_MARK
+AVG_MARK = SELF + 2  # CUM_SCALE when AVG_BASE was last brought up to date
+N_FIELDS = SELF + 3
+
+# Entries of `st` after kjit.ST_MODEL.
+RNG_KEY = ST_MODEL  # key of the counter-based generator
+RNG_COUNTER = ST_MODEL + 1  # draws so far
+SCALE = ST_MODEL + 2  # global factor of every coefficient
+POLICY = ST_MODEL + 3
+THRESHOLD = ST_MODEL + 4  # Projectron's relative projection error
+TRACK = ST_MODEL + 5  # 1.0: keep the MARGIN field up to date
+UPDATES = ST_MODEL + 6  # update steps (mistakes, corrections)
+EVICTIONS = ST_MODEL + 7  # vectors removed, or new vectors not added, to keep the budget
+MERGES = ST_MODEL + 8
+PROJECTIONS = ST_MODEL + 9
+CHANGES = ST_MODEL + 10  # changes of the cache since the margins were last recomputed
+FORGETRON_Q = ST_MODEL + 11  # the Forgetron's accumulated shrinking damage Q_t
+AVERAGE = ST_MODEL + 12  # 1.0: serve the averaged hypothesis
+CUM_SCALE = ST_MODEL + 13  # sum over trials of SCALE (the averaged hypothesis' clock)
+ST_BUDGET_END = ST_MODEL + 14  # first entry of a model's own state
+N_BUDGET_STATE = ST_BUDGET_END - ST_MODEL
+
+RANDOM, OLDEST, SMALLEST, MERGE, PROJECT = range(5)
+POLICIES = {
+    "random": RANDOM,
+    "oldest": OLDEST,
+    "smallest": SMALLEST,
+    "merge": MERGE,
+    "project": PROJECT,
+}
+
+LIMIT = 1e300  # squared norms beyond this take the direct (overflow-safe) path
+BIG = 1e100  # linear and polynomial kernel values are clamped to [-BIG, BIG]
+COEF_LIMIT = 1e50  # a Projectron step never moves a coefficient further
+SCORE_LIMIT = 1e150  # scores fed to the calibration, whose running mean square must stay finite
+MAX_FINITE = 1.7976931348623157e308
+FOLD_BELOW = 1e-60  # fold SCALE into the coefficients below this
+RECOMPUTE_EVERY = 4096
+GOLDEN_STEPS = 16  # golden-section steps of a merge: |h - h*| < 0.618^16 ~ 5e-4
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+# Random numbers ---------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def uniform(st):
+    """A uniform draw in [0, 1): SplitMix64 output number RNG_COUNTER for the key RNG_KEY.
+
+    The generator's whole state is two floats of `st` (key < 2^52, counter < 2^53), so saving and
+    restoring a model restores its random stream exactly.
+    """
+    counter = st[RNG_COUNTER]
+    st[RNG_COUNTER] = counter + 1.0
+    z = np.uint64(st[RNG_KEY]) + (np.uint64(counter) + np.uint64(1)) * _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    z = z ^ (z >> np.uint64(31))
+    return float(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@njit(cache=True)
+def random_index(st, n):
+    """Uniform integer in [0, n)."""
+    i = int(uniform(st) * n)
+    return min(i, n - 1)
+
+
+# Finite kernel values ---------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def saturated_sq(val):
+    """||val||^2, saturated at the largest float instead of overflowing to inf."""
+    total = 0.0
+    for j in range(val.shape[0]):
+        total += val[j] * val[j]
+    if total > MAX_FINITE:
+        return MAX_FINITE
+    return total
+
+
+@njit(cache=True)
+def _clamp(v):
+    if v > BIG:
+        return BIG
+    if v < -BIG:
+        return -BIG
+    return v
+
+
+@njit(cache=True)
+def from_dot(kp, dot):
+    """Linear or polynomial kernel value from a dot product (finite or +-inf, never NaN)."""
+    if kp[KIND] == POLY:
+        base = _clamp(kp[GAMMA] * dot + kp[COEF0])
+        return _clamp(base ** kp[DEGREE])
+    return _clamp(dot)
+
+
+@njit(cache=True)
+def self_value(kp, sq):
+    """K(x, x) from a saturated ||x||^2."""
+    if kp[KIND] == RBF:
+        return 1.0
+    return from_dot(kp, sq)
+
+
+@njit(cache=True)
+def _query_slow(kp, S, i, idx, val):
+    """K(x, S[i]) when a squared norm is beyond LIMIT: no cancellation, no NaN."""
+    columns = S.shape[1]
+    if kp[KIND] == RBF:
+        present = np.zeros(columns, dtype=np.bool_)
+        d2 = 0.0
+        for j in range(idx.shape[0]):
+            c = idx[j]
+            if c >= 0:
+                diff = val[j] - S[i, c]
+                d2 += diff * diff
+                present[c] = True
+            else:
+                d2 += val[j] * val[j]
+        for c in range(columns):
+            if not present[c]:
+                d2 += S[i, c] * S[i, c]
+        return math.exp(-kp[GAMMA] * d2)
+    largest_x = 0.0
+    for j in range(idx.shape[0]):
+        if idx[j] >= 0:
+            largest_x = max(largest_x, abs(val[j]))
+    largest_s = 0.0
+    for c in range(columns):
+        largest_s = max(largest_s, abs(S[i, c]))
+    dot = 0.0
+    if largest_x > 0.0 and largest_s > 0.0:
+        for j in range(idx.shape[0]):
+            c = idx[j]
+            if c >= 0:
+                dot += (val[j] / largest_x) * (S[i, c] / largest_s)
+        dot = (dot * largest_x) * largest_s
+    return from_dot(kp, dot)
+
+
+@njit(cache=True)
+def query_row(kp, S, slots, size, idx, val, x_sq, out):
+    """out[i] = K(x, S[i]) for the `size` stored vectors; x_sq = saturated_sq(val)."""
+    rbf = kp[KIND] == RBF
+    gamma = kp[GAMMA]
+    x_ok = x_sq < LIMIT
+    for i in range(size):
+        s_sq = slots[i, SQ_NORM]
+        if x_ok and s_sq < LIMIT:
+            dot = 0.0
+            for j in range(idx.shape[0]):
+                c = idx[j]
+                if c >= 0:
+                    dot += S[i, c] * val[j]
+            if rbf:
+                d2 = x_sq + s_sq - 2.0 * dot
+                out[i] = math.exp(-gamma * d2) if d2 > 0.0 else 1.0
+            else:
+                out[i] = from_dot(kp, dot)
+        else:
+            out[i] = _query_slow(kp, S, i, idx, val)
+
+
+@njit(cache=True)
+def query_sum(kp, S, slots, size, idx, val, x_sq):
+    """sum_i a_i K(x, S[i]) without a row buffer (the prediction path); vectors with a_i = 0 are
+    skipped."""
+    rbf = kp[KIND] == RBF
+    gamma = kp[GAMMA]
+    x_ok = x_sq < LIMIT
+    total = 0.0
+    for i in range(size):
+        a = slots[i, COEF] * slots[i, LABEL]
+        if a == 0.0:
+            continue
+        s_sq = slots[i, SQ_NORM]
+        if x_ok and s_sq < LIMIT:
+            dot = 0.0
+            for j in range(idx.shape[0]):
+                c = idx[j]
+                if c >= 0:
+                    dot += S[i, c] * val[j]
+            if rbf:
+                d2 = x_sq + s_sq - 2.0 * dot
+                k = math.exp(-gamma * d2) if d2 > 0.0 else 1.0
+            else:
+                k = from_dot(kp, dot)
+        else:
+            k = _query_slow(kp, S, i, idx, val)
+        total += a * k
+    return total
+
+
+@njit(cache=True)
+def pair(kp, S, slots, i, j):
+    """K(S[i], S[j]) between stored vectors, finite."""
+    columns = S.shape[1]
+    if kp[KIND] == RBF:
+        d2 = 0.0
+        for c in range(columns):
+            diff = S[i, c] - S[j, c]
+            d2 += diff * diff
+        return math.exp(-kp[GAMMA] * d2)
+    if slots[i, SQ_NORM] < LIMIT and slots[j, SQ_NORM] < LIMIT:
+        dot = 0.0
+        for c in range(columns):
+            dot += S[i, c] * S[j, c]
+        return from_dot(kp, dot)
+    largest_i = 0.0
+    largest_j = 0.0
+    for c in range(columns):
+        largest_i = max(largest_i, abs(S[i, c]))
+        largest_j = max(largest_j, abs(S[j, c]))
+    dot = 0.0
+    if largest_i > 0.0 and largest_j > 0.0:
+        for c in range(columns):
+            dot += (S[i, c] / largest_i) * (S[j, c] / largest_j)
+        dot = (dot * largest_i) * largest_j
+    return from_dot(kp, dot)
+
+
+@njit(cache=True)
+def stored_row(kp, S, slots, size, i, out):
+    for j in range(size):
+        out[j] = pair(kp, S, slots, i, j)
+
+
+@njit(cache=True)
+def served_row(kp, S, slots, st, idx, val, x_sq, krow):
+    """Fill krow[:size] with K(x, S[i]) unless krow[-1] says the prediction just did (the scratch
+    row of the model's last predict, see `streammargin.budget.ServedRow`); clears the flag."""
+    if krow[krow.shape[0] - 1] != 1.0:
+        query_row(kp, S, slots, int(st[ST_SIZE]), idx, val, x_sq, krow)
+    krow[krow.shape[0] - 1] = 0.0
+
+
+@njit(cache=True)
+def bounded_score(score):
+    """The score clamped to [-SCORE_LIMIT, SCORE_LIMIT] for the calibration's running mean
+    square (only extreme inputs with linear or polynomial kernels get near the limit)."""
+    return min(max(score, -SCORE_LIMIT), SCORE_LIMIT)
+
+
+@njit(cache=True)
+def row_sum(slots, size, krow):
+    """sum_i a_i krow[i]: the unscaled decision from a kernel row."""
+    total = 0.0
+    for i in range(size):
+        total += slots[i, COEF] * slots[i, LABEL] * krow[i]
+    return total
+
+
+@njit(cache=True)
+def checkpoint(slots, st, i):
+    """Bring vector i's summed coefficient up to date before its COEF changes."""
+    cum = st[CUM_SCALE]
+    slots[i, AVG_BASE] += slots[i, COEF] * (cum - slots[i, AVG_MARK])
+    slots[i, AVG_MARK] = cum
+
+
+@njit(cache=True)
+def served_sum(slots, st, size, krow):
+    """The served hypothesis at x from its kernel row, without SCALE for the last hypothesis:
+    sum_i a_i krow[i] (times SCALE: f_t(x)), or the averaged (1/T) sum_t f_t(x) in full."""
+    if st[AVERAGE] == 0.0:
+        return st[SCALE] * row_sum(slots, size, krow)
+    trials = st[ST_TRIALS]
+    if trials == 0.0:
+        return 0.0
+    cum = st[CUM_SCALE]
+    total = 0.0
+    for i in range(size):
+        summed = slots[i, AVG_BASE] + slots[i, COEF] * (cum - slots[i, AVG_MARK])
+        total += slots[i, LABEL] * summed * krow[i]
+    return total / trials
+
+
+@njit(cache=True)
+def end_trial(st):
+    """Count the hypothesis after this trial in the average."""
+    st[ST_TRIALS] += 1.0
+    st[CUM_SCALE] += st[SCALE]
+
+
+@njit(cache=True)
+def stored_vector_sq(S, slot):
+    total = 0.0
+    for c in range(S.shape[1]):
+        total += S[slot, c] * S[slot, c]
+    if total > MAX_FINITE:
+        return MAX_FINITE
+    return total
+
+
+# The cache and its margins ----------------------------------------------------------------------
+
+
+@njit(cache=True)
+def add_vector(S, slots, st, idx, val, x_sq, krow, a, label, self_k, fx):
+    """Append x with the unscaled coefficient a (= COEF * LABEL, LABEL = `label`).
+
+    krow holds K(x, S[i]) for the current vectors and fx = sum_i a_i krow[i]. Margins are updated
+    when tracked; krow gains the new vector's entry K(x, x), so it stays the query's row.
+    """
+    n = int(st[ST_SIZE])
+    kjit.store(S, slots, n, idx, val, x_sq)
+    slots[n, LABEL] = label
+    slots[n, COEF] = a * label
+    slots[n, BORN] = st[ST_TRIALS]
+    slots[n, SELF] = self_k
+    slots[n, AVG_BASE] = 0.0
+    slots[n, AVG_MARK] = st[CUM_SCALE]
+    if st[TRACK] != 0.0:
+        for i in range(n):
+            slots[i, MARGIN] += a * krow[i]
+        slots[n, MARGIN] = fx + a * self_k
+    krow[n] = self_k
+    st[ST_SIZE] = n + 1
+    st[CHANGES] += 1.0
+
+
+@njit(cache=True)
+def remove_vector(kp, S, slots, st, r, krow):
+    """Remove vector r (the last one moves into its slot, and in krow too)."""
+    n = int(st[ST_SIZE])
+    if st[TRACK] != 0.0:
+        a_r = slots[r, COEF] * slots[r, LABEL]
+        if a_r != 0.0:
+            for i in range(n):
+                if i != r:
+                    slots[i, MARGIN] -= a_r * pair(kp, S, slots, i, r)
+    krow[r] = krow[n - 1]
+    krow[n - 1] = 0.0
+    st[ST_SIZE] = kjit.remove(S, slots, n, r)
+    st[CHANGES] += 1.0
+
+
+@njit(cache=True)
+def recompute_margins(kp, S, slots, st):
+    """MARGIN_i = sum_j a_j K(s_i, s_j) exactly (O(size^2) kernel values)."""
+    n = int(st[ST_SIZE])
+    for i in range(n):
+        slots[i, MARGIN] = slots[i, COEF] * slots[i, LABEL] * slots[i, SELF]
+    for i in range(n):
+        a_i = slots[i, COEF] * slots[i, LABEL]
+        for j in range(i + 1, n):
+            k = pair(kp, S, slots, i, j)
+            slots[i, MARGIN] += slots[j, COEF] * slots[j, LABEL] * k
+            slots[j, MARGIN] += a_i * k
+    st[CHANGES] = 0.0
+
+
+@njit(cache=True)
+def housekeeping(kp, S, slots, st):
+    """Fold a small SCALE into the coefficients, refresh the margins now and then."""
+    scale = st[SCALE]
+    if scale < FOLD_BELOW:
+        n = int(st[ST_SIZE])
+        for i in range(n):
+            checkpoint(slots, st, i)
+            slots[i, COEF] *= scale
+            slots[i, MARGIN] *= scale
+        st[SCALE] = 1.0
+    if st[TRACK] != 0.0 and st[CHANGES] >= RECOMPUTE_EVERY:
+        recompute_margins(kp, S, slots, st)
+
+
+@njit(cache=True)
+def squared_norm(slots, st):
+    """||f||^2 in the RKHS = SCALE^2 sum_i a_i MARGIN_i (needs tracked margins)."""
+    total = 0.0
+    for i in range(int(st[ST_SIZE])):
+        total += slots[i, COEF] * slots[i, LABEL] * slots[i, MARGIN]
+    return max(total, 0.0) * st[SCALE] * st[SCALE]
+
+
+# Removal rules ----------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def cks_victim(slots, size, krow, a_new, label_new, fx):
+    """Crammer-Kandola-Singer: after adding x with coefficient a_new, the vector (or x itself,
+    returned as -1) whose margin without its own term, y_i (f(s_i) - a_i K(s_i, s_i)), is the
+    largest: it is the one the hypothesis needs least."""
+    best = -1
+    best_score = label_new * fx  # x's margin without its own term is y f(x)
+    for i in range(size):
+        a_i = slots[i, COEF] * slots[i, LABEL]
+        score = slots[i, LABEL] * (slots[i, MARGIN] + a_new * krow[i] - a_i * slots[i, SELF])
+        if score > best_score:
+            best_score = score
+            best = i
+    return best
+
+
+@njit(cache=True)
+def forgetron_phi(sigma, mu, q, mistakes):
+    """The self-tuned Forgetron's shrinking coefficient (Dekel, Shalev-Shwartz & Singer 2008):
+    phi = max{phi in (0, 1] : Psi(sigma phi, phi mu) + Q <= 15/32 M}, Psi(l, m) = l^2 + 2l - 2lm,
+    where sigma is the oldest vector's weight, mu its margin under the updated hypothesis, Q the
+    damage so far and M the number of mistakes. Returns (phi, Psi(sigma phi, phi mu))."""
+    a = sigma * sigma - 2.0 * sigma * mu  # phi^2 coefficient of Psi(sigma phi, phi mu)
+    b = 2.0 * sigma
+    c = q - 15.0 / 32.0 * mistakes  # < 0: Q_{t-1} <= 15/32 M_{t-1} < 15/32 M_t
+    if a + b + c <= 0.0:
+        phi = 1.0
+    elif c >= 0.0:
+        phi = 0.0  # only reachable through rounding: forget everything that is shrunk
+    else:
+        # Psi + c crosses zero once in (0, 1) from below; its root nearest 0, in the stable form.
+        disc = max(b * b - 4.0 * a * c, 0.0)
+        phi = 2.0 * c / (-b - math.sqrt(disc))
+        phi = min(max(phi, 0.0), 1.0)
+    damage = a * phi * phi + b * phi
+    return phi, damage
+
+
+@njit(cache=True)
+def _merge_weight(a_m, a_n, log_k, h):
+    """a_z of z = h s_m + (1-h) s_n for the RBF kernel: a_m K(s_m, z) + a_n K(s_n, z) with
+    K(s_m, z) = k^((1-h)^2), K(s_n, z) = k^(h^2)."""
+    return a_m * math.exp(log_k * (1.0 - h) * (1.0 - h)) + a_n * math.exp(log_k * h * h)
+
+
+@njit(cache=True)
+def _best_merge(a_m, a_n, k_mn):
+    """(h, a_z, degradation) of the best merge of a_m phi(s_m) + a_n phi(s_n) (same sign, RBF):
+    h maximises |a_z(h)| by golden-section search (end points included), and the degradation is
+    ||a_m phi_m + a_n phi_n - a_z phi_z||^2 = a_m^2 + a_n^2 + 2 a_m a_n k - a_z^2."""
+    before = a_m * a_m + a_n * a_n + 2.0 * a_m * a_n * k_mn
+    if k_mn <= 0.0:  # too far apart to gain anything: keep the larger one
+        if abs(a_m) >= abs(a_n):
+            return 1.0, a_m, max(before - a_m * a_m, 0.0)
+        return 0.0, a_n, max(before - a_n * a_n, 0.0)
+    log_k = math.log(k_mn)
+    ratio = 0.6180339887498949
+    lo, hi = 0.0, 1.0
+    x1 = hi - ratio * (hi - lo)
+    x2 = lo + ratio * (hi - lo)
+    f1 = abs(_merge_weight(a_m, a_n, log_k, x1))
+    f2 = abs(_merge_weight(a_m, a_n, log_k, x2))
+    for _ in range(GOLDEN_STEPS):
+        if f1 < f2:
+            lo = x1
+            x1, f1 = x2, f2
+            x2 = lo + ratio * (hi - lo)
+            f2 = abs(_merge_weight(a_m, a_n, log_k, x2))
+        else:
+            hi = x2
+            x2, f2 = x1, f1
+            x1 = hi - ratio * (hi - lo)
+            f1 = abs(_merge_weight(a_m, a_n, log_k, x1))
+    h = 0.5 * (lo + hi)
+    best_h, best_w = h, abs(_merge_weight(a_m, a_n, log_k, h))
+    for end in (0.0, 1.0):  # the two bumps of a far pair: the search may miss the higher one
+        w = abs(_merge_weight(a_m, a_n, log_k, end))
+        if w > best_w:
+            best_h, best_w = end, w
+    a_z = _merge_weight(a_m, a_n, log_k, best_h)
+    return best_h, a_z, max(before - a_z * a_z, 0.0)
+
+
+@njit(cache=True)
+def merge_two(kp, S, slots, st, krow, idx, val, x_sq):
+    """BSGD's merge: m = the vector of smallest |a_m|; n = the same-sign vector whose merge with m
+    degrades f the least; both are replaced by a_z phi(z), z = h s_m + (1-h) s_n. Without a
+    same-sign partner m is removed. Keeps margins and the query row krow up to date."""
+    size = int(st[ST_SIZE])
+    m = 0
+    for i in range(1, size):
+        if abs(slots[i, COEF]) < abs(slots[m, COEF]):
+            m = i
+    a_m = slots[m, COEF] * slots[m, LABEL]
+    row_m = np.empty(size)
+    stored_row(kp, S, slots, size, m, row_m)
+    # Screen every same-sign partner with one evaluation, at h0 = a_m / (a_m + a_n) (the optimum
+    # as the two points coincide) or at the better end point; then search h for the best one.
+    partner = -1
+    best_screen = np.inf
+    for n in range(size):
+        a_n = slots[n, COEF] * slots[n, LABEL]
+        if n == m or a_n * a_m <= 0.0:
+            continue
+        k_mn = row_m[n]
+        before = a_m * a_m + a_n * a_n + 2.0 * a_m * a_n * k_mn
+        larger = max(abs(a_m), abs(a_n))
+        screen = before - larger * larger
+        if k_mn > 0.0:
+            a_mid = _merge_weight(a_m, a_n, math.log(k_mn), a_m / (a_m + a_n))
+            screen = min(screen, before - a_mid * a_mid)
+        if screen < best_screen:
+            partner, best_screen = n, screen
+    if partner < 0:
+        remove_vector(kp, S, slots, st, m, krow)
+        return
+    best_h, best_a, _ = _best_merge(
+        a_m, slots[partner, COEF] * slots[partner, LABEL], row_m[partner]
+    )
+    n = partner
+    a_n = slots[n, COEF] * slots[n, LABEL]
+    track = st[TRACK] != 0.0
+    row_n = np.empty(size)
+    if track:
+        stored_row(kp, S, slots, size, n, row_n)
+    h = best_h
+    # z's share of the two summed coefficients, projected on phi(z) like a_z itself.
+    k_mn = row_m[n]
+    if k_mn > 0.0:
+        share_m = math.exp(math.log(k_mn) * (1.0 - h) * (1.0 - h))
+        share_n = math.exp(math.log(k_mn) * h * h)
+    else:  # too far apart: z is one of the two (h = 1: s_m, h = 0: s_n)
+        share_m = 1.0 if h == 1.0 else 0.0
+        share_n = 1.0 if h == 0.0 else 0.0
+    checkpoint(slots, st, m)
+    checkpoint(slots, st, n)
+    summed_z = (
+        slots[m, LABEL] * slots[m, AVG_BASE] * share_m
+        + slots[n, LABEL] * slots[n, AVG_BASE] * share_n
+    )
+    for c in range(S.shape[1]):
+        S[m, c] = h * S[m, c] + (1.0 - h) * S[n, c]
+    slots[m, SQ_NORM] = stored_vector_sq(S, m)
+    slots[m, SELF] = 1.0  # RBF
+    label = 1.0 if best_a > 0.0 else -1.0
+    slots[m, LABEL] = label
+    slots[m, COEF] = best_a * label
+    slots[m, AVG_BASE] = summed_z * label
+    slots[m, BORN] = max(slots[m, BORN], slots[n, BORN])
+    krow[m] = _query_one(kp, S, slots, m, idx, val, x_sq)
+    if track:
+        row_z = np.empty(size)
+        stored_row(kp, S, slots, size, m, row_z)
+        for i in range(size):
+            if i != m and i != n:
+                slots[i, MARGIN] += best_a * row_z[i] - a_m * row_m[i] - a_n * row_n[i]
+        margin_z = 0.0
+        for j in range(size):
+            if j != n:
+                margin_z += slots[j, COEF] * slots[j, LABEL] * row_z[j]
+        slots[m, MARGIN] = margin_z
+    # n's coefficient is now carried by z: remove it without touching the margins again.
+    slots[n, COEF] = 0.0
+    remove_vector(kp, S, slots, st, n, krow)
+    st[MERGES] += 1.0
+
+
+@njit(cache=True)
+def _query_one(kp, S, slots, i, idx, val, x_sq):
+    out = np.empty(1)
+    # query_row on the single row i, through a one-row view of the cache
+    query_row(kp, S[i : i + 1], slots[i : i + 1], 1, idx, val, x_sq, out)
+    return out[0]
+
+
+@njit(cache=True)
+def make_room(kp, S, slots, st, krow, idx, val, x_sq, a_new, label_new, fx):
+    """Free one slot of a full cache by the policy (RANDOM, OLDEST without shrinking, SMALLEST or
+    MERGE). Returns False when the new vector itself is the one to drop (SMALLEST only)."""
+    policy = int(st[POLICY])
+    size = int(st[ST_SIZE])
+    if policy == MERGE:
+        merge_two(kp, S, slots, st, krow, idx, val, x_sq)
+        return True
+    st[EVICTIONS] += 1.0
+    if policy == RANDOM:
+        r = random_index(st, size)
+    elif policy == OLDEST:
+        r = kjit.oldest(slots, size)
+    else:
+        r = cks_victim(slots, size, krow, a_new, label_new, fx)
+        if r < 0:
+            return False
+    remove_vector(kp, S, slots, st, r, krow)
+    return True
+
+
+@njit(cache=True)
+def projectron_step(S, slots, st, gram_inv, idx, val, x_sq, krow, a, label, self_k, fx):
+    """Add a phi(x) to f the Projectron's way: with d = K^-1 k (k = krow, K the cache's Gram
+    matrix) and delta^2 = K(x, x) - k.d the squared distance of phi(x) to the span of the cache,
+    project (a_j += a d_j) if delta <= THRESHOLD ||phi(x)|| or the cache is full, else add x and
+    grow K^-1 by its Schur complement delta^2. Returns True when it projected."""
+    n = int(st[ST_SIZE])
+    budget = S.shape[0]
+    if n == 0:
+        add_vector(S, slots, st, idx, val, x_sq, krow, a, label, self_k, fx)
+        gram_inv[0, 0] = 1.0 / self_k
+        return False
+    d = np.zeros(n)
+    for i in range(n):
+        total = 0.0
+        for j in range(n):
+            total += gram_inv[i, j] * krow[j]
+        d[i] = total
+    delta2 = self_k
+    largest_d = 0.0
+    for i in range(n):
+        delta2 -= krow[i] * d[i]
+        largest_d = max(largest_d, abs(d[i]))
+    threshold = st[THRESHOLD]
+    project = n >= budget or delta2 <= threshold * threshold * self_k or delta2 <= 1e-12 * self_k
+    if not project and not (largest_d * largest_d < BIG * delta2 and 1.0 < BIG * delta2):
+        project = True  # K^-1 would leave the finite range: project instead of adding
+    if project and not abs(a) * largest_d < COEF_LIMIT:
+        # Only with inputs spanning hundreds of orders of magnitude (linear or polynomial
+        # kernels): the Gram matrix is too ill-conditioned for a finite update; skip it.
+        return False
+    if project:
+        for j in range(n):
+            checkpoint(slots, st, j)
+            slots[j, COEF] += a * d[j] * slots[j, LABEL]
+        if st[TRACK] != 0.0:
+            for i in range(n):
+                slots[i, MARGIN] += a * krow[i]  # (K d)_i = k_i
+        st[PROJECTIONS] += 1.0
+        st[CHANGES] += 1.0
+        return True
+    inv_delta2 = 1.0 / delta2
+    for i in range(n):
+        for j in range(n):
+            gram_inv[i, j] += d[i] * d[j] * inv_delta2
+        gram_inv[i, n] = -d[i] * inv_delta2
+        gram_inv[n, i] = -d[i] * inv_delta2
+    gram_inv[n, n] = inv_delta2
+    add_vector(S, slots, st, idx, val, x_sq, krow, a, label, self_k, fx)
+    return False
+
+
+@njit(cache=True)
+def add_with_budget(kp, S, slots, st, gram_inv, idx, val, x_sq, krow, a, label, self_k, fx):
+    """Add a phi(x) (unscaled coefficient a, label = sign) to f within the budget, by the
+    policy; the Forgetron's shrinking is the perceptron's business, not done here."""
+    policy = int(st[POLICY])
+    if policy == PROJECT:
+        projectron_step(S, slots, st, gram_inv, idx, val, x_sq, krow, a, label, self_k, fx)
+        return
+    if int(st[ST_SIZE]) >= S.shape[0]:
+        if not make_room(kp, S, slots, st, krow, idx, val, x_sq, a, label, fx):
+            return
+        if st[TRACK] != 0.0:
+            fx = row_sum(slots, int(st[ST_SIZE]), krow)
+    add_vector(S, slots, st, idx, val, x_sq, krow, a, label, self_k, fx)
+
+
+@njit(cache=True)
+def kernel_params(st):
+    return st[ST_KP : ST_KP + KP_SIZE]
+
+
+@njit(cache=True)
+def row_entries(X, cols, r, idx_buf, val_buf):
+    """The non-missing (non-NaN) entries of row r of X, into the buffers; returns their count."""
+    n = 0
+    for c in range(X.shape[1]):
+        v = X[r, c]
+        if v == v:
+            idx_buf[n] = cols[c]
+            val_buf[n] = v
+            n += 1
+    return n

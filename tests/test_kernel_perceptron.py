@@ -1,0 +1,302 @@
+"""Budget perceptrons and the shared budget machinery, against dense transcriptions of the papers
+(tests/reference_kernel.py), their invariants and theory."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from reference_kernel import (
+    Expansion,
+    budget_perceptron_reference,
+    forgetron_phi,
+    kernel,
+    splitmix_uniform,
+)
+from river import checks, datasets
+
+import streammargin
+from streammargin import BudgetPerceptron, BudgetSVMClassifier, KernelALMAClassifier, state
+from streammargin.jit import budget as bjit
+from streammargin.jit import kernels as kjit
+
+NAMES = ["a", "b", "c"]
+
+
+def dense_stream(seed, n, flip=0.1, d=3):
+    """A non-linear concept (a ring) with label noise, as dicts and as dense vectors."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = np.where(np.sum(X**2, axis=1) > d, 1.0, -1.0)
+    y = np.where(rng.random(n) < flip, -y, y)
+    dicts = [({NAMES[j]: float(v) for j, v in enumerate(row)}, bool(t > 0)) for row, t in zip(X, y)]
+    return dicts, list(zip(X, y))
+
+
+KERNELS = {
+    "rbf": dict(kernel="rbf", gamma=0.7),
+    "poly": dict(kernel="poly", gamma=0.5, degree=2, coef0=1.0),
+    "linear": dict(kernel="linear"),
+}
+
+
+def reference_kernel(params):
+    return kernel(
+        params["kernel"], params.get("gamma", 1.0), params.get("degree", 3), params.get("coef0", 1.0)
+    )
+
+
+def assert_same_function(model, f: Expansion, probes, rel=1e-8):
+    for x in probes:
+        v = np.array([x[name] for name in NAMES])
+        expected = f(v)
+        assert model.decision_one(x) == pytest.approx(expected, rel=rel, abs=1e-10)
+
+
+@pytest.mark.parametrize("eviction", ["random", "oldest", "smallest", "project"])
+@pytest.mark.parametrize("kernel_name", ["rbf", "poly", "linear"])
+def test_equals_the_dense_transcription(eviction, kernel_name):
+    params = KERNELS[kernel_name]
+    dicts, dense = dense_stream(seed=len(eviction) + len(kernel_name), n=250)
+    model = BudgetPerceptron(
+        budget=12, eviction=eviction, seed=123, projection_threshold=0.3, **params
+    )
+    for x, y in dicts:
+        model.learn_one(x, y)
+    f, mistakes = budget_perceptron_reference(
+        dense, reference_kernel(params), budget=12, eviction=eviction, threshold=0.3, key=123
+    )
+    assert model.n_mistakes == mistakes
+    assert model.support_size == len(f) <= 12
+    probes, _ = dense_stream(seed=99, n=30)
+    assert_same_function(model, f, [x for x, _ in probes])
+    if eviction != "project":
+        assert model.counters["evictions"] > 20  # the budget was exercised
+
+
+def test_without_eviction_it_is_the_kernel_perceptron():
+    dicts, dense = dense_stream(seed=3, n=200)
+    model = BudgetPerceptron(budget=1000, gamma=0.7)
+    for x, y in dicts:
+        model.learn_one(x, y)
+    f, mistakes = budget_perceptron_reference(
+        dense, kernel("rbf", 0.7), budget=1000, eviction="random"
+    )
+    assert model.counters["evictions"] == 0 and model.n_mistakes == mistakes == model.support_size
+    assert_same_function(model, f, [x for x, _ in dicts[:20]])
+
+
+def test_splitmix_matches_the_transcription():
+    st_ = np.zeros(bjit.ST_BUDGET_END)
+    st_[bjit.RNG_KEY] = 987654321
+    draws = [bjit.uniform(st_) for _ in range(50)]
+    assert draws == [splitmix_uniform(987654321, c) for c in range(50)]
+    assert st_[bjit.RNG_COUNTER] == 50
+    many = np.array([bjit.uniform(st_) for _ in range(20000)])
+    assert abs(many.mean() - 0.5) < 0.01 and 0.0 <= many.min() and many.max() < 1.0
+
+
+def test_forgetron_phi_is_the_largest_feasible_shrink():
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        sigma = float(rng.uniform(0.01, 2.0))
+        mu = float(rng.normal(scale=3.0))
+        mistakes = int(rng.integers(1, 100))
+        q = float(rng.uniform(0, 15 / 32 * (mistakes - 1))) if mistakes > 1 else 0.0
+        phi, damage = bjit.forgetron_phi(sigma, mu, q, mistakes)
+        assert phi == pytest.approx(forgetron_phi(sigma, mu, q, mistakes), rel=1e-9, abs=1e-12)
+        assert 0.0 < phi <= 1.0
+        psi = (sigma * phi) ** 2 + 2 * sigma * phi - 2 * sigma * phi * (phi * mu)
+        assert damage == pytest.approx(psi, rel=1e-9, abs=1e-12)
+        assert q + damage <= 15 / 32 * mistakes + 1e-9
+
+
+def test_forgetron_keeps_its_damage_invariant_on_noisy_data():
+    """Q_t <= 15/32 M_t after every mistake (the quantity the Forgetron's bound rests on)."""
+    dicts, _ = dense_stream(seed=5, n=1500, flip=0.2)
+    model = BudgetPerceptron(budget=10, eviction="oldest", gamma=0.7)
+    for x, y in dicts:
+        model.learn_one(x, y)
+        assert model._st[bjit.FORGETRON_Q] <= 15 / 32 * model.n_mistakes + 1e-9
+    assert model.counters["evictions"] > 100 and model._st[bjit.SCALE] < 1.0
+
+
+def test_project_with_zero_threshold_only_projects_when_the_cache_is_full():
+    dicts, dense = dense_stream(seed=8, n=400)
+    model = BudgetPerceptron(budget=15, eviction="project", projection_threshold=0.0, gamma=0.7)
+    sizes = []
+    for x, y in dicts:
+        model.learn_one(x, y)
+        sizes.append(model.support_size)
+        if model.support_size < 15:
+            assert model.counters["projections"] == 0
+    assert model.counters["projections"] > 0 and max(sizes) == 15
+
+
+def test_merge_loses_exactly_the_degradation_it_computes():
+    """BSGD's merge: ||f_before - f_after||^2 = the degradation of the merged pair, and the new
+    point lies on the segment between them."""
+    kp = kjit.kernel_params("rbf", 0.5, 3, 1.0)
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        a_m, a_n = rng.uniform(0.1, 2.0, size=2) * rng.choice([-1, 1])
+        s_m, s_n = rng.normal(size=2), rng.normal(size=2)
+        k = math.exp(-0.5 * np.sum((s_m - s_n) ** 2))
+        h, a_z, loss = bjit._best_merge(a_m, a_n, k)
+        z = h * s_m + (1 - h) * s_n
+        K = lambda u, v: math.exp(-0.5 * np.sum((u - v) ** 2))  # noqa: E731
+        exact = (
+            a_m**2 + a_n**2 + a_z**2 + 2 * a_m * a_n * k
+            - 2 * a_z * (a_m * K(s_m, z) + a_n * K(s_n, z))
+        )
+        assert loss == pytest.approx(exact, abs=1e-9)
+        grid = np.linspace(0, 1, 20001)
+        best = max(abs(a_m * k ** ((1 - g) ** 2) + a_n * k ** (g**2)) for g in grid)
+        assert abs(a_z) >= best - 1e-6
+        assert kp[0] == kjit.RBF
+
+
+def test_merge_keeps_the_cached_margins_exact():
+    dicts, _ = dense_stream(seed=11, n=600, flip=0.2)
+    model = KernelALMAClassifier(budget=8, eviction="merge", gamma=0.7)
+    for x, y in dicts:
+        model.learn_one(x, y)
+    assert model.counters["merges"] > 30
+    assert_margins_are_exact(model, rtol=1e-9, atol=1e-12)
+
+
+def assert_margins_are_exact(model, rtol, atol):
+    """The cached MARGIN fields equal an exact recomputation from the cache."""
+    cached = model._slots[: model.support_size, bjit.MARGIN].copy()
+    kp = model._st[kjit.ST_KP : kjit.ST_KP + 4]
+    bjit.recompute_margins(kp, model._support, model._slots, model._st)
+    exact = model._slots[: model.support_size, bjit.MARGIN]
+    np.testing.assert_allclose(cached, exact, rtol=rtol, atol=atol)
+
+
+POLICIES = ("random", "oldest", "smallest", "merge", "project")
+CONFIGS = (
+    [(BudgetPerceptron, dict(eviction=e, seed=1)) for e in POLICIES]
+    + [(KernelALMAClassifier, dict(eviction=e, seed=1)) for e in POLICIES]
+    + [(BudgetSVMClassifier, dict(prune=p)) for p in ("oldest", "smallest")]
+)
+
+names = st.sampled_from(["a", "b", "c", "d"])
+values = st.floats(min_value=-1e3, max_value=1e3, allow_nan=False) | st.sampled_from(
+    [0.0, 1e-200, 1e200]
+)
+records = st.dictionaries(names, values, max_size=4)
+streams = st.lists(st.tuples(records, st.booleans()), min_size=1, max_size=60)
+
+
+@pytest.mark.parametrize(("cls", "params"), CONFIGS, ids=lambda p: getattr(p, "__name__", str(p)))
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+@given(stream=streams, budget=st.integers(1, 5))
+def test_the_cache_never_exceeds_the_budget(cls, params, stream, budget):
+    model = cls(budget=budget, **params)
+    for x, y in stream:
+        model.learn_one(x, y)
+        assert model.support_size <= budget
+        assert all(np.all(np.isfinite(a)) for a in model.to_state()["arrays"].values())
+    if isinstance(model, BudgetSVMClassifier):
+        return
+    # The cached margins are the exact ones, whatever happened to the cache.
+    if model._st[bjit.TRACK]:
+        assert_margins_are_exact(model, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("eviction", ["random", "oldest", "smallest", "merge", "project"])
+@pytest.mark.parametrize("kernel_name", ["rbf", "poly", "linear"])
+def test_extreme_values_keep_every_policy_and_kernel_finite(eviction, kernel_name):
+    if eviction == "merge" and kernel_name != "rbf":
+        pytest.skip("merge is RBF only")
+    rng = np.random.default_rng(0)
+    for cls in (BudgetPerceptron, KernelALMAClassifier):
+        model = cls(budget=4, eviction=eviction, seed=0, **KERNELS[kernel_name])
+        for i in range(200):
+            scale = [1e-300, 1e-8, 1.0, 1e8, 1e300, 1e154][i % 6]
+            x = {f"f{j}": float(v) * scale for j, v in enumerate(rng.normal(size=3))}
+            model.learn_one(x, bool(x["f0"] > 0))
+            assert math.isfinite(model.decision_one(x))
+        assert all(np.all(np.isfinite(a)) for a in model.to_state()["arrays"].values())
+
+
+def test_learning_after_predicting_reuses_the_row_and_changes_nothing():
+    """learn_one(x) after predict_one(x) (the kernel row is reused) gives the same model as
+    learn_one(x) alone, also when other instances are predicted in between."""
+    dicts, _ = dense_stream(seed=4, n=300)
+    for cls, params in CONFIGS:
+        plain, served, mixed = (cls(budget=10, **params) for _ in range(3))
+        for i, (x, y) in enumerate(dicts):
+            plain.learn_one(x, y)
+            served.predict_proba_one(x)
+            served.learn_one(x, y)
+            mixed.predict_one(x)
+            mixed.predict_one(dicts[(i + 7) % len(dicts)][0])
+            mixed.learn_one(x, y)
+        saved = [state.dumps(model.to_state()) for model in (plain, served, mixed)]
+        assert saved[0] == saved[1] == saved[2]
+
+
+def test_random_eviction_is_seeded():
+    dataset = list(datasets.Phishing().take(300))
+    for cls in (BudgetPerceptron, KernelALMAClassifier):
+        checks.common.check_seeding_is_idempotent(cls(eviction="random", budget=5), dataset)
+    runs = []
+    for seed in (None, None, 3, 3):
+        model = BudgetPerceptron(eviction="random", budget=5, seed=seed)
+        for x, y in dataset:
+            model.learn_one(x, y)
+        runs.append(state.dumps(model.to_state()))
+    assert runs[0] != runs[1] and runs[2] == runs[3]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(eviction="newest"),
+        dict(eviction="merge", kernel="poly"),
+        dict(projection_threshold=1.0),
+        dict(projection_threshold=-0.1),
+        dict(seed=1.5),
+        dict(budget=0),
+        dict(gamma=0.0),
+        dict(kernel="sigmoid"),
+        dict(average=1),
+    ],
+)
+def test_bad_params_raise(params):
+    for cls in (BudgetPerceptron, KernelALMAClassifier):
+        with pytest.raises(ValueError):
+            cls(**params)
+
+
+def test_counters_and_support_vectors():
+    dicts, _ = dense_stream(seed=6, n=300)
+    model = BudgetPerceptron(budget=6, eviction="random", seed=0)
+    for x, y in dicts:
+        model.learn_one(x, y)
+    counters = model.counters
+    assert counters["support_size"] == 6 == len(model.support_vectors)
+    assert counters["trials"] == 300
+    assert counters["updates"] == counters["evictions"] + 6
+    for vector, label, weight in model.support_vectors:
+        assert set(vector) <= set(NAMES) and isinstance(label, bool) and weight == 1.0
+
+
+def test_bananas_accuracy_of_the_defaults():
+    from river import evaluate, metrics, preprocessing
+
+    model = preprocessing.StandardScaler() | BudgetPerceptron()
+    accuracy = evaluate.progressive_val_score(datasets.Bananas(), model, metrics.Accuracy()).get()
+    assert accuracy > 0.80  # River's linear models: 0.51-0.55
+
+
+def test_package_exports():
+    assert streammargin.BudgetPerceptron is BudgetPerceptron
+    assert state.registered_models()["BudgetPerceptron"] is BudgetPerceptron
