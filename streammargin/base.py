@@ -147,12 +147,15 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         """The raw score of `x`: its sign is the predicted label."""
         return self._score(*self._features.encode(x, grow=False))
 
+    def _decide(self, idx: np.ndarray, val: np.ndarray) -> bool:
+        """The predicted label (models may fuse this into one numba call)."""
+        return calibration.decide(self._calibration, self._score(idx, val))
+
     def predict_one(self, x: dict, **kwargs: typing.Any) -> bool:
-        # The label of highest calibrated probability (River's convention, so predict_one and
-        # predict_proba_one agree): the sign of the score, shifted by the threshold the
-        # calibration learnt. `decision_one(x) > 0` is the uncalibrated decision of the paper.
+        # Either the sign of the score (the paper's decision) or the calibrated argmax,
+        # whichever made fewer errors lately: see `streammargin.jit.calibration`.
         idx, val = self._features.encode(x, False)
-        return self._proba(idx, val) > 0.5
+        return self._decide(idx, val)
 
     def predict_proba_one(self, x: dict, **kwargs: typing.Any) -> dict[bool, float]:
         idx, val = self._features.encode(x, False)
@@ -189,7 +192,12 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         return self._score_rows(values, cols)
 
     def predict_many(self, X: typing.Any) -> typing.Any:
-        return (self.predict_proba_many(X)[True] > 0.5).rename(None)
+        import pandas as pd
+
+        scores = self.decision_many(X)
+        labels = np.empty(len(scores), dtype=np.bool_)
+        calibration.decide_many(self._calibration, scores, labels)
+        return pd.Series(labels, index=X.index)
 
     def predict_proba_many(self, X: typing.Any) -> typing.Any:
         import pandas as pd

@@ -102,7 +102,7 @@ class BudgetPerceptron(BudgetKernelClassifier):
     ...     budget=100, eviction="project", average=True
     ... )
     >>> evaluate.progressive_val_score(datasets.Bananas(), model, metrics.Accuracy())
-    Accuracy: 89.25%
+    Accuracy: 89.36%
 
     >>> perceptron = model["BudgetPerceptron"]
     >>> perceptron.support_size, perceptron.n_mistakes, perceptron.counters["projections"]

@@ -322,7 +322,7 @@ class ConvexPolytopeClassifier(MarginClassifier):
         idx, val = self._features.encode(x, False)
         best = cpm_jit.predict(self._weights, self._st, idx, val)
         if self._one:
-            return best == 1  # P(True) > 0.5, as the base class decides
+            return best == 1  # decided like the base class (sign or calibrated argmax)
         return self._labels[best] if best >= 0 else None
 
     def decision_one(self, x: dict) -> typing.Any:  # type: ignore[override]

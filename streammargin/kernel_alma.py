@@ -92,7 +92,7 @@ class KernelALMAClassifier(BudgetKernelClassifier):
     ...     alpha=0.5, eviction="merge"
     ... )
     >>> evaluate.progressive_val_score(datasets.Bananas(), model, metrics.Accuracy())
-    Accuracy: 88.23%
+    Accuracy: 88.32%
 
     >>> alma = model["KernelALMAClassifier"]
     >>> alma.n_corrections, alma.support_size, alma.counters["merges"]

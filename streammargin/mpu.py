@@ -122,7 +122,7 @@ class MPUClassifier(KernelClassifier):
 
     >>> model = preprocessing.StandardScaler() | streammargin.MPUClassifier()
     >>> evaluate.progressive_val_score(datasets.Phishing(), model, metrics.Accuracy())
-    Accuracy: 88.32%
+    Accuracy: 88.80%
 
     >>> mpu = model["MPUClassifier"]
     >>> mpu.n_learning_steps, mpu.n_unlearning_steps, mpu.support_size, mpu.cache_size
@@ -134,7 +134,7 @@ class MPUClassifier(KernelClassifier):
     ...     kernel="rbf", C=1.0, gamma=1.0
     ... )
     >>> evaluate.progressive_val_score(datasets.Bananas(), model, metrics.Accuracy())
-    Accuracy: 88.26%
+    Accuracy: 88.62%
 
     >>> model["MPUClassifier"].support_size
     1000

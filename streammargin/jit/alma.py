@@ -180,8 +180,14 @@ def margin(vectors, st, idx, val):
 
 @njit(cache=True)
 def proba(vectors, st, idx, val):
-    """Calibrated probability of the positive label: prediction in one call."""
+    """Calibrated probability of the positive label, in one call."""
     return calibration.proba(st[PLATT:], margin(vectors, st, idx, val))
+
+
+@njit(cache=True)
+def decide(vectors, st, idx, val):
+    """The predicted label, in one call."""
+    return calibration.decide(st[PLATT:], margin(vectors, st, idx, val))
 
 
 @njit(cache=True)

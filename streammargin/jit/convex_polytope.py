@@ -475,7 +475,13 @@ def probabilities(W, st, idx, val, out):
 
 @njit(cache=True)
 def predict(W, st, idx, val):
-    """The index of the most probable class (the first on ties), -1 before any class."""
+    """The index of the most probable class (the first on ties), -1 before any class.
+
+    One polytope: 1 or 0 by `calibration.decide`, the binary models' rule."""
+    if st[MODE] == ONE:
+        poly = np.empty(1)
+        _decision(W, st, idx, val, np.empty(int(st[N_FACES])), poly)
+        return 1 if calibration.decide(calibration_of(st, 0), poly[0]) else 0
     n_poly = n_polytopes(st)
     n_work = n_poly * (int(st[N_FACES]) + 2) + 1
     work = np.empty(n_work + max(n_poly, 2))
