@@ -60,7 +60,7 @@ def main() -> None:
             accuracy.append(acc)
             log_loss.append(loss)
         print(f"{stream_name:<15}{majority(data):>9.4f}" + "".join(f"{a:>13.4f}" for a in accuracy))
-        print(f"{'':<24}" + "".join(X for l in log_loss))
+        print(f"{'':<24}" + "".join(f"{loss:>13.3f}" for loss in log_loss))
 
 
 if __name__ == "__main__":

@@ -233,7 +233,12 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         arrays = state["arrays"]
         for name in cls._state_arrays:
             fresh = getattr(model, name)
-            setattr(model, name, state_module.check_array(arrays, name, fresh.dtype, fresh.ndim))
+            array = state_module.check_array(arrays, name, fresh.dtype, fresh.ndim)
+            # A checkpoint read from a topic is untrusted, and the numba loops neither check
+            # bounds nor expect NaN: refuse what no learning could have produced.
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                raise state_module.StateError(f"state array {name!r} holds NaN or infinite values")
+            setattr(model, name, array)
         for name in cls._state_values:
             setattr(model, name, state["values"][name])
         model._check_restored()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import numbers
 import secrets
+import types
+import typing
 
 import numpy as np
 
@@ -36,13 +38,32 @@ class ServedRow:
 
     _row: np.ndarray
     _row_for: tuple | None
+    # The model's numba module, with score_keep_row, learn, score_rows and learn_rows over
+    # (S, slots, st, ...), and the attribute name of the matrix its learning step takes after the
+    # cache (the Projectron's inverse Gram matrix, the budget SVM's Gram matrix).
+    _jit: typing.ClassVar[types.ModuleType]
+    _learn_matrix: typing.ClassVar[str]
 
     def _new_scratch_row(self, length: int) -> None:
         self._row = np.zeros(length)
         self._row_for = None
 
     def _score_keep_row(self, idx: np.ndarray, val: np.ndarray, row: np.ndarray) -> float:
-        raise NotImplementedError
+        return self._jit.score_keep_row(self._support, self._slots, self._st, idx, val, row)
+
+    def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
+        row = self._scratch_row(idx, val)
+        matrix = getattr(self, self._learn_matrix)
+        self._jit.learn(self._support, self._slots, self._st, matrix, idx, val, target, row)
+
+    def _score_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        out = np.empty(X.shape[0])
+        self._jit.score_rows(self._support, self._slots, self._st, X, cols, out)
+        return out
+
+    def _learn_rows(self, X: np.ndarray, cols: np.ndarray, targets: np.ndarray) -> None:
+        matrix = getattr(self, self._learn_matrix)
+        self._jit.learn_rows(self._support, self._slots, self._st, matrix, X, cols, targets)
 
     def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
         score = self._score_keep_row(idx, val, self._row)
@@ -69,13 +90,14 @@ class BudgetKernelClassifier(ServedRow, KernelClassifier):
 
     A subclass sets the params `kernel`, `gamma`, `degree`, `coef0`, `budget`, `eviction`,
     `projection_threshold`, `average` and `seed`, then calls `self._reset()`. Its own `st`
-    entries start at `bjit.ST_BUDGET_END` (`_n_own_state` of them); it implements
-    `_score_keep_row` and `_learn` on the jit functions.
+    entries start at `bjit.ST_BUDGET_END` (`_n_own_state` of them); it names its numba module in
+    `_jit` (see `ServedRow`).
     """
 
     _n_fields = bjit.N_FIELDS
     _n_own_state = 0
     _state_arrays = ("_support", "_slots", "_st", "_gram_inv")
+    _learn_matrix = "_gram_inv"
 
     @property
     def _n_model_state(self) -> int:  # type: ignore[override]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import typing
 
-import numpy as np
 
 from streammargin import state
 from streammargin.budget import BudgetKernelClassifier
@@ -123,6 +122,8 @@ class BudgetPerceptron(BudgetKernelClassifier):
 
     """
 
+    _jit = bp_jit
+
     def __init__(
         self,
         kernel: str = "rbf",
@@ -155,22 +156,7 @@ class BudgetPerceptron(BudgetKernelClassifier):
         yield {"eviction": "merge", "budget": 4, "average": True}
         yield {"eviction": "project", "budget": 4, "kernel": "linear", "projection_threshold": 0.3}
 
-    # Numeric core ---------------------------------------------------------------------------------
-
-    def _score_keep_row(self, idx: np.ndarray, val: np.ndarray, row: np.ndarray) -> float:
-        return bp_jit.decision_keep_row(self._support, self._slots, self._st, idx, val, row)
-
-    def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
-        row = self._scratch_row(idx, val)
-        bp_jit.learn(self._support, self._slots, self._st, self._gram_inv, idx, val, target, row)
-
-    def _score_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        out = np.empty(X.shape[0])
-        bp_jit.decision_rows(self._support, self._slots, self._st, X, cols, out)
-        return out
-
-    def _learn_rows(self, X: np.ndarray, cols: np.ndarray, targets: np.ndarray) -> None:
-        bp_jit.learn_rows(self._support, self._slots, self._st, self._gram_inv, X, cols, targets)
+    # Inspection -----------------------------------------------------------------------------------
 
     @property
     def n_mistakes(self) -> int:

@@ -114,6 +114,9 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
     _n_fields = svm_jit.N_FIELDS
     _n_model_state = svm_jit.STATE_SIZE - kjit.ST_MODEL
     _state_arrays = ("_support", "_slots", "_st", "_gram")
+    _extra_rows = 1  # the arriving example's working row
+    _jit = svm_jit
+    _learn_matrix = "_gram"
 
     def __init__(
         self,
@@ -158,27 +161,17 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
 
     def _reset(self) -> None:
         super()._reset()
-        rows = self.budget + 1  # the budget, plus the arriving example's working row
-        self._support = np.zeros((rows, 8))
-        self._slots = np.zeros((rows, self._n_fields))
+        rows = self.budget + self._extra_rows
         self._gram = np.zeros((rows, rows))
         self._new_scratch_row(rows + 1)
         for slot, value in self._hyper_values().items():
             self._st[slot] = value
 
     def _check_restored(self) -> None:
-        rows = self.budget + 1
-        if self._support.shape[0] != rows or self._support.shape[1] < self._features.n_columns:
-            raise state.StateError("support vectors do not match the budget or feature space")
-        if self._slots.shape != (rows, self._n_fields) or self._gram.shape != (rows, rows):
-            raise state.StateError("support slots or Gram matrix do not match the budget")
-        if self._st.shape != (svm_jit.STATE_SIZE,):
-            raise state.StateError("budget SVM state has the wrong size")
-        if not 0 <= self._st[kjit.ST_SIZE] <= self.budget:
-            raise state.StateError("support size exceeds the budget")
-        self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = kjit.kernel_params(
-            self.kernel, self.gamma, self.degree, self.coef0
-        )
+        super()._check_restored()
+        rows = self.budget + self._extra_rows
+        if self._gram.shape != (rows, rows):
+            raise state.StateError("the Gram matrix does not match the budget")
         for slot, value in self._hyper_values().items():
             self._st[slot] = value
 
@@ -187,23 +180,6 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
         yield {}
         yield {"budget": 4, "kernel": "poly", "gamma": 0.5, "C": 10.0}
         yield {"budget": 3, "kernel": "linear", "smo_steps": 1, "prune": "smallest"}
-
-    # Numeric core ---------------------------------------------------------------------------------
-
-    def _score_keep_row(self, idx: np.ndarray, val: np.ndarray, row: np.ndarray) -> float:
-        return svm_jit.decision_keep_row(self._support, self._slots, self._st, idx, val, row)
-
-    def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
-        row = self._scratch_row(idx, val)
-        svm_jit.learn(self._support, self._slots, self._st, self._gram, idx, val, target, row)
-
-    def _score_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        out = np.empty(X.shape[0])
-        svm_jit.decision_rows(self._support, self._slots, self._st, X, cols, out)
-        return out
-
-    def _learn_rows(self, X: np.ndarray, cols: np.ndarray, targets: np.ndarray) -> None:
-        svm_jit.learn_rows(self._support, self._slots, self._st, self._gram, X, cols, targets)
 
     # Inspection -----------------------------------------------------------------------------------
 

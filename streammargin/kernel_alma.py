@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import typing
 
-import numpy as np
 
 from streammargin import state
 from streammargin.budget import BudgetKernelClassifier, finite_positive
@@ -106,6 +105,7 @@ class KernelALMAClassifier(BudgetKernelClassifier):
     """
 
     _n_own_state = ka_jit.N_OWN
+    _jit = ka_jit
 
     def __init__(
         self,
@@ -170,22 +170,7 @@ class KernelALMAClassifier(BudgetKernelClassifier):
         yield {"eviction": "merge", "budget": 4, "alpha": 0.5}
         yield {"eviction": "project", "budget": 4, "projection_threshold": 0.3, "average": True}
 
-    # Numeric core ---------------------------------------------------------------------------------
-
-    def _score_keep_row(self, idx: np.ndarray, val: np.ndarray, row: np.ndarray) -> float:
-        return ka_jit.margin_keep_row(self._support, self._slots, self._st, idx, val, row)
-
-    def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
-        row = self._scratch_row(idx, val)
-        ka_jit.learn(self._support, self._slots, self._st, self._gram_inv, idx, val, target, row)
-
-    def _score_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        out = np.empty(X.shape[0])
-        ka_jit.margin_rows(self._support, self._slots, self._st, X, cols, out)
-        return out
-
-    def _learn_rows(self, X: np.ndarray, cols: np.ndarray, targets: np.ndarray) -> None:
-        ka_jit.learn_rows(self._support, self._slots, self._st, self._gram_inv, X, cols, targets)
+    # Inspection -----------------------------------------------------------------------------------
 
     @property
     def n_corrections(self) -> int:

@@ -12,8 +12,7 @@ import typing
 import numpy as np
 
 from streammargin import state
-from streammargin.base import MarginClassifier, binary_targets
-from streammargin.jit import calibration
+from streammargin.base import binary_targets
 from streammargin.jit import kernels as kjit
 from streammargin.jit import mpu as mpu_jit
 from streammargin.support import KernelClassifier, grown_columns
@@ -230,18 +229,13 @@ class MPUClassifier(KernelClassifier):
     def _kernel_params(self) -> np.ndarray:
         if self._primal:  # unused by the primal form: fixed, so the ignored params do not matter
             return kjit.kernel_params("linear", 1.0, 1, 0.0)
-        return kjit.kernel_params(self.kernel, self.gamma, self.degree, self.coef0)
+        return super()._kernel_params()
 
     def _reset(self) -> None:
-        self._validate_kernel()
-        MarginClassifier._reset(self)
-        budget = self.budget
-        self._support = np.zeros((budget, 8))
-        self._slots = np.zeros((budget, self._n_fields))
-        self._st = mpu_jit.new_state(
-            *self._hyper_values(), self._kernel_params(), calibration.new_state()
-        )
-        primal = self._primal
+        super()._reset()  # validates; the cache, and `st` with the kernel and the calibration
+        mpu_jit.write_hyper(self._st, *self._hyper_values())
+        self._st[mpu_jit.CAP] = 1.0
+        primal, budget = self._primal, self.budget
         self._weights = np.zeros(8 if primal else 0)
         self._gram = np.zeros((0, 0) if primal else (budget, budget))
         self._margins = np.zeros(0 if primal else budget)
@@ -255,14 +249,9 @@ class MPUClassifier(KernelClassifier):
                 self._weights = weights
 
     def _check_restored(self) -> None:
+        super()._check_restored()  # cache shapes, a whole size within the budget, the kernel
         budget = self.budget
         columns = self._support.shape[1]
-        if self._support.shape[0] != budget or columns < self._features.n_columns:
-            raise state.StateError("MPU cache does not match the budget or the feature space")
-        if self._slots.shape != (budget, self._n_fields):
-            raise state.StateError("MPU cache slots do not match the budget")
-        if self._st.shape != (kjit.ST_MODEL + self._n_model_state,):
-            raise state.StateError("MPU state array has the wrong size")
         primal = self._primal
         if self._weights.shape != ((columns,) if primal else (0,)):
             raise state.StateError("MPU weights do not match the cache")
@@ -271,12 +260,8 @@ class MPUClassifier(KernelClassifier):
         if self._margins.shape != ((0,) if primal else (budget,)):
             raise state.StateError("MPU margins do not match the budget")
         # A checkpoint read from a topic is untrusted: the numba loops index with these numbers.
-        if not all(np.isfinite(getattr(self, name)).all() for name in self._state_arrays):
-            raise state.StateError("MPU state holds NaN or infinite values")
         st = self._st
         size = st[kjit.ST_SIZE]
-        if not (0 <= size <= budget and size == int(size)):
-            raise state.StateError("MPU cache size exceeds the budget")
         counts = self._slots[:, kjit.COEF]
         if not (np.all(counts >= 0) and np.all(counts <= mpu_jit.CAP_MAX)
                 and np.all(counts == np.floor(counts))):
@@ -288,9 +273,8 @@ class MPUClassifier(KernelClassifier):
             raise state.StateError("MPU replay cursor or cap out of range")
         if not 0.0 <= st[mpu_jit.R_NORM]:
             raise state.StateError("MPU largest norm R must be non-negative")
-        # The params are the source of truth for the hyper-parameter slots and the kernel.
+        # The params are the source of truth for the hyper-parameter slots.
         mpu_jit.write_hyper(self._st, *self._hyper_values())
-        self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = self._kernel_params()
 
     # Numeric core ---------------------------------------------------------------------------------
 

@@ -36,7 +36,10 @@ class KernelClassifier(MarginClassifier):
     A subclass sets its params (including `kernel`, `gamma`, `degree`, `coef0`, `budget`) as
     attributes, then calls `self._reset()`. It sets `_n_fields` (per-vector slot fields, at least
     `kjit.N_COMMON_FIELDS`) and `_n_model_state` (its own entries of `st` after `kjit.ST_MODEL`),
-    and may extend `_reset` to fill them.
+    and extends `_reset` and `_check_restored` for its own state.
+
+    Hooks: `_kernel_params()` (the kernel written into `st`; a model whose kernel is optional
+    overrides it), `_extra_rows` (cache rows beyond `budget`, e.g. a working row).
 
     Learnt state: `_support` (S), `_slots`, `_st`; see `streammargin.jit.kernels`.
     """
@@ -44,6 +47,7 @@ class KernelClassifier(MarginClassifier):
     _first_column = 0
     _n_fields = kjit.N_COMMON_FIELDS
     _n_model_state = 0
+    _extra_rows = 0
     _state_arrays = ("_support", "_slots", "_st")
 
     def _validate_kernel(self) -> None:
@@ -58,15 +62,17 @@ class KernelClassifier(MarginClassifier):
         if not (isinstance(self.budget, int) and self.budget >= 1):
             raise ValueError(f"budget must be a positive integer, got {self.budget!r}")
 
+    def _kernel_params(self) -> np.ndarray:
+        return kjit.kernel_params(self.kernel, self.gamma, self.degree, self.coef0)
+
     def _reset(self) -> None:
         self._validate_kernel()
         super()._reset()
-        self._support = np.zeros((self.budget, 8))
-        self._slots = np.zeros((self.budget, self._n_fields))
+        rows = self.budget + self._extra_rows
+        self._support = np.zeros((rows, 8))
+        self._slots = np.zeros((rows, self._n_fields))
         self._st = np.zeros(kjit.ST_MODEL + self._n_model_state)
-        self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = kjit.kernel_params(
-            self.kernel, self.gamma, self.degree, self.coef0
-        )
+        self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = self._kernel_params()
         self._st[kjit.ST_PLATT : kjit.ST_MODEL] = calibration.new_state()
 
     @property
@@ -78,19 +84,18 @@ class KernelClassifier(MarginClassifier):
             self._support = grown_columns(self._support, n_columns)
 
     def _check_restored(self) -> None:
-        budget = self.budget
-        if self._support.shape[0] != budget or self._support.shape[1] < self._features.n_columns:
+        rows = self.budget + self._extra_rows
+        if self._support.shape[0] != rows or self._support.shape[1] < self._features.n_columns:
             raise state.StateError("support vectors do not match the budget or feature space")
-        if self._slots.shape != (budget, self._n_fields):
+        if self._slots.shape != (rows, self._n_fields):
             raise state.StateError("support slots do not match the budget")
         if self._st.shape != (kjit.ST_MODEL + self._n_model_state,):
             raise state.StateError("kernel model state has the wrong size")
-        if not 0 <= self._st[kjit.ST_SIZE] <= budget:
-            raise state.StateError("support size exceeds the budget")
+        size = self._st[kjit.ST_SIZE]
+        if not (0 <= size <= self.budget and size == int(size)):  # numba indexes with it
+            raise state.StateError("support size is not a whole number within the budget")
         # The params are the source of truth for the kernel.
-        self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = kjit.kernel_params(
-            self.kernel, self.gamma, self.degree, self.coef0
-        )
+        self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = self._kernel_params()
 
     @property
     def support_size(self) -> int:

@@ -42,3 +42,16 @@ def alma_reference(stream, p, alpha, B, C, n_features):
             w = w_prime / max(ld(1), np.sum(np.abs(w_prime) ** q) ** (1 / q))
             k += 1
     return w.astype(np.float64), k - 1
+
+
+MASK = 2**64 - 1
+
+
+def uniform_index(key: int, counter: int, n: int) -> int:
+    """Draw number `counter` of the SplitMix64 stream `key` as an integer in [0, n), in Python
+    integers (the models' generator is streammargin/jit/rng.py)."""
+    z = (key + (counter + 1) * 0x9E3779B97F4A7C15) & MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    z ^= z >> 31
+    return min(int((z >> 11) * (1.0 / 9007199254740992.0) * n), n - 1)

@@ -16,17 +16,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-MASK = 2**64 - 1
-
-
-def uniform_index(seed: int, counter: int, n: int) -> int:
-    z = (seed * 0x9E3779B97F4A7C15 + counter + 1) & MASK
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
-    z ^= z >> 31
-    return z % n
-
+from reference import uniform_index
 
 def water_level(responses: np.ndarray, volume: float) -> float:
     """gamma with sum_i max(0, gamma - c_i) = volume, from the sorted responses."""

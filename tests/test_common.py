@@ -224,3 +224,25 @@ def test_learn_many_rejects_bad_frames_before_learning(cls, params):
     with pytest.raises(ValueError, match="label"):
         model.learn_many(pd.DataFrame({"a": [1.0]}), pd.Series([bad_label]))
     assert state_bytes(model) == before
+
+
+@pytest.mark.parametrize(("cls", "params"), CASES)
+def test_restoring_a_corrupt_state_raises_instead_of_loading(cls, params):
+    """Checkpoints come back from a topic: a state no learning could produce is refused."""
+    model = cls(**params)
+    for x, y in frame_stream(4, n=60):
+        model.learn_one(x, y)
+    good = model.to_state()
+    for name, array in good["arrays"].items():
+        if array.dtype.kind != "f" or array.size == 0:
+            continue
+        bad = state.loads(state.dumps(good))
+        bad["arrays"][name].flat[0] = np.nan
+        with pytest.raises(state.StateError):
+            streammargin.from_state(bad)
+    bad = state.loads(state.dumps(good))
+    bad["model"] = "NoSuchModel"
+    with pytest.raises(state.StateError):
+        streammargin.from_state(bad)
+    with pytest.raises(state.StateError):
+        state.loads(state.dumps(good)[:-3] if len(state.dumps(good)) > 40 else b"junk")

@@ -81,3 +81,19 @@ def test_decision_is_the_dual_sum():
     expected = 0.5 * np.exp(-1.0) - 2.0 * np.exp(-1.0)
     got = kjit.decision(kp, S, slots, 2, np.array([0, 1], dtype=np.int64), x, 2.0)
     assert got == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("bad_size", [-1.0, 2.5, 1e9])
+def test_a_restored_cache_size_must_be_a_whole_number_within_the_budget(bad_size):
+    """numba indexes the cache with its size, without bounds checks: an untrusted checkpoint
+    with a bad size must be refused, never loaded."""
+    import streammargin
+    from streammargin import state
+
+    model = streammargin.BudgetPerceptron(budget=4)
+    for i in range(20):
+        model.learn_one({"a": float(i % 5), "b": float(i % 3)}, i % 2 == 0)
+    saved = state.loads(state.dumps(model.to_state()))
+    saved["arrays"]["_st"][kjit.ST_SIZE] = bad_size
+    with pytest.raises(state.StateError, match="size"):
+        streammargin.from_state(saved)

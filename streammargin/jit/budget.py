@@ -25,11 +25,9 @@ AVG_BASE_i + COEF_i (CUM_SCALE - AVG_MARK_i), brought up to date (`checkpoint`) 
 changes (a projection, a merge, a fold of SCALE). A trial costs O(1) more; serving, two more
 multiply-adds per vector.
 
-Finite arithmetic. Inputs may range from 1e-300 to 1e300, where ||x||^2 overflows. Every kernel
-value here is finite: squared norms saturate at the largest float; an RBF distance involving a
-norm beyond LIMIT is computed directly as sum (x_c - s_c)^2 (which may overflow to inf, giving
-K = 0, the right limit); linear and polynomial values are clamped to [-BIG, BIG]. NaN never
-appears: a dot product that could overflow is computed on vectors scaled by their largest entry.
+Finite arithmetic. Inputs may range from 1e-300 to 1e300, where ||x||^2 overflows: the kernel
+values come from `streammargin.jit.kernels`, which keeps them finite, and the calibration clamps
+the scores it sees.
 
 Policies (`st[POLICY]`), applied when a vector must be added to a full cache:
     RANDOM    remove a vector drawn uniformly (Cesa-Bianchi & Gentile 2006, the Random Budget
@@ -54,17 +52,12 @@ import numpy as np
 from numba import njit
 
 from streammargin.jit import kernels as kjit
+from streammargin.jit import rng
 from streammargin.jit.kernels import (
     BORN,
     COEF,
-    COEF0,
-    DEGREE,
-    GAMMA,
-    KIND,
     KP_SIZE,
     LABEL,
-    POLY,
-    RBF,
     SQ_NORM,
     ST_KP,
     ST_MODEL,
@@ -106,37 +99,22 @@ POLICIES = {
     "project": PROJECT,
 }
 
-LIMIT = 1e300  # squared norms beyond this take the direct (overflow-safe) path
-BIG = 1e100  # linear and polynomial kernel values are clamped to [-BIG, BIG]
+BIG = kjit.BIG
 COEF_LIMIT = 1e50  # a Projectron step never moves a coefficient further
-SCORE_LIMIT = 1e150  # scores fed to the calibration, whose running mean square must stay finite
-MAX_FINITE = 1.7976931348623157e308
 FOLD_BELOW = 1e-60  # fold SCALE into the coefficients below this
 RECOMPUTE_EVERY = 4096
 GOLDEN_STEPS = 16  # golden-section steps of a merge: |h - h*| < 0.618^16 ~ 5e-4
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-
 
 # Random numbers ---------------------------------------------------------------------------------
 
 
 @njit(cache=True)
 def uniform(st):
-    """A uniform draw in [0, 1): SplitMix64 output number RNG_COUNTER for the key RNG_KEY.
-
-    The generator's whole state is two floats of `st` (key < 2^52, counter < 2^53), so saving and
-    restoring a model restores its random stream exactly.
-    """
+    """A uniform draw in [0, 1) from the model's stream (RNG_KEY, RNG_COUNTER): see
+    `streammargin.jit.rng`."""
     counter = st[RNG_COUNTER]
     st[RNG_COUNTER] = counter + 1.0
-    z = np.uint64(st[RNG_KEY]) + (np.uint64(counter) + np.uint64(1)) * _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    z = z ^ (z >> np.uint64(31))
-    return float(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+    return rng.uniform(st[RNG_KEY], counter)
 
 
 @njit(cache=True)
@@ -146,183 +124,13 @@ def random_index(st, n):
     return min(i, n - 1)
 
 
-# Finite kernel values ---------------------------------------------------------------------------
-
-
-@njit(cache=True)
-def saturated_sq(val):
-    """||val||^2, saturated at the largest float instead of overflowing to inf."""
-    total = 0.0
-    for j in range(val.shape[0]):
-        total += val[j] * val[j]
-    if total > MAX_FINITE:
-        return MAX_FINITE
-    return total
-
-
-@njit(cache=True)
-def _clamp(v):
-    if v > BIG:
-        return BIG
-    if v < -BIG:
-        return -BIG
-    return v
-
-
-@njit(cache=True)
-def from_dot(kp, dot):
-    """Linear or polynomial kernel value from a dot product (finite or +-inf, never NaN)."""
-    if kp[KIND] == POLY:
-        base = _clamp(kp[GAMMA] * dot + kp[COEF0])
-        return _clamp(base ** kp[DEGREE])
-    return _clamp(dot)
-
-
-@njit(cache=True)
-def self_value(kp, sq):
-    """K(x, x) from a saturated ||x||^2."""
-    if kp[KIND] == RBF:
-        return 1.0
-    return from_dot(kp, sq)
-
-
-@njit(cache=True)
-def _query_slow(kp, S, i, idx, val):
-    """K(x, S[i]) when a squared norm is beyond LIMIT: no cancellation, no NaN."""
-    columns = S.shape[1]
-    if kp[KIND] == RBF:
-        present = np.zeros(columns, dtype=np.bool_)
-        d2 = 0.0
-        for j in range(idx.shape[0]):
-            c = idx[j]
-            if c >= 0:
-                diff = val[j] - S[i, c]
-                d2 += diff * diff
-                present[c] = True
-            else:
-                d2 += val[j] * val[j]
-        for c in range(columns):
-            if not present[c]:
-                d2 += S[i, c] * S[i, c]
-        return math.exp(-kp[GAMMA] * d2)
-    largest_x = 0.0
-    for j in range(idx.shape[0]):
-        if idx[j] >= 0:
-            largest_x = max(largest_x, abs(val[j]))
-    largest_s = 0.0
-    for c in range(columns):
-        largest_s = max(largest_s, abs(S[i, c]))
-    dot = 0.0
-    if largest_x > 0.0 and largest_s > 0.0:
-        for j in range(idx.shape[0]):
-            c = idx[j]
-            if c >= 0:
-                dot += (val[j] / largest_x) * (S[i, c] / largest_s)
-        dot = (dot * largest_x) * largest_s
-    return from_dot(kp, dot)
-
-
-@njit(cache=True)
-def query_row(kp, S, slots, size, idx, val, x_sq, out):
-    """out[i] = K(x, S[i]) for the `size` stored vectors; x_sq = saturated_sq(val)."""
-    rbf = kp[KIND] == RBF
-    gamma = kp[GAMMA]
-    x_ok = x_sq < LIMIT
-    for i in range(size):
-        s_sq = slots[i, SQ_NORM]
-        if x_ok and s_sq < LIMIT:
-            dot = 0.0
-            for j in range(idx.shape[0]):
-                c = idx[j]
-                if c >= 0:
-                    dot += S[i, c] * val[j]
-            if rbf:
-                d2 = x_sq + s_sq - 2.0 * dot
-                out[i] = math.exp(-gamma * d2) if d2 > 0.0 else 1.0
-            else:
-                out[i] = from_dot(kp, dot)
-        else:
-            out[i] = _query_slow(kp, S, i, idx, val)
-
-
-@njit(cache=True)
-def query_sum(kp, S, slots, size, idx, val, x_sq):
-    """sum_i a_i K(x, S[i]) without a row buffer (the prediction path); vectors with a_i = 0 are
-    skipped."""
-    rbf = kp[KIND] == RBF
-    gamma = kp[GAMMA]
-    x_ok = x_sq < LIMIT
-    total = 0.0
-    for i in range(size):
-        a = slots[i, COEF] * slots[i, LABEL]
-        if a == 0.0:
-            continue
-        s_sq = slots[i, SQ_NORM]
-        if x_ok and s_sq < LIMIT:
-            dot = 0.0
-            for j in range(idx.shape[0]):
-                c = idx[j]
-                if c >= 0:
-                    dot += S[i, c] * val[j]
-            if rbf:
-                d2 = x_sq + s_sq - 2.0 * dot
-                k = math.exp(-gamma * d2) if d2 > 0.0 else 1.0
-            else:
-                k = from_dot(kp, dot)
-        else:
-            k = _query_slow(kp, S, i, idx, val)
-        total += a * k
-    return total
-
-
-@njit(cache=True)
-def pair(kp, S, slots, i, j):
-    """K(S[i], S[j]) between stored vectors, finite."""
-    columns = S.shape[1]
-    if kp[KIND] == RBF:
-        d2 = 0.0
-        for c in range(columns):
-            diff = S[i, c] - S[j, c]
-            d2 += diff * diff
-        return math.exp(-kp[GAMMA] * d2)
-    if slots[i, SQ_NORM] < LIMIT and slots[j, SQ_NORM] < LIMIT:
-        dot = 0.0
-        for c in range(columns):
-            dot += S[i, c] * S[j, c]
-        return from_dot(kp, dot)
-    largest_i = 0.0
-    largest_j = 0.0
-    for c in range(columns):
-        largest_i = max(largest_i, abs(S[i, c]))
-        largest_j = max(largest_j, abs(S[j, c]))
-    dot = 0.0
-    if largest_i > 0.0 and largest_j > 0.0:
-        for c in range(columns):
-            dot += (S[i, c] / largest_i) * (S[j, c] / largest_j)
-        dot = (dot * largest_i) * largest_j
-    return from_dot(kp, dot)
-
-
-@njit(cache=True)
-def stored_row(kp, S, slots, size, i, out):
-    for j in range(size):
-        out[j] = pair(kp, S, slots, i, j)
-
-
 @njit(cache=True)
 def served_row(kp, S, slots, st, idx, val, x_sq, krow):
     """Fill krow[:size] with K(x, S[i]) unless krow[-1] says the prediction just did (the scratch
     row of the model's last predict, see `streammargin.budget.ServedRow`); clears the flag."""
     if krow[krow.shape[0] - 1] != 1.0:
-        query_row(kp, S, slots, int(st[ST_SIZE]), idx, val, x_sq, krow)
+        kjit.row(kp, S, slots, int(st[ST_SIZE]), idx, val, x_sq, krow)
     krow[krow.shape[0] - 1] = 0.0
-
-
-@njit(cache=True)
-def bounded_score(score):
-    """The score clamped to [-SCORE_LIMIT, SCORE_LIMIT] for the calibration's running mean
-    square (only extreme inputs with linear or polynomial kernels get near the limit)."""
-    return min(max(score, -SCORE_LIMIT), SCORE_LIMIT)
 
 
 @njit(cache=True)
@@ -371,8 +179,8 @@ def stored_vector_sq(S, slot):
     total = 0.0
     for c in range(S.shape[1]):
         total += S[slot, c] * S[slot, c]
-    if total > MAX_FINITE:
-        return MAX_FINITE
+    if total > kjit.MAX_FINITE:
+        return kjit.MAX_FINITE
     return total
 
 
@@ -412,7 +220,7 @@ def remove_vector(kp, S, slots, st, r, krow):
         if a_r != 0.0:
             for i in range(n):
                 if i != r:
-                    slots[i, MARGIN] -= a_r * pair(kp, S, slots, i, r)
+                    slots[i, MARGIN] -= a_r * kjit.stored_pair(kp, S, slots, i, r)
     krow[r] = krow[n - 1]
     krow[n - 1] = 0.0
     st[ST_SIZE] = kjit.remove(S, slots, n, r)
@@ -428,7 +236,7 @@ def recompute_margins(kp, S, slots, st):
     for i in range(n):
         a_i = slots[i, COEF] * slots[i, LABEL]
         for j in range(i + 1, n):
-            k = pair(kp, S, slots, i, j)
+            k = kjit.stored_pair(kp, S, slots, i, j)
             slots[i, MARGIN] += slots[j, COEF] * slots[j, LABEL] * k
             slots[j, MARGIN] += a_i * k
     st[CHANGES] = 0.0
@@ -556,7 +364,7 @@ def merge_two(kp, S, slots, st, krow, idx, val, x_sq):
             m = i
     a_m = slots[m, COEF] * slots[m, LABEL]
     row_m = np.empty(size)
-    stored_row(kp, S, slots, size, m, row_m)
+    kjit.stored_row(kp, S, slots, size, m, row_m)
     # Screen every same-sign partner with one evaluation, at h0 = a_m / (a_m + a_n) (the optimum
     # as the two points coincide) or at the better end point; then search h for the best one.
     partner = -1
@@ -585,7 +393,7 @@ def merge_two(kp, S, slots, st, krow, idx, val, x_sq):
     track = st[TRACK] != 0.0
     row_n = np.empty(size)
     if track:
-        stored_row(kp, S, slots, size, n, row_n)
+        kjit.stored_row(kp, S, slots, size, n, row_n)
     h = best_h
     # z's share of the two summed coefficients, projected on phi(z) like a_z itself.
     k_mn = row_m[n]
@@ -613,7 +421,7 @@ def merge_two(kp, S, slots, st, krow, idx, val, x_sq):
     krow[m] = _query_one(kp, S, slots, m, idx, val, x_sq)
     if track:
         row_z = np.empty(size)
-        stored_row(kp, S, slots, size, m, row_z)
+        kjit.stored_row(kp, S, slots, size, m, row_z)
         for i in range(size):
             if i != m and i != n:
                 slots[i, MARGIN] += best_a * row_z[i] - a_m * row_m[i] - a_n * row_n[i]
@@ -632,7 +440,7 @@ def merge_two(kp, S, slots, st, krow, idx, val, x_sq):
 def _query_one(kp, S, slots, i, idx, val, x_sq):
     out = np.empty(1)
     # query_row on the single row i, through a one-row view of the cache
-    query_row(kp, S[i : i + 1], slots[i : i + 1], 1, idx, val, x_sq, out)
+    kjit.row(kp, S[i : i + 1], slots[i : i + 1], 1, idx, val, x_sq, out)
     return out[0]
 
 
@@ -729,16 +537,3 @@ def add_with_budget(kp, S, slots, st, gram_inv, idx, val, x_sq, krow, a, label, 
 @njit(cache=True)
 def kernel_params(st):
     return st[ST_KP : ST_KP + KP_SIZE]
-
-
-@njit(cache=True)
-def row_entries(X, cols, r, idx_buf, val_buf):
-    """The non-missing (non-NaN) entries of row r of X, into the buffers; returns their count."""
-    n = 0
-    for c in range(X.shape[1]):
-        v = X[r, c]
-        if v == v:
-            idx_buf[n] = cols[c]
-            val_buf[n] = v
-            n += 1
-    return n

@@ -17,6 +17,7 @@ from numba import njit
 
 from streammargin.jit import budget as bjit
 from streammargin.jit import calibration
+from streammargin.jit import kernels as kjit
 from streammargin.jit.budget import (
     COEF,
     FORGETRON_Q,
@@ -28,17 +29,18 @@ from streammargin.jit.budget import (
     UPDATES,
 )
 from streammargin.jit.kernels import ST_MODEL, ST_PLATT, ST_SIZE
+from streammargin.jit.rows import row_entries
 
 STATE_SIZE = bjit.ST_BUDGET_END
 
 
 @njit(cache=True)
-def decision_keep_row(S, slots, st, idx, val, krow):
+def score_keep_row(S, slots, st, idx, val, krow):
     """The served f(x) (last or averaged hypothesis), leaving x's kernel row in krow (flagged
     in its last entry) for a `learn` on the same instance."""
     kp = bjit.kernel_params(st)
     size = int(st[ST_SIZE])
-    bjit.query_row(kp, S, slots, size, idx, val, bjit.saturated_sq(val), krow)
+    kjit.row(kp, S, slots, size, idx, val, kjit.sq_norm(val), krow)
     krow[krow.shape[0] - 1] = 1.0
     return bjit.served_sum(slots, st, size, krow)
 
@@ -76,12 +78,12 @@ def learn(S, slots, st, gram_inv, idx, val, y, krow):
     """
     kp = bjit.kernel_params(st)
     size = int(st[ST_SIZE])
-    x_sq = bjit.saturated_sq(val)
+    x_sq = kjit.sq_norm(val)
     bjit.served_row(kp, S, slots, st, idx, val, x_sq, krow)
     fx = bjit.row_sum(slots, size, krow)
     served = bjit.served_sum(slots, st, size, krow)
-    calibration.learn(st[ST_PLATT:ST_MODEL], bjit.bounded_score(served), y)
-    self_k = bjit.self_value(kp, x_sq)
+    calibration.learn(st[ST_PLATT:ST_MODEL], served, y)
+    self_k = kjit.self_kernel(kp, x_sq)
     if y * fx > 0.0 or self_k <= 0.0:  # no mistake, or phi(x) = 0: nothing would change
         bjit.end_trial(st)
         return 0
@@ -105,16 +107,16 @@ def learn_rows(S, slots, st, gram_inv, X, cols, y):
     krow = np.zeros(S.shape[0] + 2)
     updates = 0
     for r in range(X.shape[0]):
-        n = bjit.row_entries(X, cols, r, idx_buf, val_buf)
+        n = row_entries(X, cols, r, idx_buf, val_buf)
         updates += learn(S, slots, st, gram_inv, idx_buf[:n], val_buf[:n], y[r], krow)
     return updates
 
 
 @njit(cache=True)
-def decision_rows(S, slots, st, X, cols, out):
+def score_rows(S, slots, st, X, cols, out):
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)
     krow = np.zeros(S.shape[0] + 2)
     for r in range(X.shape[0]):
-        n = bjit.row_entries(X, cols, r, idx_buf, val_buf)
-        out[r] = decision_keep_row(S, slots, st, idx_buf[:n], val_buf[:n], krow)
+        n = row_entries(X, cols, r, idx_buf, val_buf)
+        out[r] = score_keep_row(S, slots, st, idx_buf[:n], val_buf[:n], krow)

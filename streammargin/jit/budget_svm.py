@@ -49,6 +49,7 @@ from streammargin.jit import budget as bjit
 from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
 from streammargin.jit.kernels import BORN, COEF, LABEL, ST_MODEL, ST_PLATT, ST_SIZE, ST_TRIALS
+from streammargin.jit.rows import row_entries
 
 GRAD = kjit.N_COMMON_FIELDS  # G_i = 1 - y_i f(x_i)
 SELF = GRAD + 1  # K_ii
@@ -251,15 +252,15 @@ def _remove(S, slots, st, gram, r):
 def decision(S, slots, st, idx, val):
     """f(x) = sum_i a_i y_i K(x_i, x)."""
     kp = bjit.kernel_params(st)
-    return bjit.query_sum(kp, S, slots, int(st[ST_SIZE]), idx, val, bjit.saturated_sq(val))
+    return kjit.decision(kp, S, slots, int(st[ST_SIZE]), idx, val, kjit.sq_norm(val))
 
 
 @njit(cache=True)
-def decision_keep_row(S, slots, st, idx, val, krow):
+def score_keep_row(S, slots, st, idx, val, krow):
     """`decision`, leaving the kernel row in krow for a `learn` on the same instance."""
     kp = bjit.kernel_params(st)
     size = int(st[ST_SIZE])
-    bjit.query_row(kp, S, slots, size, idx, val, bjit.saturated_sq(val), krow)
+    kjit.row(kp, S, slots, size, idx, val, kjit.sq_norm(val), krow)
     krow[krow.shape[0] - 1] = 1.0
     return bjit.row_sum(slots, size, krow)
 
@@ -270,17 +271,17 @@ def learn(S, slots, st, gram, idx, val, y, krow):
     re-optimise, keep the budget. Returns 1 if the example entered the cache, else 0.
 
     krow is a scratch row of len(S) + 1 entries; if its last entry is 1.0 it already holds x's
-    kernel row (computed by `decision_keep_row`)."""
+    kernel row (computed by `score_keep_row`)."""
     kp = bjit.kernel_params(st)
     n = int(st[ST_SIZE])
-    x_sq = bjit.saturated_sq(val)
+    x_sq = kjit.sq_norm(val)
     bjit.served_row(kp, S, slots, st, idx, val, x_sq, krow)
     fx = 0.0
     for i in range(n):
         fx += slots[i, COEF] * slots[i, LABEL] * krow[i]
-    calibration.learn(st[ST_PLATT:ST_MODEL], bjit.bounded_score(fx), y)
+    calibration.learn(st[ST_PLATT:ST_MODEL], fx, y)
     st[ST_TRIALS] += 1.0
-    self_k = bjit.self_value(kp, x_sq)
+    self_k = kjit.self_kernel(kp, x_sq)
     g_new = 1.0 - y * fx
     if self_k <= 0.0 or g_new <= _down_minimum(slots, st, n) + st[TOL]:
         return 0
@@ -356,15 +357,15 @@ def learn_rows(S, slots, st, gram, X, cols, y):
     krow = np.zeros(S.shape[0] + 1)
     added = 0
     for r in range(X.shape[0]):
-        n = bjit.row_entries(X, cols, r, idx_buf, val_buf)
+        n = row_entries(X, cols, r, idx_buf, val_buf)
         added += learn(S, slots, st, gram, idx_buf[:n], val_buf[:n], y[r], krow)
     return added
 
 
 @njit(cache=True)
-def decision_rows(S, slots, st, X, cols, out):
+def score_rows(S, slots, st, X, cols, out):
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)
     for r in range(X.shape[0]):
-        n = bjit.row_entries(X, cols, r, idx_buf, val_buf)
+        n = row_entries(X, cols, r, idx_buf, val_buf)
         out[r] = decision(S, slots, st, idx_buf[:n], val_buf[:n])

@@ -58,6 +58,8 @@ import numpy as np
 from numba import njit
 
 from streammargin.jit import calibration
+from streammargin.jit import rng
+from streammargin.jit.rows import row_entries
 
 # learnt scalars
 TRIALS, SGD_STEPS, N_ACTIVE, DRAWS = range(4)
@@ -114,16 +116,6 @@ def calibration_of(st, c):
     """The calibration state of class c (a view into st)."""
     start = block_of(st, c) + int(st[N_FACES]) + PLATT
     return st[start : start + calibration.SIZE]
-
-
-@njit(cache=True)
-def uniform_index(seed, counter, n):
-    """A uniform integer in [0, n) from (seed, counter): splitmix64 of their combination."""
-    z = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(counter) + np.uint64(1)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z = z ^ (z >> np.uint64(31))
-    return int(z % np.uint64(n))
 
 
 @njit(cache=True)
@@ -369,7 +361,7 @@ def _store(window, st, idx, val, code):
 def _replay(W, st, window, idx_buf, val_buf, faces):
     """One SGD step on an example drawn uniformly from the window."""
     filled = min(st[TRIALS], st[WINDOW])
-    slot = uniform_index(st[SEED], st[DRAWS], int(filled))
+    slot = rng.index(st[SEED], st[DRAWS], int(filled))
     st[DRAWS] += 1.0
     row = window[slot]
     n = 0
@@ -497,19 +489,6 @@ def predict(W, st, idx, val):
 
 
 # Mini-batches: the same per-example functions over the rows of a frame (NaN = absent feature).
-
-
-@njit(cache=True)
-def row_entries(X, cols, r, idx_buf, val_buf):
-    """The non-missing entries of row r of X into the buffers; returns their count."""
-    n = 0
-    for c in range(X.shape[1]):
-        v = X[r, c]
-        if v == v:
-            idx_buf[n] = cols[c]
-            val_buf[n] = v
-            n += 1
-    return n
 
 
 @njit(cache=True)

@@ -24,8 +24,10 @@ from numba import njit
 
 from streammargin.jit import budget as bjit
 from streammargin.jit import calibration
+from streammargin.jit import kernels as kjit
 from streammargin.jit.budget import SCALE, UPDATES
 from streammargin.jit.kernels import ST_MODEL, ST_PLATT, ST_SIZE
+from streammargin.jit.rows import row_entries
 
 K = bjit.ST_BUDGET_END
 ALPHA, B, C = K + 1, K + 2, K + 3
@@ -33,16 +35,16 @@ N_OWN = 4
 
 
 @njit(cache=True)
-def margin_keep_row(S, slots, st, idx, val, krow):
+def score_keep_row(S, slots, st, idx, val, krow):
     """The served margin w . xh (last or averaged hypothesis; 0 when K(x, x) = 0), leaving x's
     kernel row in krow (flagged in its last entry) for a `learn` on the same instance."""
     kp = bjit.kernel_params(st)
-    x_sq = bjit.saturated_sq(val)
-    self_k = bjit.self_value(kp, x_sq)
+    x_sq = kjit.sq_norm(val)
+    self_k = kjit.self_kernel(kp, x_sq)
     if self_k <= 0.0:
         return 0.0
     size = int(st[ST_SIZE])
-    bjit.query_row(kp, S, slots, size, idx, val, x_sq, krow)
+    kjit.row(kp, S, slots, size, idx, val, x_sq, krow)
     krow[krow.shape[0] - 1] = 1.0
     return bjit.served_sum(slots, st, size, krow) / math.sqrt(self_k)
 
@@ -55,8 +57,8 @@ def learn(S, slots, st, gram_inv, idx, val, y, krow):
     scratch row of budget + 2 entries; if its last entry is 1.0 it already holds x's kernel row.
     """
     kp = bjit.kernel_params(st)
-    x_sq = bjit.saturated_sq(val)
-    self_k = bjit.self_value(kp, x_sq)
+    x_sq = kjit.sq_norm(val)
+    self_k = kjit.self_kernel(kp, x_sq)
     if self_k <= 0.0:  # xh undefined: "no update takes place" (the paper's footnote 4)
         krow[krow.shape[0] - 1] = 0.0
         bjit.end_trial(st)
@@ -66,7 +68,7 @@ def learn(S, slots, st, gram_inv, idx, val, y, krow):
     fx = bjit.row_sum(slots, size, krow)
     norm_x = math.sqrt(self_k)
     served = bjit.served_sum(slots, st, size, krow) / norm_x
-    calibration.learn(st[ST_PLATT:ST_MODEL], bjit.bounded_score(served), y)
+    calibration.learn(st[ST_PLATT:ST_MODEL], served, y)
     k = st[K]
     if y * st[SCALE] * fx / norm_x > (1.0 - st[ALPHA]) * st[B] / math.sqrt(k):
         bjit.end_trial(st)
@@ -92,16 +94,16 @@ def learn_rows(S, slots, st, gram_inv, X, cols, y):
     krow = np.zeros(S.shape[0] + 2)
     corrections = 0
     for r in range(X.shape[0]):
-        n = bjit.row_entries(X, cols, r, idx_buf, val_buf)
+        n = row_entries(X, cols, r, idx_buf, val_buf)
         corrections += learn(S, slots, st, gram_inv, idx_buf[:n], val_buf[:n], y[r], krow)
     return corrections
 
 
 @njit(cache=True)
-def margin_rows(S, slots, st, X, cols, out):
+def score_rows(S, slots, st, X, cols, out):
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)
     krow = np.zeros(S.shape[0] + 2)
     for r in range(X.shape[0]):
-        n = bjit.row_entries(X, cols, r, idx_buf, val_buf)
-        out[r] = margin_keep_row(S, slots, st, idx_buf[:n], val_buf[:n], krow)
+        n = row_entries(X, cols, r, idx_buf, val_buf)
+        out[r] = score_keep_row(S, slots, st, idx_buf[:n], val_buf[:n], krow)

@@ -12,6 +12,11 @@ The support cache of a kernel model is two arrays with `budget` rows:
 and a size n <= budget kept by the model: rows n.. are free. A query instance is sparse,
 (idx, val) as everywhere in streammargin (idx < 0: a feature no support vector has, which counts
 in ||x||^2 but not in any dot product).
+
+Kernel values are finite for any finite input, from 1e-300 to 1e300: squared norms saturate at the
+largest float, an RBF distance whose squared norms exceed LIMIT is computed from the vectors
+themselves (no cancellation; it may overflow to inf, giving K = 0, the right limit), and linear and
+polynomial values are clamped to [-BIG, BIG]. NaN never appears.
 """
 
 from __future__ import annotations
@@ -37,29 +42,56 @@ def kernel_params(kernel: str, gamma: float, degree: int, coef0: float) -> np.nd
     return np.array([KERNELS[kernel], gamma, degree, coef0], dtype=np.float64)
 
 
+LIMIT = 1e300  # squared norms beyond this take the direct (overflow-safe) path
+BIG = 1e100  # linear and polynomial kernel values are clamped to [-BIG, BIG]
+MAX_FINITE = 1.7976931348623157e308
+
+
+@njit(cache=True)
+def _clamp(v):
+    if v > BIG:
+        return BIG
+    if v < -BIG:
+        return -BIG
+    return v
+
+
+@njit(cache=True)
+def _from_dot_not_rbf(kp, dot):
+    """Linear or polynomial kernel value from a dot product, clamped to [-BIG, BIG]."""
+    if kp[KIND] == POLY:
+        return _clamp(_clamp(kp[GAMMA] * dot + kp[COEF0]) ** kp[DEGREE])
+    return _clamp(dot)
+
+
 @njit(cache=True)
 def from_dot(kp, dot, sq_a, sq_b):
-    """K(a, b) from a.b, ||a||^2 and ||b||^2."""
-    kind = kp[KIND]
-    if kind == RBF:
+    """K(a, b) from a.b, ||a||^2 and ||b||^2 (finite; with norms beyond LIMIT an RBF value from
+    dot products is meaningless, and `row`/`stored_pair` compute it from the vectors instead)."""
+    if kp[KIND] == RBF:
         d2 = sq_a + sq_b - 2.0 * dot
-        return math.exp(-kp[GAMMA] * max(d2, 0.0))
-    if kind == POLY:
-        return (kp[GAMMA] * dot + kp[COEF0]) ** kp[DEGREE]
-    return dot
+        if not d2 > 0.0:  # also NaN, from inf - inf: far beyond any meaningful distance
+            return 1.0 if d2 == d2 else 0.0
+        return math.exp(-kp[GAMMA] * d2)
+    return _from_dot_not_rbf(kp, dot)
 
 
 @njit(cache=True)
 def self_kernel(kp, sq):
-    """K(a, a) from ||a||^2."""
-    return from_dot(kp, sq, sq, sq)
+    """K(a, a) from ||a||^2 (as `sq_norm` gives it, saturated)."""
+    if kp[KIND] == RBF:
+        return 1.0
+    return _from_dot_not_rbf(kp, sq)
 
 
 @njit(cache=True)
 def sq_norm(val):
+    """||val||^2, saturated at the largest float instead of overflowing to inf."""
     total = 0.0
     for j in range(val.shape[0]):
         total += val[j] * val[j]
+    if total > MAX_FINITE:
+        return MAX_FINITE
     return total
 
 
@@ -75,19 +107,88 @@ def sparse_dot(S, i, idx, val):
 
 
 @njit(cache=True)
+def _query_slow(kp, S, i, idx, val):
+    """K(x, S[i]) when a squared norm is beyond LIMIT: no cancellation, no NaN."""
+    columns = S.shape[1]
+    if kp[KIND] == RBF:
+        present = np.zeros(columns, dtype=np.bool_)
+        d2 = 0.0
+        for j in range(idx.shape[0]):
+            c = idx[j]
+            if c >= 0:
+                diff = val[j] - S[i, c]
+                d2 += diff * diff
+                present[c] = True
+            else:
+                d2 += val[j] * val[j]
+        for c in range(columns):
+            if not present[c]:
+                d2 += S[i, c] * S[i, c]
+        return math.exp(-kp[GAMMA] * d2)  # d2 may be inf: K = 0, the right limit
+    largest_x = 0.0
+    for j in range(idx.shape[0]):
+        if idx[j] >= 0:
+            largest_x = max(largest_x, abs(val[j]))
+    largest_s = 0.0
+    for c in range(columns):
+        largest_s = max(largest_s, abs(S[i, c]))
+    dot = 0.0
+    if largest_x > 0.0 and largest_s > 0.0:
+        for j in range(idx.shape[0]):
+            c = idx[j]
+            if c >= 0:
+                dot += (val[j] / largest_x) * (S[i, c] / largest_s)
+        dot = (dot * largest_x) * largest_s
+    return _from_dot_not_rbf(kp, dot)
+
+
+@njit(cache=True)
+def _query(kp, S, slots, i, idx, val, x_sq):
+    """K(x, S[i]); x_sq = sq_norm(val)."""
+    s_sq = slots[i, SQ_NORM]
+    if x_sq < LIMIT and s_sq < LIMIT:
+        dot = sparse_dot(S, i, idx, val)
+        if kp[KIND] == RBF:
+            d2 = x_sq + s_sq - 2.0 * dot
+            return math.exp(-kp[GAMMA] * d2) if d2 > 0.0 else 1.0
+        return _from_dot_not_rbf(kp, dot)
+    return _query_slow(kp, S, i, idx, val)
+
+
+@njit(cache=True)
 def row(kp, S, slots, size, idx, val, x_sq, out):
-    """out[i] = K(x, S[i]) for the `size` stored vectors."""
+    """out[i] = K(x, S[i]) for the `size` stored vectors; x_sq = sq_norm(val). Finite for any
+    finite input: squared norms beyond LIMIT are computed from the vectors, without cancellation."""
     for i in range(size):
-        out[i] = from_dot(kp, sparse_dot(S, i, idx, val), x_sq, slots[i, SQ_NORM])
+        out[i] = _query(kp, S, slots, i, idx, val, x_sq)
 
 
 @njit(cache=True)
 def stored_pair(kp, S, slots, i, j):
-    """K(S[i], S[j]) between two stored vectors."""
+    """K(S[i], S[j]) between two stored vectors, finite."""
+    columns = S.shape[1]
+    if kp[KIND] == RBF:
+        d2 = 0.0
+        for c in range(columns):
+            diff = S[i, c] - S[j, c]
+            d2 += diff * diff
+        return math.exp(-kp[GAMMA] * d2)
+    if slots[i, SQ_NORM] < LIMIT and slots[j, SQ_NORM] < LIMIT:
+        dot = 0.0
+        for c in range(columns):
+            dot += S[i, c] * S[j, c]
+        return _from_dot_not_rbf(kp, dot)
+    largest_i = 0.0
+    largest_j = 0.0
+    for c in range(columns):
+        largest_i = max(largest_i, abs(S[i, c]))
+        largest_j = max(largest_j, abs(S[j, c]))
     dot = 0.0
-    for c in range(S.shape[1]):
-        dot += S[i, c] * S[j, c]
-    return from_dot(kp, dot, slots[i, SQ_NORM], slots[j, SQ_NORM])
+    if largest_i > 0.0 and largest_j > 0.0:
+        for c in range(columns):
+            dot += (S[i, c] / largest_i) * (S[j, c] / largest_j)
+        dot = (dot * largest_i) * largest_j
+    return _from_dot_not_rbf(kp, dot)
 
 
 @njit(cache=True)
@@ -126,11 +227,13 @@ def remove(S, slots, size, i):
 
 @njit(cache=True)
 def decision(kp, S, slots, size, idx, val, x_sq):
-    """f(x) = sum_i COEF_i LABEL_i K(x, S[i]): the usual dual form of a kernel classifier."""
+    """f(x) = sum_i COEF_i LABEL_i K(x, S[i]), the usual dual form of a kernel classifier, without
+    a row buffer; vectors with a zero coefficient are skipped."""
     total = 0.0
     for i in range(size):
-        k = from_dot(kp, sparse_dot(S, i, idx, val), x_sq, slots[i, SQ_NORM])
-        total += slots[i, COEF] * slots[i, LABEL] * k
+        a = slots[i, COEF] * slots[i, LABEL]
+        if a != 0.0:
+            total += a * _query(kp, S, slots, i, idx, val, x_sq)
     return total
 
 

@@ -99,15 +99,6 @@ R_TIE = 1e-12
 DOUBLE_MAX = np.finfo(np.float64).max
 
 
-def new_state(margin, gap, penalty, rho, replay, unlearn, kernel_params, platt) -> np.ndarray:
-    st = np.zeros(kjit.ST_MODEL + N_MODEL_STATE)
-    st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = kernel_params
-    st[kjit.ST_PLATT : kjit.ST_MODEL] = platt
-    write_hyper(st, margin, gap, penalty, rho, replay, unlearn)
-    st[CAP] = 1.0
-    return st
-
-
 def write_hyper(st, margin, gap, penalty, rho, replay, unlearn) -> None:
     st[MARGIN], st[GAP], st[PENALTY], st[RHO] = margin, gap, penalty, rho
     st[REPLAY], st[UNLEARN] = replay, unlearn
@@ -205,7 +196,7 @@ def _clip(value, bound):
 def _store(S, slots, st, idx, val, y, z_sq):
     """Append x to the cache (there must be room) with I = 0. Returns its slot."""
     slot = int(st[kjit.ST_SIZE])
-    kjit.store(S, slots, slot, idx, val, min(kjit.sq_norm(val), DOUBLE_MAX))
+    kjit.store(S, slots, slot, idx, val, kjit.sq_norm(val))
     slots[slot, kjit.LABEL] = y
     slots[slot, kjit.COEF] = 0.0
     slots[slot, kjit.BORN] = st[kjit.ST_TRIALS]
@@ -394,27 +385,9 @@ def learn_primal(S, slots, st, weights, idx, val, y):
 
 
 @njit(cache=True)
-def _finite_kernel(value):
-    if value != value:  # NaN from overflowing norms: such vectors are far apart / unrelated
-        return 0.0
-    return min(max(value, -DOUBLE_MAX), DOUBLE_MAX)
-
-
-@njit(cache=True)
-def self_kernel(kp, x_sq):
-    """K(x, x) from ||x||^2 (exactly 1 for the RBF kernel, whatever the norm)."""
-    if kp[kjit.KIND] == kjit.RBF:
-        return 1.0
-    return _finite_kernel(kjit.self_kernel(kp, x_sq))
-
-
-@njit(cache=True)
 def _raw_row(S, slots, st, idx, val, x_sq, out):
-    """out[k] = K(x_k, x) for the cached patterns (finite)."""
-    size = int(st[kjit.ST_SIZE])
-    kjit.row(st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE], S, slots, size, idx, val, x_sq, out)
-    for k in range(size):
-        out[k] = _finite_kernel(out[k])
+    """out[k] = K(x_k, x) for the cached patterns (finite: see `streammargin.jit.kernels`)."""
+    kjit.row(st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE], S, slots, int(st[kjit.ST_SIZE]), idx, val, x_sq, out)
 
 
 @njit(cache=True)
@@ -437,7 +410,7 @@ def _dual_score_from_row(slots, st, row):
 def dual_score(S, slots, st, idx, val):
     """The served score sum_k (I_k / b) y_k (K(x_k, x) + rho^2): the SVM decision value."""
     row = np.empty(int(st[kjit.ST_SIZE]))
-    _raw_row(S, slots, st, idx, val, min(kjit.sq_norm(val), DOUBLE_MAX), row)
+    _raw_row(S, slots, st, idx, val, kjit.sq_norm(val), row)
     return _dual_score_from_row(slots, st, row)
 
 
@@ -535,8 +508,8 @@ def replay_dual(slots, st, gram, margins, count):
 def learn_dual(S, slots, st, gram, margins, idx, val, y):
     """One example (every idx >= 0 and < the columns of S), y in {-1.0, +1.0}."""
     kp = st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE]
-    x_sq = min(kjit.sq_norm(val), DOUBLE_MAX)
-    augmented = self_kernel(kp, x_sq) + st[RHO] * st[RHO]
+    x_sq = kjit.sq_norm(val)
+    augmented = kjit.self_kernel(kp, x_sq) + st[RHO] * st[RHO]
     if augmented > 0.0:  # else a zero (or, for an indefinite kernel, meaningless) pattern
         size = int(st[kjit.ST_SIZE])
         row = np.empty(max(size, 1))

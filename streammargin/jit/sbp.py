@@ -46,7 +46,8 @@ from numba import njit
 
 from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
-from streammargin.jit.convex_polytope import uniform_index
+from streammargin.jit import rng
+from streammargin.jit.rows import row_entries
 
 RESP, AVG = kjit.N_COMMON_FIELDS, kjit.N_COMMON_FIELDS + 1
 N_FIELDS = kjit.N_COMMON_FIELDS + 2
@@ -228,7 +229,7 @@ def sbp_step(slots, gram, st, buf, eta0):
         for j in range(n):
             if slots[j, RESP] <= gamma:
                 under += 1
-    target = uniform_index(st[SEED], st[DRAWS], under)
+    target = rng.index(st[SEED], st[DRAWS], under)
     st[DRAWS] += 1.0
     i = -1
     for j in range(n):
@@ -298,18 +299,6 @@ def rebuild_gram(S, slots, st, gram):
 
 
 # Mini-batches: the same per-example functions over the rows of a frame (NaN = absent feature).
-
-
-@njit(cache=True)
-def row_entries(X, cols, r, idx_buf, val_buf):
-    n = 0
-    for c in range(X.shape[1]):
-        v = X[r, c]
-        if v == v:
-            idx_buf[n] = cols[c]
-            val_buf[n] = v
-            n += 1
-    return n
 
 
 @njit(cache=True)
