@@ -84,7 +84,7 @@ class SBPClassifier(KernelClassifier):
 
     >>> model = preprocessing.StandardScaler() | streammargin.SBPClassifier(gamma=2.0)
     >>> evaluate.progressive_val_score(datasets.Bananas(), model, metrics.Accuracy())
-    Accuracy: 86.94%
+    Accuracy: 86.81%
 
     >>> model["SBPClassifier"].support_size
     500
