@@ -13,16 +13,18 @@ changes `scale`. S is recomputed exactly every RECOMPUTE_EVERY corrections (roun
 accumulates), and whenever it leaves [S_LOW, S_HIGH] the scale moves into u so that max |u_i| = 1
 (|u|^p must neither overflow nor underflow; for a large p this happens often, at O(d) each).
 
-Averaged hypothesis, also in O(nnz(x)). The mean over trials of w_t is (1/T) sum_t factor_t
-g(u_t,i). g(u_i) only changes when coordinate i is updated, so with F = sum_t factor_t (a running
-scalar) the sum for coordinate i is acc_i + g(u_i) (F - mark_i), where acc_i holds the part up to
-the last update of i and mark_i the value of F then. Each trial adds its final factor to F; an
-update of coordinate i first settles acc_i. The factor can move by orders of magnitude (S grows
-from tiny values for p > 2, `scale` shrinks with every projection), and F must only sum terms of
-comparable size or the later ones vanish in its rounding: whenever the factor leaves [base/2,
-2 base] we re-base, settling every coordinate (acc_i += g(u_i)(F - mark_i)) and restarting F and
-the marks at 0. That costs O(d) a logarithmic number of times. Moving the scale into u changes the
-unit of g(u), so it re-bases first too.
+Averaged hypothesis, also in O(nnz(x)). The served average is sum_t beta^(T-t) w_t / sum_t
+beta^(T-t) over the trials t <= T, with beta = 1 - 1/average_window (beta = 1: the plain mean of
+the paper's voted-style averaging). w_t,i = factor_t g(u_t,i), and g(u_i) only changes when
+coordinate i is updated, so with GROWTH = beta^-(t - t0) and F = sum_t factor_t GROWTH_t (running
+scalars) the weighted sum for coordinate i is (acc_i + g(u_i) (F - mark_i)) / GROWTH_T, where acc_i
+holds the part up to the last update of i and mark_i the value of F then. Each trial adds its final
+factor to F; an update of coordinate i first settles acc_i. The factor can move by orders of
+magnitude (S grows from tiny values for p > 2, `scale` shrinks with every projection), and F must
+only sum terms of comparable size or the later ones vanish in its rounding: whenever the factor
+leaves [base/2, 2 base], or GROWTH nears float64's range, we re-base, settling every coordinate and
+restarting GROWTH at 1 and F and the marks at 0. That costs O(d) a logarithmic number of times (or
+once every ~230 windows). Moving the scale into u changes the unit of g(u), so it re-bases too.
 
 Instances: (idx, val) hold the columns and values of the nonzero features; idx < 0 marks a feature
 the model has never learnt from (weight 0, but its value counts in ||x||_p). Column 0 holds the
@@ -50,23 +52,25 @@ from streammargin.jit.rows import row_entries
 U, ACC, MARK = range(3)
 N_COLUMNS = 3
 # learnt scalars
-K, SCALE, SUM_P, SINCE_RECOMPUTE, TRIALS, FACTOR_SUM, FACTOR_BASE = range(7)
+K, SCALE, SUM_P, SINCE_RECOMPUTE, TRIALS, FACTOR_SUM, FACTOR_BASE, GROWTH, DECAYED = range(9)
 # hyper-parameters, written from the model's params
-P, ALPHA, B, C, RHO, AVERAGE = range(7, 13)
+P, ALPHA, B, C, RHO, AVERAGE, AVERAGE_DECAY = range(9, 16)
 # calibration state (streammargin.jit.calibration) at st[PLATT:]
-PLATT = 13
+PLATT = 16
 STATE_SIZE = PLATT + calibration.SIZE
 
 RECOMPUTE_EVERY = 4096
 S_LOW, S_HIGH = 1e-150, 1e150  # the range S is kept in (see `_renormalise`)
+GROWTH_LIMIT = 1e100  # re-base the average before 1/decay^t gets near float64's range
 
 
 def new_state(*hyper: float) -> np.ndarray:
-    """A fresh state array; `hyper` = (p, alpha, B, C, rho, average) in slot order."""
+    """A fresh state array; `hyper` = (p, alpha, B, C, rho, average, average_decay)."""
     st = np.zeros(STATE_SIZE)
     st[K] = 1.0
     st[SCALE] = 1.0
-    st[P : AVERAGE + 1] = hyper
+    st[GROWTH] = 1.0
+    st[P : AVERAGE_DECAY + 1] = hyper
     st[PLATT:] = calibration.new_state()
     return st
 
@@ -146,7 +150,7 @@ def _margins(vectors, st, idx, xh, rho_hat):
     or the averaged hypothesis' margin), in one pass over the instance."""
     p = st[P]
     factor = primal_factor(st)
-    if st[AVERAGE] == 0.0 or st[TRIALS] == 0.0:
+    if st[AVERAGE] == 0.0 or st[DECAYED] == 0.0:
         last = factor * g(vectors[0, U], p) * rho_hat
         for j in range(idx.shape[0]):
             i = idx[j]
@@ -161,7 +165,7 @@ def _margins(vectors, st, idx, xh, rho_hat):
         if i >= 0:
             last += factor * g(vectors[i, U], p) * xh[j]
             summed += _averaged_weight(vectors, i, p, factor_sum) * xh[j]
-    return last, summed / st[TRIALS]
+    return last, summed / (st[GROWTH] * st[DECAYED])
 
 
 @njit(cache=True)
@@ -199,12 +203,14 @@ def _settle(vectors, i, p, factor_sum):
 
 @njit(cache=True)
 def _rebase(vectors, st):
-    """Settle every average accumulator and restart F and the marks at 0."""
-    p, factor_sum = st[P], st[FACTOR_SUM]
+    """Settle every average accumulator, move it to the present time unit (GROWTH = 1) and
+    restart F and the marks at 0."""
+    p, factor_sum, growth = st[P], st[FACTOR_SUM], st[GROWTH]
     for i in range(vectors.shape[0]):
-        vectors[i, ACC] = _averaged_weight(vectors, i, p, factor_sum)
+        vectors[i, ACC] = _averaged_weight(vectors, i, p, factor_sum) / growth
         vectors[i, MARK] = 0.0
     st[FACTOR_SUM] = 0.0
+    st[GROWTH] = 1.0
     st[FACTOR_BASE] = primal_factor(st)
 
 
@@ -281,10 +287,14 @@ def _learn(vectors, st, idx, val, y, xh):
     st[TRIALS] += 1.0
     if averaged:  # the hypothesis after this trial served it
         factor = primal_factor(st)
-        if factor > 2.0 * st[FACTOR_BASE] or factor < 0.5 * st[FACTOR_BASE]:
+        base = st[FACTOR_BASE]
+        if factor > 2.0 * base or factor < 0.5 * base or st[GROWTH] > GROWTH_LIMIT:
             _rebase(vectors, st)
             st[FACTOR_BASE] = factor
-        st[FACTOR_SUM] += factor
+        decay = st[AVERAGE_DECAY]
+        st[GROWTH] /= decay
+        st[DECAYED] = decay * st[DECAYED] + 1.0
+        st[FACTOR_SUM] += factor * st[GROWTH]
     return corrected
 
 
