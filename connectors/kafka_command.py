@@ -1,0 +1,266 @@
+"""`streammargin kafka`: run the Kafka worker as a process (a thin layer over `connectors.worker`).
+
+Every option can also come from an environment variable `STREAMMARGIN_<OPTION>` (upper case,
+dashes as underscores): `STREAMMARGIN_BOOTSTRAP_SERVERS=broker:9092`, `STREAMMARGIN_TOPIC=a,b`
+(repeatable options take a comma-separated list), `STREAMMARGIN_PARAM=alpha=0.8,p=3`,
+`STREAMMARGIN_SCALE=true`. The command line wins over the environment.
+
+SIGTERM and SIGINT stop the worker gracefully: it finishes the record in hand, flushes its
+outputs, checkpoints, commits and leaves the group; the exit code is then 0 (also after
+`--idle-timeout`), 1 on an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import typing
+
+ENV_PREFIX = "STREAMMARGIN_"
+
+# (flag, kind, default, help); kind: str, int, float, bool, list (repeatable), params (key=value)
+OPTIONS: list[tuple[str, str, typing.Any, str]] = [
+    ("--bootstrap-servers", "str", "localhost:9092", "Kafka brokers, host:port[,host:port]"),
+    ("--topic", "list", [], "input topic (repeatable)"),
+    ("--group-id", "str", "streammargin", "consumer group; also part of the checkpoint keys"),
+    ("--predictions-topic", "str", "streammargin.predictions", "one record per prediction"),
+    ("--predictions-per-message", "int", 1,
+     "N > 1: JSON Lines of up to N predictions per Kafka message (faster)"),
+    ("--metrics-topic", "str", "streammargin.metrics", "metrics records ('' to disable)"),
+    ("--dead-letter-topic", "str", "streammargin.dead-letters",
+     "rejected records with the reason in headers ('' to disable)"),
+    ("--checkpoint-topic", "str", "streammargin.checkpoints", "compacted topic of checkpoints"),
+    ("--model", "str", "alma", "model name (see --list-models)"),
+    ("--param", "params", {}, "model parameter key=value (repeatable)"),
+    ("--scale", "bool", False, "put a River StandardScaler in front of the model"),
+    ("--codec", "str", "json", "input codec: json or package.module:Class"),
+    ("--max-record-bytes", "int", 1 << 20, "larger records are dead letters"),
+    ("--metrics-every", "int", 10_000, "metrics every N records of a partition"),
+    ("--metrics-interval", "float", None, "also every SECONDS"),
+    ("--checkpoint-every", "int", 10_000, "checkpoint every N records of a partition"),
+    ("--checkpoint-interval", "float", 60.0, "also every SECONDS"),
+    ("--idle-timeout", "float", None,
+     "checkpoint, commit and exit 0 after SECONDS without records (default: run forever)"),
+    ("--rolling-window", "int", 1000, "window of the rolling accuracy"),
+    ("--drift-detector", "str", "adwin", "River drift detector on the error stream"),
+    ("--drift-param", "params", {}, "drift detector parameter key=value (repeatable)"),
+    ("--label-store-size", "int", 100_000, "max unlabelled events waiting for their label"),
+    ("--label-max-age-records", "int", 1_000_000, "events older than N records expire"),
+    ("--label-max-age-seconds", "float", None, "events older than SECONDS (record time) expire"),
+    ("--session-timeout-ms", "int", 10_000, "consumer group session timeout"),
+    ("--heartbeat-interval-ms", "int", 3_000, "consumer group heartbeat interval"),
+    ("--max-poll-records", "int", 5_000, "records per poll"),
+    ("--auto-offset-reset", "str", "earliest", "where a partition without checkpoint starts"),
+    ("--client-id", "str", None, "client id (default: streammargin-<host>-<pid>)"),
+    ("--create-topics", "bool", True, "create missing output and checkpoint topics"),
+    ("--security-protocol", "str", None, "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+    ("--sasl-mechanism", "str", None, "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, GSSAPI"),
+    ("--sasl-plain-username", "str", None, "SASL username"),
+    ("--sasl-plain-password", "str", None, "SASL password (prefer the environment variable)"),
+    ("--ssl-cafile", "str", None, "CA certificate file"),
+    ("--ssl-certfile", "str", None, "client certificate file"),
+    ("--ssl-keyfile", "str", None, "client key file"),
+    ("--ssl-password", "str", None, "password of the client key"),
+    ("--ssl-check-hostname", "bool", None, "check the broker's host name in its certificate"),
+    ("--consumer-config", "params", {}, "extra KafkaConsumer setting key=value (repeatable)"),
+    ("--producer-config", "params", {}, "extra KafkaProducer setting key=value (repeatable)"),
+    ("--log-level", "str", "INFO", "DEBUG, INFO, WARNING or ERROR"),
+]
+SECURITY = [
+    "security_protocol", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
+    "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_check_hostname",
+]
+
+
+def env_name(flag: str) -> str:
+    return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
+
+
+def _bool(text: str) -> bool:
+    word = text.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+def _optional_float(text: str) -> float | None:
+    """A float, or None for "none", "off" or "" (e.g. `--checkpoint-interval none`)."""
+    if text.strip().lower() in ("", "none", "off", "null"):
+        return None
+    return float(text)
+
+
+def _env_default(flag: str, kind: str, default: typing.Any) -> typing.Any:
+    from connectors.models import parse_params
+
+    raw = os.environ.get(env_name(flag))
+    if raw is None:
+        return default
+    try:
+        if kind == "list":
+            return [item.strip() for item in raw.split(",") if item.strip()]
+        if kind == "params":
+            return parse_params(item for item in raw.split(",") if item.strip())
+        if kind == "bool":
+            return _bool(raw)
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return _optional_float(raw)
+    except (ValueError, argparse.ArgumentTypeError) as error:
+        raise SystemExit(f"streammargin kafka: bad {env_name(flag)}={raw!r}: {error}") from None
+    return raw
+
+
+class _ParamAction(argparse.Action):
+    """key=value options accumulated into a dict (on top of the environment's)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from connectors.models import parse_params
+
+        try:
+            params = parse_params([values])
+        except ValueError as error:
+            parser.error(str(error))
+        setattr(namespace, self.dest, {**(getattr(namespace, self.dest) or {}), **params})
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "kafka",
+        help="consume topics, predict, learn, report metrics and drift, checkpoint to Kafka",
+        description=__doc__.split("\n\n")[0],
+        epilog="Every option also reads the environment variable STREAMMARGIN_<OPTION>.",
+    )
+    for flag, kind, default, help_text in OPTIONS:
+        default = _env_default(flag, kind, default)
+        shown = f" [env {env_name(flag)}]"
+        if kind == "list":
+            # The environment's list is replaced, not extended, by command-line items.
+            parser.add_argument(flag, action="append", default=None, help=help_text + shown)
+            parser.set_defaults(**{flag[2:].replace("-", "_") + "_env": default})
+        elif kind == "params":
+            parser.add_argument(flag, action=_ParamAction, default=dict(default),
+                                metavar="KEY=VALUE", help=help_text + shown)
+        elif kind == "bool":
+            parser.add_argument(flag, type=_bool, nargs="?", const=True, default=default,
+                                help=help_text + shown)
+        else:
+            convert = {"str": str, "int": int, "float": _optional_float}[kind]
+            parser.add_argument(flag, type=convert, default=default, help=help_text + shown)
+    parser.add_argument("--list-models", action="store_true",
+                        help="print the model names and exit")
+    parser.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> typing.Any:
+    """The `WorkerConfig` of parsed arguments."""
+    from connectors.worker import WorkerConfig
+
+    topics = args.topic if args.topic is not None else args.topic_env
+    client_config = {
+        name: getattr(args, name) for name in SECURITY if getattr(args, name) is not None
+    }
+    return WorkerConfig(
+        topics=topics,
+        bootstrap_servers=args.bootstrap_servers,
+        group_id=args.group_id,
+        predictions_topic=args.predictions_topic or None,
+        predictions_per_message=args.predictions_per_message,
+        metrics_topic=args.metrics_topic or None,
+        dead_letter_topic=args.dead_letter_topic or None,
+        checkpoint_topic=args.checkpoint_topic,
+        model=args.model,
+        params=args.param,
+        scale=args.scale,
+        codec=args.codec,
+        max_record_bytes=args.max_record_bytes,
+        metrics_every=args.metrics_every,
+        metrics_interval=args.metrics_interval,
+        checkpoint_every=args.checkpoint_every,
+        checkpoint_interval=args.checkpoint_interval,
+        idle_timeout=args.idle_timeout,
+        rolling_window=args.rolling_window,
+        drift_detector=args.drift_detector,
+        drift_params=args.drift_param,
+        label_store_size=args.label_store_size,
+        label_max_age_records=args.label_max_age_records,
+        label_max_age_seconds=args.label_max_age_seconds,
+        session_timeout_ms=args.session_timeout_ms,
+        heartbeat_interval_ms=args.heartbeat_interval_ms,
+        max_poll_records=args.max_poll_records,
+        auto_offset_reset=args.auto_offset_reset,
+        client_id=args.client_id,
+        create_topics=args.create_topics,
+        client_config=client_config,
+        consumer_config=args.consumer_config,
+        producer_config=args.producer_config,
+    )
+
+
+def _log_metrics(record: dict) -> None:
+    accuracy = record["accuracy"]
+    logging.getLogger("streammargin.kafka").info(
+        "%s %s/%d: %d records, accuracy %s, rolling %s, drift detections %d, lag %s, %.0f rec/s",
+        record["event"], record["topic"], record["partition"], record["records"],
+        "-" if accuracy is None else f"{accuracy:.4f}",
+        "-" if record["rolling_accuracy"] is None else f"{record['rolling_accuracy']:.4f}",
+        record["drift"]["detections"], record["lag"], record["records_per_s"],
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+    if args.list_models:
+        from connectors.models import model_names
+
+        for name, cls in model_names().items():
+            print(f"{name:<20} {cls.__module__}.{cls.__name__}")
+        return 0
+    from connectors.worker import Worker
+
+    try:
+        config = config_from_args(args)
+    except ValueError as error:
+        print(f"streammargin kafka: {error}", file=sys.stderr)
+        return 2
+    worker = Worker(config)
+
+    def stop(signum, frame):  # noqa: ARG001
+        logging.getLogger("streammargin.kafka").info(
+            "%s: finishing the record in hand, then checkpoint and exit",
+            signal.Signals(signum).name,
+        )
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        summary = worker.run(on_metrics=_log_metrics)
+    except Exception as error:
+        logging.getLogger("streammargin.kafka").error("worker failed: %s", error, exc_info=True)
+        return 1
+    print(json.dumps({k: v for k, v in summary.items() if k != "partitions"}), file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="streammargin")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["kafka", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""The Kafka connector's parts that need no broker: codec, metrics, checkpoint state, label store,
+model registry, command line."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from river import drift, metrics, preprocessing, utils
+
+import streammargin
+from connectors import checkpoint, codec, kafka_command, models
+from connectors.metrics import PartitionMetrics, make_detector
+from connectors.worker import PendingLabels, WorkerConfig
+from streammargin import state
+
+# Codec --------------------------------------------------------------------------------------------
+
+JSON = codec.JSONCodec(max_record_bytes=300)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (b'{"id": "a", "x": {"f": 1.5, "g": 2}, "y": true}', ("a", {"f": 1.5, "g": 2}, True)),
+        (b'{"id": 3, "x": {"f": 1}, "y": 0}', (3, {"f": 1}, False)),
+        (b'{"x": {"f": 1}, "y": -1}', (None, {"f": 1}, False)),
+        (b'{"x": {"f": 1}, "y": 1.0}', (None, {"f": 1}, True)),
+        (b'{"x": {"f": true}, "y": null}', (None, {"f": True}, None)),
+        (b'{"x": {}}', (None, {}, None)),
+        (b'{"id": "a", "y": false}', ("a", None, False)),
+        (b'{"x": {"f": 1e308, "g": 1e308}, "ts": "2024-01-01T00:00:00Z", "extra": [1]}',
+         (None, {"f": 1e308, "g": 1e308}, None)),
+    ],
+)
+def test_codec_decodes_the_event_contract(value, expected):
+    assert JSON.decode(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (None, "empty record"),
+        (b"x" * 301, "oversized record: 301 bytes"),
+        (b"not json", "bad JSON"),
+        (b"\xff\xfe{}", "bad JSON"),
+        (b'{"x": {"f": 1}', "bad JSON"),
+        (b"[1, 2]", "record is a JSON list"),
+        (b'{"x": {"f": NaN}}', "non-finite number NaN"),
+        (b'{"x": {"f": -Infinity}}', "non-finite number -Infinity"),
+        (b'{"x": {"f": 1e999}}', "feature 'f' has value inf"),
+        (b'{"x": {"f": "1.5"}}', "feature 'f' has value '1.5' of type str"),
+        (b'{"x": {"f": null}}', "feature 'f' has value None"),
+        (b'{"x": {"f": [1]}}', "feature 'f' has value [1] of type list"),
+        (b'{"x": {"f": 1, "g": {"h": 1}}}', "feature 'g'"),
+        (b'{"x": {"f": 1' + b"0" * 320 + b"}}", "oversized"),
+        (b'{"y": true}', "label record without an id"),
+        (b'{"id": "a"}', "missing x"),
+        (b'{"x": [1, 2]}', "x must be a JSON object"),
+        (b'{"x": {"f": 1}, "y": 2}', "unknown label 2"),
+        (b'{"x": {"f": 1}, "y": "yes"}', "unknown label 'yes'"),
+        (b'{"x": {"f": 1}, "id": [1]}', "id [1] must be a string or an integer"),
+        (b'{"x": {"f": 1}, "id": true}', "id True must be a string or an integer"),
+    ],
+)
+def test_codec_turns_bad_records_into_dead_letters_with_a_reason(value, reason):
+    with pytest.raises(codec.DeadLetter) as raised:
+        JSON.decode(value)
+    assert reason in str(raised.value)
+
+
+def test_codec_rejects_integers_beyond_float64():
+    big = b'{"x": {"g": 2.0, "f": 1' + b"0" * 400 + b"}}"
+    with pytest.raises(codec.DeadLetter, match="feature 'f' has value 1000.* too large"):
+        codec.JSONCodec().decode(big)
+
+
+def test_get_codec_by_name_and_import_path():
+    assert isinstance(codec.get_codec("json"), codec.JSONCodec)
+    assert isinstance(codec.get_codec("connectors.codec:JSONCodec"), codec.JSONCodec)
+    with pytest.raises(ValueError, match="unknown codec"):
+        codec.get_codec("avro")
+
+
+def test_crc32c_matches_kafka_python_reference():
+    from kafka.record._crc32c import crc as reference
+
+    rng = random.Random(0)
+    for size in [0, 1, 7, 8, 9, 63, 64, 1000, 4097]:
+        data = bytes(rng.randrange(256) for _ in range(size))
+        assert codec.crc32c(data) == reference(data)
+        assert codec.crc32c(memoryview(bytearray(data))) == reference(data)
+    assert codec.crc32c(b"123456789") == 0xE3069283  # the standard check value
+
+
+def test_install_fast_crc32c_replaces_the_pure_python_checksum():
+    from kafka.record import default_records, util
+
+    which = codec.install_fast_crc32c()
+    if util.crc32c_c is None:
+        assert which == "numba" and default_records.calc_crc32c is codec.crc32c
+    assert codec.install_fast_crc32c() == which  # idempotent
+
+
+# Metrics ------------------------------------------------------------------------------------------
+
+
+def random_predictions(n, seed=0):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        y = rng.random() < 0.4
+        p_true = rng.choice([0.0, 1.0, rng.random(), 0.5])
+        out.append((y, p_true > 0.5, p_true))
+    return out
+
+
+def test_metrics_equal_rivers_accuracy_rolling_accuracy_and_log_loss_exactly():
+    ours = PartitionMetrics(rolling_window=50)
+    accuracy, rolling, log_loss = (
+        metrics.Accuracy(), utils.Rolling(metrics.Accuracy, window_size=50), metrics.LogLoss()
+    )
+    for offset, (y, y_pred, p_true) in enumerate(random_predictions(500)):
+        ours.update(y, y_pred, p_true, offset)
+        accuracy.update(y, y_pred)
+        rolling.update(y, y_pred)
+        log_loss.update(y, {True: p_true, False: 1 - p_true})
+        assert ours.accuracy == accuracy.get()
+        assert ours.rolling_accuracy == rolling.get()
+        assert ours.log_loss == log_loss.get()
+
+
+def test_metrics_feed_the_detector_with_errors_and_record_detections():
+    ours = PartitionMetrics(detector=make_detector("ADWIN"))
+    reference = drift.ADWIN()
+    detections = []
+    rng = random.Random(1)
+    for offset in range(3000):
+        error_rate = 0.1 if offset < 1500 else 0.6
+        y = True
+        y_pred = rng.random() >= error_rate
+        if ours.update(y, y_pred, 0.9 if y_pred else 0.1, offset):
+            detections.append(offset)
+        reference.update(0.0 if y_pred else 1.0)
+        assert ours.detector.drift_detected == reference.drift_detected
+    assert detections and any(1500 <= d < 1800 for d in detections)
+    assert ours.n_detections == len(detections)
+    assert list(ours.detections) == detections[-100:]
+
+
+def round_trip(tree):
+    return state.loads(state.dumps({"tree": tree}))["tree"]
+
+
+@pytest.mark.parametrize("name", ["adwin", "kswin", "pagehinkley", "ddm", "eddm", "hddma", "hddmw",
+                                  "fhddm", "none"])
+def test_metrics_state_round_trip_continues_identically(name):
+    params = {"seed": 3} if name == "kswin" else {}
+    original = PartitionMetrics(rolling_window=30, detector=make_detector(name, params))
+    stream = random_predictions(900, seed=2)
+    # An error rate jump makes detectors fire after the restore point.
+    stream = [(y, y_pred if i < 400 else not y_pred, p) for i, (y, y_pred, p) in enumerate(stream)]
+    for offset, (y, y_pred, p_true) in enumerate(stream[:300]):
+        original.update(y, y_pred, p_true, offset)
+    restored = PartitionMetrics.from_state(round_trip(original.to_state()))
+    assert type(restored.detector) is type(original.detector)
+    for offset, (y, y_pred, p_true) in enumerate(stream[300:], 300):
+        assert restored.update(y, y_pred, p_true, offset) == original.update(
+            y, y_pred, p_true, offset
+        )
+    assert restored.summary() == original.summary()
+    assert state.dumps(restored.to_state()) == state.dumps(original.to_state())
+
+
+def test_object_state_of_a_standard_scaler_round_trips():
+    scaler = preprocessing.StandardScaler()
+    rng = random.Random(0)
+    for _ in range(100):
+        scaler.learn_one({"a": rng.gauss(3, 2), "b": rng.random(), 7: rng.random()})
+    twin = checkpoint.object_from_state(round_trip(checkpoint.object_to_state(scaler)))
+    x = {"a": 1.0, "b": 0.5, 7: 0.1, "new": 2.0}
+    assert twin.transform_one(x) == scaler.transform_one(x)
+    twin.learn_one(x)
+    scaler.learn_one(x)
+    assert twin.transform_one(x) == scaler.transform_one(x)
+
+
+def test_object_state_refuses_classes_outside_river():
+    tree = checkpoint.object_to_state(drift.ADWIN())
+    tree["class"] = "os:system"
+    with pytest.raises(state.StateError, match="only River classes"):
+        checkpoint.object_from_state(tree)
+    tree["class"] = "river.drift:__builtins__"
+    with pytest.raises(state.StateError):
+        checkpoint.object_from_state(tree)
+    with pytest.raises(TypeError, match="no safe state"):
+        checkpoint.object_to_state(object())
+
+
+def test_checkpoint_bytes_round_trip_and_reject_other_data():
+    model = streammargin.ALMAClassifier()
+    model.learn_one({"a": 1.0}, True)
+    data = checkpoint.encode_checkpoint({"model": model.to_state(), "next_offset": 7})
+    fields = checkpoint.decode_checkpoint(data)
+    assert fields["next_offset"] == 7
+    twin = streammargin.from_state(fields["model"])
+    assert twin.predict_proba_one({"a": 0.3}) == model.predict_proba_one({"a": 0.3})
+    with pytest.raises(state.StateError):
+        checkpoint.decode_checkpoint(state.dumps({"format": "other"}))
+    with pytest.raises(state.StateError):
+        checkpoint.decode_checkpoint(b"\x80\x04pickle")
+    assert checkpoint.checkpoint_key("g", "t", 3) == b"g/t/3"
+
+
+# Delayed labels -----------------------------------------------------------------------------------
+
+
+def test_pending_labels_join_expire_by_size_and_age_and_count_orphans():
+    pending = PendingLabels(max_size=3, max_age_records=10, max_age_ms=5_000)
+    for i in range(4):  # the fourth evicts the first (size)
+        pending.add(f"e{i}", {"a": i}, offset=i, timestamp=1000 * i, y_pred=True, p_true=0.7)
+    assert list(pending.entries) == ["e1", "e2", "e3"] and pending.expired == 1
+    assert pending.pop("e0", 4, 4000) is None and pending.orphans == 1
+    entry = pending.pop("e2", 5, 5000)
+    assert entry == ({"a": 2}, 2, 2000, True, 0.7) and pending.joined == 1
+    # Age in records: e1 (offset 1) is too old at offset 12.
+    assert pending.pop("e1", 12, 5000) is None and pending.expired == 2
+    # Age in record time: e3 (t=3000 ms) is too old once 9000 ms has been seen.
+    pending.add("e9", {"a": 9}, offset=13, timestamp=9000, y_pred=False, p_true=0.2)
+    assert "e3" not in pending.entries and pending.expired == 3
+    # A second event with a pending id supersedes the first.
+    pending.add("e9", {"a": 10}, offset=14, timestamp=9000, y_pred=False, p_true=0.1)
+    assert pending.entries["e9"][0] == {"a": 10} and pending.expired == 4
+    twin = PendingLabels.from_state(round_trip(pending.to_state()), 3, 10, 5_000)
+    assert twin.entries == pending.entries
+    assert twin.counters() == pending.counters() == {
+        "pending": 1, "joined": 1, "expired": 4, "orphans": 1
+    }
+
+
+def test_pending_labels_keep_names_and_ids_of_any_safe_type():
+    pending = PendingLabels(max_size=10)
+    pending.add(5, {"a": 1, 3: 2.5, ("t", 1): True}, offset=0, timestamp=0, y_pred=True,
+                p_true=0.6)
+    twin = PendingLabels.from_state(round_trip(pending.to_state()), 10, None, None)
+    assert twin.entries == {5: ({"a": 1, 3: 2.5, ("t", 1): True}, 0, 0, True, 0.6)}
+
+
+# Models and command line --------------------------------------------------------------------------
+
+
+def test_every_registered_model_has_a_short_name_and_builds():
+    names = models.model_names()
+    assert names["alma"] is streammargin.ALMAClassifier
+    assert set(names.values()) == set(state.registered_models().values())
+    for name, cls in names.items():
+        assert name == cls.__name__.lower().removesuffix("classifier")
+        assert isinstance(models.build_model(name), cls)
+    assert models.model_class("ALMAClassifier") is streammargin.ALMAClassifier
+    with pytest.raises(ValueError, match="unknown model 'nope'"):
+        models.model_class("nope")
+    with pytest.raises(ValueError, match="bad parameters"):
+        models.build_model("alma", {"gamma": 1})
+
+
+def test_parse_params_types():
+    assert models.parse_params(["a=1", "b=2.5", "c=True", "d=none", "e=rbf", "f=1e-3", "a=2"]) == {
+        "a": 2, "b": 2.5, "c": True, "d": None, "e": "rbf", "f": 0.001
+    }
+    with pytest.raises(ValueError, match="key=value"):
+        models.parse_params(["alpha"])
+
+
+def parse_command(argv, monkeypatch, env=None):
+    from connectors.cli import build_parser
+
+    for key, value in (env or {}).items():
+        monkeypatch.setenv(key, value)
+    return kafka_command.config_from_args(build_parser().parse_args(["kafka", *argv]))
+
+
+def test_command_options_come_from_the_command_line_and_the_environment(monkeypatch):
+    config = parse_command(
+        ["--param", "alpha=0.7", "--checkpoint-interval", "none", "--scale", "--topic", "t3"],
+        monkeypatch,
+        env={
+            "STREAMMARGIN_TOPIC": "t1,t2",
+            "STREAMMARGIN_BOOTSTRAP_SERVERS": "b:9093",
+            "STREAMMARGIN_PARAM": "p=3,alpha=0.5",
+            "STREAMMARGIN_IDLE_TIMEOUT": "2.5",
+            "STREAMMARGIN_METRICS_TOPIC": "",
+            "STREAMMARGIN_SECURITY_PROTOCOL": "SASL_SSL",
+            "STREAMMARGIN_SASL_PLAIN_PASSWORD": "secret",
+            "STREAMMARGIN_DRIFT_PARAM": "delta=0.01",
+            "STREAMMARGIN_CREATE_TOPICS": "false",
+        },
+    )
+    assert config.topics == ["t3"]  # the command line replaces the environment's list
+    assert config.bootstrap_servers == "b:9093"
+    assert config.params == {"p": 3, "alpha": 0.7}
+    assert config.checkpoint_interval is None and config.idle_timeout == 2.5
+    assert config.metrics_topic is None and config.scale is True and config.create_topics is False
+    assert config.client_config == {
+        "security_protocol": "SASL_SSL", "sasl_plain_password": "secret"
+    }
+    assert config.drift_params == {"delta": 0.01}
+    config = parse_command([], monkeypatch, env={"STREAMMARGIN_TOPIC": "t1,t2"})
+    assert config.topics == ["t1", "t2"]
+
+
+def test_worker_config_fails_early_on_bad_settings():
+    with pytest.raises(ValueError, match="at least one input topic"):
+        WorkerConfig(topics=[])
+    with pytest.raises(ValueError, match="unknown model"):
+        WorkerConfig(topics=["t"], model="nope")
+    with pytest.raises(ValueError, match="unknown drift detector"):
+        WorkerConfig(topics=["t"], drift_detector="nope")
+    with pytest.raises(ValueError, match="input topic cannot also be an output"):
+        WorkerConfig(topics=["t"], predictions_topic="t")
+    assert WorkerConfig(topics="t").topics == ["t"]
+
+
+def test_command_exit_codes(monkeypatch, capsys):
+    from connectors.cli import main
+
+    assert main(["kafka", "--list-models"]) == 0
+    assert "alma" in capsys.readouterr().out
+    monkeypatch.delenv("STREAMMARGIN_TOPIC", raising=False)
+    assert main(["kafka"]) == 2  # no input topic
