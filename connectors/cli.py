@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ["connectors.demo", "connectors.evaluate_command"]
+SUBCOMMANDS = ["connectors.demo", "connectors.evaluate_command", "connectors.kafka_command"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,48 +1,261 @@
-"""`streammargin demo`: progressive validation of ALMA on a drifting stream, with live metrics.
+"""`streammargin demo`: the whole product on one machine, in a minute.
 
-(The Kafka version of the demo replaces this once the Kafka worker lands.)
+It starts the embedded Kafka broker on a free port, produces a stream with an abrupt concept
+change (and a few malformed records) into a topic, runs the Kafka worker on it, shows live
+progress (records/s, lag, rolling accuracy, drift detections), then prints a summary and writes a
+PNG of the rolling accuracy with the change point and the detections marked. Nothing is left
+running: the broker stops with the demo, whatever happens.
+
+    streammargin demo                                  # ALMA on SEA, 40,000 records
+    streammargin demo --model budgetperceptron --stream hyperplane --size 60000
+    streammargin demo --model alma --param alpha=0.5 --partitions 2
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
+import math
+import pathlib
+import sys
+import threading
 import time
+import typing
+
+from connectors import models, terminal
+
+STREAMS = ("sea", "hyperplane", "agrawal")
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("demo", help="run the demo on a drifting stream")
-    parser.add_argument("--size", type=int, default=20000, help="number of records")
+    parser = subparsers.add_parser(
+        "demo",
+        help="embedded Kafka broker + a drifting stream + the worker, with live metrics",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--model", default="alma", help=f"one of: {', '.join(models.model_names())}")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="a model parameter (repeatable)")
+    parser.add_argument("--stream", choices=STREAMS, default="sea",
+                        help="the generator before and after the change (default: sea)")
+    parser.add_argument("--size", type=int, default=40_000, help="records to produce")
+    parser.add_argument("--partitions", type=int, default=1, help="partitions of the input topic")
+    parser.add_argument("--bad-every", type=int, default=500,
+                        help="one malformed record every N (0: none), to show the dead letters")
+    parser.add_argument("--no-scale", action="store_true",
+                        help="no StandardScaler in front of the model")
+    parser.add_argument("--out", default="demo-output", help="folder of the PNG and the summary")
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from river import drift, metrics, preprocessing, utils
+def drifting_stream(name: str, size: int, seed: int = 7) -> typing.Iterator[tuple[dict, bool]]:
+    """`size` records whose concept changes abruptly at size // 2."""
     from river.datasets import synth
 
-    import streammargin
+    if name == "sea":
+        before, after = synth.SEA(variant=0, seed=seed), synth.SEA(variant=3, seed=seed + 1)
+    elif name == "hyperplane":
+        before = synth.Hyperplane(n_features=10, seed=seed)
+        after = synth.Hyperplane(n_features=10, seed=seed + 1)
+    else:
+        before = synth.Agrawal(classification_function=4, seed=seed)
+        after = synth.Agrawal(classification_function=1, seed=seed + 1)
+    # An abrupt change: River's ConceptDriftStream overflows math.exp at width=1.
+    for x, y in itertools.chain(before.take(size // 2), after.take(size - size // 2)):
+        yield x, bool(y)
 
-    stream = synth.ConceptDriftStream(
-        stream=synth.SEA(seed=1, variant=0),
-        drift_stream=synth.SEA(seed=2, variant=3),
-        position=args.size // 2,
-        width=50,
-        seed=3,
-    ).take(args.size)
-    model = preprocessing.StandardScaler() | streammargin.ALMAClassifier()
-    accuracy = metrics.Accuracy()
-    rolling = utils.Rolling(metrics.Accuracy(), window_size=1000)
-    detector = drift.ADWIN()
-    start = time.perf_counter()
-    for i, (x, y) in enumerate(stream, 1):
-        y_pred = model.predict_one(x)
-        accuracy.update(y, y_pred)
-        rolling.update(y, y_pred)
-        detector.update(float(y_pred != y))
-        if detector.drift_detected:
-            print(f"  drift detected at record {i}")
-        model.learn_one(x, y)
-        if i % 5000 == 0:
-            rate = i / (time.perf_counter() - start)
-            print(f"{i:>7} records  {rate:>8.0f}/s  accuracy {accuracy.get():.4f}  rolling {rolling.get():.4f}")
-    print(f"final: {accuracy}")
-    return 0
+
+def malformed(i: int) -> bytes:
+    """A record the worker must turn into a dead letter (each kind in turn)."""
+    kinds = [
+        b'{"id": "bad-%d", "x": {"x0": NaN}, "y": true}',
+        b'{"id": "bad-%d", "x": {"x0": "12.5"}, "y": true}',
+        b'{"id": "bad-%d", "x": [1.0, 2.0], "y": false}',
+        b'{"id": "bad-%d", "x": {"x0": 1.0}, "y": "maybe"}',
+        b'{"id": "bad-%d", "x": {"x0": 1.0',
+    ]
+    return kinds[i % len(kinds)] % i
+
+
+def produce(bootstrap: str, topic: str, stream_name: str, size: int, bad_every: int,
+            done: threading.Event, errors: list) -> None:
+    """Write the stream as JSON events {"id", "x", "y"} (plus malformed ones), then flush."""
+    from kafka import KafkaProducer
+
+    try:
+        producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=1 << 20)
+        n_bad = 0
+        for i, (x, y) in enumerate(drifting_stream(stream_name, size)):
+            value = json.dumps({"id": str(i), "x": x, "y": y}, separators=(",", ":")).encode()
+            producer.send(topic, value, key=str(i).encode())
+            if bad_every and i % bad_every == bad_every - 1:
+                producer.send(topic, malformed(n_bad), key=b"bad")
+                n_bad += 1
+        producer.flush()
+        producer.close()
+    except Exception as error:  # reported by the main thread
+        errors.append(error)
+    finally:
+        done.set()
+
+
+def dead_letter_reasons(bootstrap: str, topic: str) -> dict[str, int]:
+    """Dead letters by reason (the worker puts it in the `streammargin.error.reason` header)."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=1500, enable_auto_commit=False)
+    reasons: dict[str, int] = {}
+    for message in consumer:
+        headers = dict(message.headers or [])
+        reason = headers.get("streammargin.error.reason", b"?").decode(errors="replace")
+        reason = reason.split(":")[0]
+        reasons[reason] = reasons.get(reason, 0) + 1
+    consumer.close()
+    return reasons
+
+
+def plot(curves: dict, change_at: int, detections: dict, path: pathlib.Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    for partition, points in sorted(curves.items()):
+        if points:
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, linewidth=1.4, label=f"rolling accuracy, partition {partition}")
+    ax.axvline(change_at, color="black", linestyle="--", linewidth=1, label="concept change")
+    first = True
+    for partition, offsets in detections.items():
+        for offset in offsets:
+            ax.axvline(offset, color="tab:red", alpha=0.6, linewidth=1,
+                       label="drift detected (ADWIN)" if first else None)
+            first = False
+    ax.set_xlabel("input offset (records of the partition)")
+    ax.set_ylabel("rolling accuracy")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    from connectors.broker import FAST_GROUP_SETTINGS, EmbeddedBroker, create_topics
+    from connectors.worker import Worker, WorkerConfig
+
+    try:
+        params = models.parse_params(args.param)
+        models.build_model(args.model, params)  # a bad name or parameter fails before the broker
+    except ValueError as error:
+        print(f"streammargin demo: {error}", file=sys.stderr)
+        return 2
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    topic = "demo.events"
+    n_bad = args.size // args.bad_every if args.bad_every else 0
+    total = args.size + n_bad
+    started = time.perf_counter()
+
+    print(f"streammargin demo: {args.model} on a {args.stream.upper()} stream of {args.size:,} "
+          f"records, concept change at {args.size // 2:,}, {n_bad} malformed records")
+    with EmbeddedBroker() as broker:
+        bootstrap = broker.bootstrap_servers
+        print(f"  embedded Kafka broker (Tansu) at {bootstrap}")
+        create_topics(bootstrap, [topic], partitions=args.partitions)
+        produced, producer_errors = threading.Event(), []
+        producer = threading.Thread(
+            target=produce,
+            args=(bootstrap, topic, args.stream, args.size, args.bad_every, produced,
+                  producer_errors),
+            daemon=True,
+        )
+        producer.start()
+
+        config = WorkerConfig(
+            topics=[topic], bootstrap_servers=bootstrap, group_id="streammargin-demo",
+            predictions_topic="demo.predictions", metrics_topic="demo.metrics",
+            dead_letter_topic="demo.dead-letters", checkpoint_topic="demo.checkpoints",
+            model=args.model, params=params, scale=not args.no_scale,
+            metrics_every=500, checkpoint_every=10_000, idle_timeout=3.0,
+            **FAST_GROUP_SETTINGS,
+        )
+        progress = terminal.ProgressLine(total, label="  ")
+        curves: dict[int, list[tuple[int, float]]] = {}
+        detections: dict[int, list[int]] = {}
+        latest: dict[int, dict] = {}
+
+        def on_metrics(record: dict) -> None:
+            partition = record["partition"]
+            latest[partition] = record
+            if record.get("rolling_accuracy") is not None:
+                curves.setdefault(partition, []).append(
+                    (record["next_offset"], record["rolling_accuracy"])
+                )
+            offsets = record["drift"]["recent_detection_offsets"]
+            known = detections.setdefault(partition, [])
+            for offset in offsets:
+                if offset not in known:
+                    known.append(offset)
+                    progress.message(f"  drift detected on partition {partition} at offset "
+                                     f"{offset:,} (rolling accuracy {record['rolling_accuracy']:.3f})")
+            done = sum(r["records"] for r in latest.values())
+            lag = sum(r["lag"] or 0 for r in latest.values())
+            rolling = [r["rolling_accuracy"] for r in latest.values() if r["rolling_accuracy"] is not None]
+            fields = (f"lag {lag:>7,}  rolling acc {sum(rolling) / len(rolling):.3f}" if rolling
+                      else f"lag {lag:>7,}")
+            # The worker's own rate: the bar's clock also counts the broker start and group join.
+            progress.update(done, fields, rate=sum(r["records_per_s_recent"] for r in latest.values()))
+
+        summary = Worker(config).run(on_metrics=on_metrics)
+        progress.close(sum(r["records"] for r in latest.values()), rate=summary["records_per_s"])
+        producer.join(timeout=30)
+        if producer_errors:
+            print(f"streammargin demo: producing failed: {producer_errors[0]}", file=sys.stderr)
+            return 1
+        reasons = dead_letter_reasons(bootstrap, "demo.dead-letters")
+
+    # The broker is stopped here. Summary and plot.
+    records = sum(r["records"] for r in latest.values())
+    print()
+    rows = []
+    for partition, record in sorted(latest.items()):
+        found = detections.get(partition, [])
+        rows.append([
+            f"partition {partition}", record["records"], record["predictions"],
+            record["dead_letters"], record["accuracy"], record["rolling_accuracy"],
+            record["log_loss"], len(found),
+        ])
+    print(terminal.format_table(
+        ["", "records", "predictions", "dead letters", "accuracy", "rolling", "log loss",
+         "drifts"], rows))
+    change = args.size // 2 // max(1, args.partitions)
+    all_detections = sorted(o for offsets in detections.values() for o in offsets)
+    after = [o for o in all_detections if o >= change]
+    print(f"\nconcept change at record {args.size // 2:,} (offset ~{change:,} per partition); "
+          f"detections at offsets {', '.join(f'{o:,}' for o in all_detections) or 'none'}"
+          + (f"; first after the change: +{after[0] - change:,} records" if after else ""))
+    if reasons:
+        print("dead letters by reason: " + "; ".join(f"{r} ({n})" for r, n in sorted(reasons.items())))
+    counters = {k: v for r in latest.values() for k, v in r.get("model_counters", {}).items()}
+    if counters:
+        print("model counters: " + ", ".join(f"{k} {v:,}" for k, v in counters.items()))
+    elapsed = time.perf_counter() - started
+    print(f"worker throughput {summary['records_per_s']:,.0f} records/s; demo wall time "
+          f"{elapsed:.1f} s (broker start, group join, idle timeout included)")
+    png = out / "demo.png"
+    plot(curves, change, detections, png,
+         f"{args.model} on {args.stream.upper()} through Kafka: {records:,} records")
+    (out / "summary.json").write_text(json.dumps(
+        {"args": vars(args) | {"func": None}, "worker": summary, "detections": detections,
+         "dead_letter_reasons": reasons}, indent=2, default=str))
+    print(f"plot: {png}   summary: {out / 'summary.json'}")
+    ok = records >= total and all(
+        math.isfinite(r["accuracy"] or math.nan) for r in latest.values()
+    )
+    return 0 if ok else 1

@@ -43,14 +43,18 @@ class ProgressLine:
         filled = int(fraction * self.width)
         return f"[{'#' * filled}{'.' * (self.width - filled)}] {fraction:6.1%} "
 
-    def update(self, done: int, fields: str = "", force: bool = False) -> None:
+    def update(
+        self, done: int, fields: str = "", force: bool = False, rate: float | None = None
+    ) -> None:
+        """Redraw with `done` records; `rate` overrides the records/s measured from the start."""
         self.last_done = done
         now = time.perf_counter()
         if not force and now - self._last < self.interval:
             return
         self._last = now
-        elapsed = now - self.start
-        rate = done / elapsed if elapsed > 0 else 0.0
+        if rate is None:
+            elapsed = now - self.start
+            rate = done / elapsed if elapsed > 0 else 0.0
         text = f"{self.label}{self.bar(done)}{done:>9,} rec {rate:>9,.0f}/s {fields}"
         if self.interactive:
             self.stream.write("\r" + text.ljust(110)[:160])
@@ -67,11 +71,11 @@ class ProgressLine:
         self.stream.flush()
         self._last = 0.0  # redraw the bar at the next update
 
-    def close(self, done: int, fields: str = "") -> None:
+    def close(self, done: int, fields: str = "", rate: float | None = None) -> None:
         if self._closed:
             return
         self._closed = True
-        self.update(done, fields, force=True)
+        self.update(done, fields, force=True, rate=rate)
         if self.interactive:
             self.stream.write("\n")
             self.stream.flush()

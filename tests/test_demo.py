@@ -1,0 +1,35 @@
+"""`streammargin demo` end to end: embedded broker, drifting stream, worker, summary and plot."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from connectors import cli
+
+
+@pytest.mark.kafka
+def test_demo_runs_end_to_end_and_leaves_nothing_running(tmp_path, capsys):
+    import subprocess
+
+    code = cli.main(["demo", "--size", "6000", "--bad-every", "200", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["worker"]["records"] == 6000 + 30
+    # All five kinds of malformed record were dead-lettered, each with its reason.
+    assert sum(summary["dead_letter_reasons"].values()) == 30
+    assert len(summary["dead_letter_reasons"]) == 5
+    # The abrupt change at record 3000 is detected shortly after it.
+    detections = [o for offsets in summary["detections"].values() for o in offsets]
+    assert any(3000 <= o <= 3600 for o in detections), detections
+    assert (tmp_path / "demo.png").read_bytes()[:4] == b"\x89PNG"
+    assert "partition 0" in out and "dead letters by reason" in out
+    # The embedded broker stopped with the demo.
+    assert subprocess.run(["pgrep", "-f", "tansu broker"], capture_output=True).returncode == 1
+
+
+def test_demo_rejects_a_bad_model_before_starting_anything(capsys):
+    assert cli.main(["demo", "--model", "nosuch"]) == 2
+    assert "unknown model" in capsys.readouterr().err
