@@ -17,8 +17,9 @@ its cost depends on how recent the checkpoint is, not on how long the topic is.
 
 River objects (drift detectors, `StandardScaler`) are saved by `object_to_state` as a tree of
 JSON values and numpy arrays. `object_from_state` recreates only containers, numbers, strings,
-numpy arrays and *classes defined in River's own modules*, with `cls.__new__` plus their saved
-attributes: no constructor or arbitrary callable is run (unlike pickle).
+numpy arrays and the classes of River's drift detectors, statistics and `StandardScaler`
+(`_ALLOWED_MODULES`), with `cls.__new__` plus their saved attributes: no constructor or arbitrary
+callable is run (unlike pickle).
 """
 
 from __future__ import annotations
@@ -58,8 +59,19 @@ _FACTORIES = {"float": float, "int": int, "list": list}
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
+# Only what a task's checkpoint holds: River's drift detectors, the statistics they keep, and the
+# StandardScaler. A checkpoint naming any other class is refused.
+_ALLOWED_MODULES = (
+    "river.drift",
+    "river.stats",
+    "river._river_rust.drift",
+    "river._river_rust.stats",
+    "river.preprocessing.scale",
+)
+
+
 def _allowed_module(module: str) -> bool:
-    return module == "river" or module.startswith("river.")
+    return any(module == m or module.startswith(m + ".") for m in _ALLOWED_MODULES)
 
 
 def _class_path(cls: type) -> str:
@@ -72,7 +84,8 @@ def _resolve_class(path: typing.Any) -> type:
     module_name, _, qualname = path.partition(":")
     if not _allowed_module(module_name):
         raise state_module.StateError(
-            f"refusing to restore {path!r}: only River classes are allowed"
+            f"refusing to restore {path!r}: only River classes are allowed (drift detectors, their"
+            " statistics, StandardScaler)"
         )
     obj: typing.Any = importlib.import_module(module_name)
     for part in qualname.split("."):
@@ -261,7 +274,8 @@ def object_to_state(obj: typing.Any) -> typing.Any:
 
 
 def object_from_state(tree: typing.Any) -> typing.Any:
-    """Rebuild an object saved by `object_to_state`; only River classes are instantiated."""
+    """Rebuild an object saved by `object_to_state`; only the River classes of `_ALLOWED_MODULES`
+    are instantiated."""
     try:
         return _Decoder().decode(tree)
     except state_module.StateError:

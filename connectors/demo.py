@@ -80,20 +80,32 @@ def malformed(i: int) -> bytes:
 
 
 def produce(bootstrap: str, topic: str, stream_name: str, size: int, bad_every: int,
-            done: threading.Event, errors: list) -> None:
-    """Write the stream as JSON events {"id", "x", "y"} (plus malformed ones), then flush."""
+            done: threading.Event, errors: list, change_offsets: dict) -> None:
+    """Write the stream as JSON events {"id", "x", "y"} (plus malformed ones), then flush.
+
+    `change_offsets` receives, per partition, the offset of the first record after the change.
+    """
     from kafka import KafkaProducer
 
     try:
         producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=1 << 20)
         n_bad = 0
+        half = size // 2
+        after_change = []  # futures of the first records after the change: their offsets
         for i, (x, y) in enumerate(drifting_stream(stream_name, size)):
             value = json.dumps({"id": str(i), "x": x, "y": y}, separators=(",", ":")).encode()
-            producer.send(topic, value, key=str(i).encode())
+            future = producer.send(topic, value, key=str(i).encode())
+            if half <= i < half + 200:
+                after_change.append(future)
             if bad_every and i % bad_every == bad_every - 1:
                 producer.send(topic, malformed(n_bad), key=b"bad")
                 n_bad += 1
         producer.flush()
+        for future in after_change:
+            metadata = future.get(timeout=10)
+            known = change_offsets.get(metadata.partition)
+            if known is None or metadata.offset < known:
+                change_offsets[metadata.partition] = metadata.offset
         producer.close()
     except Exception as error:  # reported by the main thread
         errors.append(error)
@@ -117,7 +129,7 @@ def dead_letter_reasons(bootstrap: str, topic: str) -> dict[str, int]:
     return reasons
 
 
-def plot(curves: dict, change_at: int, detections: dict, path: pathlib.Path, title: str) -> None:
+def plot(curves: dict, changes: dict, detections: dict, path: pathlib.Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -128,7 +140,9 @@ def plot(curves: dict, change_at: int, detections: dict, path: pathlib.Path, tit
         if points:
             xs, ys = zip(*points)
             ax.plot(xs, ys, linewidth=1.4, label=f"rolling accuracy, partition {partition}")
-    ax.axvline(change_at, color="black", linestyle="--", linewidth=1, label="concept change")
+    for i, offset in enumerate(sorted(set(changes.values()))):
+        ax.axvline(offset, color="black", linestyle="--", linewidth=1,
+                   label="concept change" if i == 0 else None)
     first = True
     for partition, offsets in detections.items():
         for offset in offsets:
@@ -168,11 +182,11 @@ def run(args: argparse.Namespace) -> int:
         bootstrap = broker.bootstrap_servers
         print(f"  embedded Kafka broker (Tansu) at {bootstrap}")
         create_topics(bootstrap, [topic], partitions=args.partitions)
-        produced, producer_errors = threading.Event(), []
+        produced, producer_errors, change_offsets = threading.Event(), [], {}
         producer = threading.Thread(
             target=produce,
             args=(bootstrap, topic, args.stream, args.size, args.bad_every, produced,
-                  producer_errors),
+                  producer_errors, change_offsets),
             daemon=True,
         )
         producer.start()
@@ -234,25 +248,42 @@ def run(args: argparse.Namespace) -> int:
     print(terminal.format_table(
         ["", "records", "predictions", "dead letters", "accuracy", "rolling", "log loss",
          "drifts"], rows))
-    change = args.size // 2 // max(1, args.partitions)
-    all_detections = sorted(o for offsets in detections.values() for o in offsets)
-    after = [o for o in all_detections if o >= change]
-    print(f"\nconcept change at record {args.size // 2:,} (offset ~{change:,} per partition); "
-          f"detections at offsets {', '.join(f'{o:,}' for o in all_detections) or 'none'}"
-          + (f"; first after the change: +{after[0] - change:,} records" if after else ""))
+    lines = []
+    delays = []
+    for partition in sorted(set(change_offsets) | set(detections)):
+        change = change_offsets.get(partition)
+        found = detections.get(partition, [])
+        first = next((o for o in found if change is not None and o >= change), None)
+        if first is not None:
+            delays.append(first - change)
+        lines.append(
+            f"partition {partition}: change at offset {change:,}, " if change is not None else
+            f"partition {partition}: "
+        )
+        lines[-1] += (f"detections at {', '.join(f'{o:,}' for o in found)}" if found
+                      else "no detection") + (
+            f" (first after the change: +{first - change:,} records)" if first is not None else ""
+        )
+    print(f"concept change at record {args.size // 2:,} of the stream")
+    for line in lines:
+        print("  " + line)
     if reasons:
         print("dead letters by reason: " + "; ".join(f"{r} ({n})" for r, n in sorted(reasons.items())))
-    counters = {k: v for r in latest.values() for k, v in r.get("model_counters", {}).items()}
+    counters: dict[str, int] = {}
+    for record in latest.values():  # summed over the partitions' models
+        for name, value in record.get("model_counters", {}).items():
+            counters[name] = counters.get(name, 0) + value
     if counters:
         print("model counters: " + ", ".join(f"{k} {v:,}" for k, v in counters.items()))
     elapsed = time.perf_counter() - started
     print(f"worker throughput {summary['records_per_s']:,.0f} records/s; demo wall time "
           f"{elapsed:.1f} s (broker start, group join, idle timeout included)")
     png = out / "demo.png"
-    plot(curves, change, detections, png,
+    plot(curves, change_offsets, detections, png,
          f"{args.model} on {args.stream.upper()} through Kafka: {records:,} records")
     (out / "summary.json").write_text(json.dumps(
         {"args": vars(args) | {"func": None}, "worker": summary, "detections": detections,
+         "change_offsets": change_offsets, "detection_delays": delays,
          "dead_letter_reasons": reasons}, indent=2, default=str))
     print(f"plot: {png}   summary: {out / 'summary.json'}")
     ok = records >= total and all(

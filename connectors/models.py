@@ -17,6 +17,7 @@ ALMAClassifier (
   fit_intercept=True
   intercept_scale=1.
   average=True
+  average_window=10000
 )
 
 """

@@ -13,7 +13,10 @@ from connectors import cli
 def test_demo_runs_end_to_end_and_leaves_nothing_running(tmp_path, capsys):
     import subprocess
 
-    code = cli.main(["demo", "--size", "6000", "--bad-every", "200", "--out", str(tmp_path)])
+    code = cli.main([
+        "demo", "--size", "6000", "--bad-every", "200", "--stream", "hyperplane",
+        "--out", str(tmp_path),
+    ])
     out = capsys.readouterr().out
     assert code == 0, out
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -21,9 +24,10 @@ def test_demo_runs_end_to_end_and_leaves_nothing_running(tmp_path, capsys):
     # All five kinds of malformed record were dead-lettered, each with its reason.
     assert sum(summary["dead_letter_reasons"].values()) == 30
     assert len(summary["dead_letter_reasons"]) == 5
-    # The abrupt change at record 3000 is detected shortly after it.
-    detections = [o for offsets in summary["detections"].values() for o in offsets]
-    assert any(3000 <= o <= 3600 for o in detections), detections
+    # The abrupt change at record 3000 (offset 3015, after 15 malformed records) is detected
+    # shortly after it.
+    assert summary["change_offsets"] == {"0": 3015}
+    assert summary["detection_delays"] and 0 <= summary["detection_delays"][0] <= 400
     assert (tmp_path / "demo.png").read_bytes()[:4] == b"\x89PNG"
     assert "partition 0" in out and "dead letters by reason" in out
     # The embedded broker stopped with the demo.

@@ -193,6 +193,10 @@ def test_object_state_refuses_classes_outside_river():
     tree["class"] = "river.drift:__builtins__"
     with pytest.raises(state.StateError):
         checkpoint.object_from_state(tree)
+    # River, but not a class a checkpoint holds: refused as well.
+    tree["class"] = "river.linear_model.log_reg:LogisticRegression"
+    with pytest.raises(state.StateError, match="only River classes"):
+        checkpoint.object_from_state(tree)
     with pytest.raises(TypeError, match="no safe state"):
         checkpoint.object_to_state(object())
 
