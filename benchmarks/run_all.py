@@ -1,0 +1,42 @@
+"""Run every benchmark in turn (`make bench`); each prints its own tables.
+
+Run: .venv/bin/python benchmarks/run_all.py [--quick]
+"""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).parent
+# (script, arguments for a full run, arguments for --quick)
+BENCHMARKS = [
+    ("alma_throughput.py", [], ["--quick"]),
+    ("alma_accuracy.py", [], []),
+    ("calibration.py", [], []),
+    ("kernel_models.py", [], ["--quick"]),
+    ("cpm_sbp.py", [], ["--quick"]),
+    ("mpu.py", [], ["--quick"]),
+    ("kafka_throughput.py", [], ["--records", "20000", "--repeats", "2"]),
+]
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv[1:]
+    failed = []
+    for script, full, fast in BENCHMARKS:
+        print(f"\n{'=' * 100}\n{script}\n{'=' * 100}", flush=True)
+        start = time.perf_counter()
+        code = subprocess.call([sys.executable, str(HERE / script), *(fast if quick else full)])
+        print(f"[{script}: exit {code}, {time.perf_counter() - start:.0f} s]", flush=True)
+        if code:
+            failed.append(script)
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
