@@ -237,14 +237,7 @@ def _remove(S, slots, st, gram, r):
         for i in range(n):
             slots[i, GRAD] += slots[i, LABEL] * y_r * a_r * gram[r, i]
         st[ALPHA_SUM] = max(st[ALPHA_SUM] - a_r, 0.0)
-    last = n - 1
-    for j in range(n):
-        gram[r, j] = gram[last, j]
-    for j in range(n):
-        gram[j, r] = gram[j, last]
-    for j in range(n):
-        gram[last, j] = 0.0
-        gram[j, last] = 0.0
+    kjit.remove_from_gram(gram, n, r)
     st[ST_SIZE] = kjit.remove(S, slots, n, r)
 
 

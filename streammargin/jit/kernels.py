@@ -226,6 +226,21 @@ def remove(S, slots, size, i):
 
 
 @njit(cache=True)
+def remove_from_gram(gram, size, i):
+    """The Gram matrix side of `remove`: row and column size - 1 move into i, then are zeroed."""
+    last = size - 1
+    if i != last:
+        for j in range(size):
+            gram[i, j] = gram[last, j]
+        for j in range(size):
+            gram[j, i] = gram[j, last]
+        gram[i, i] = gram[last, last]
+    for j in range(size):
+        gram[last, j] = 0.0
+        gram[j, last] = 0.0
+
+
+@njit(cache=True)
 def decision(kp, S, slots, size, idx, val, x_sq):
     """f(x) = sum_i COEF_i LABEL_i K(x, S[i]), the usual dual form of a kernel classifier, without
     a row buffer; vectors with a zero coefficient are skipped."""

@@ -449,17 +449,9 @@ def _remove_dual(S, slots, st, gram, margins, v):
         _add_dual(gram, margins, size, v, -slots[v, kjit.COEF])
         st[COUNT_SUM] -= slots[v, kjit.COEF]
     last = size - 1
-    if v != last:
-        for j in range(size):
-            gram[v, j] = gram[last, j]
-        for j in range(size):
-            gram[j, v] = gram[j, last]
-        gram[v, v] = gram[last, last]
-        margins[v] = margins[last]
-    for j in range(size):
-        gram[last, j] = 0.0
-        gram[j, last] = 0.0
+    margins[v] = margins[last]
     margins[last] = 0.0
+    kjit.remove_from_gram(gram, size, v)
     st[kjit.ST_SIZE] = kjit.remove(S, slots, size, v)
 
 

@@ -170,17 +170,8 @@ def _evict(S, slots, gram, st, v, row):
         st[R2] = max(st[R2] - 2.0 * a * slots[v, RESP] + a * a * gram[v, v], 0.0)
         for j in range(size):
             slots[j, RESP] -= a * yv * slots[j, kjit.LABEL] * gram[v, j]
-    last = size - 1
-    if v != last:
-        for j in range(size):
-            gram[v, j] = gram[last, j]
-        for j in range(size):
-            gram[j, v] = gram[j, last]
-        gram[v, v] = gram[last, last]
-        row[v] = row[last]
-    for j in range(size):
-        gram[last, j] = 0.0
-        gram[j, last] = 0.0
+    row[v] = row[size - 1]
+    kjit.remove_from_gram(gram, size, v)
     st[kjit.ST_SIZE] = kjit.remove(S, slots, size, v)
 
 
