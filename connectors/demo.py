@@ -224,7 +224,9 @@ def run(args: argparse.Namespace) -> int:
             fields = (f"lag {lag:>7,}  rolling acc {sum(rolling) / len(rolling):.3f}" if rolling
                       else f"lag {lag:>7,}")
             # The worker's own rate: the bar's clock also counts the broker start and group join.
-            progress.update(done, fields, rate=sum(r["records_per_s_recent"] for r in latest.values()))
+            # (A metrics record right after another one can carry a recent rate of 0.)
+            rate = sum(r["records_per_s_recent"] or r["records_per_s"] for r in latest.values())
+            progress.update(done, fields, rate=rate)
 
         summary = Worker(config).run(on_metrics=on_metrics)
         progress.close(sum(r["records"] for r in latest.values()), rate=summary["records_per_s"])
