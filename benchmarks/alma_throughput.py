@@ -13,14 +13,11 @@ Run: .venv/bin/python benchmarks/alma_throughput.py [--quick]
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 
 import numpy as np
+from common import first_call_costs, time_loop
 
 
 def dense_stream(d: int, n: int, labels: str, seed: int = 0) -> list[tuple[dict, bool]]:
@@ -35,14 +32,6 @@ def dense_stream(d: int, n: int, labels: str, seed: int = 0) -> list[tuple[dict,
     else:
         y = rng.random(n) < 0.5
     return [(dict(zip(names, row.tolist())), bool(label)) for row, label in zip(X, y)]
-
-
-def time_loop(model, data) -> float:
-    start = time.perf_counter()
-    for x, y in data:
-        model.predict_one(x)
-        model.learn_one(x, y)
-    return len(data) / (time.perf_counter() - start)
 
 
 def per_record_table(repeats: int, n: int) -> None:
@@ -109,34 +98,11 @@ def batch_table(n: int) -> None:
     print()
 
 
-FIRST_CALL = """
-import time
-t0 = time.perf_counter()
-import streammargin
-t1 = time.perf_counter()
-m = streammargin.ALMAClassifier()
-m.learn_one({"a": 1.0, "b": 2.0}, True)
-m.predict_proba_one({"a": 1.0})
-t2 = time.perf_counter()
-import pandas as pd
-m.learn_many(pd.DataFrame({"a": [1.0]}), pd.Series([True]))
-m.predict_many(pd.DataFrame({"a": [1.0]}))
-t3 = time.perf_counter()
-print(f"{t1 - t0:.3f} {t2 - t1:.3f} {t3 - t2:.3f}")
-"""
-
-
 def compile_table() -> None:
     print("numba first-call cost (seconds; fresh processes, a private numba cache directory)")
     print(f"{'':<26}{'import':>8}{'learn_one+predict':>19}{'learn_many+predict':>20}")
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
-        for label in ("cold (compiles)", "warm (loads the cache)"):
-            out = subprocess.run(
-                [sys.executable, "-c", FIRST_CALL], env=env, capture_output=True, text=True,
-                check=True,
-            ).stdout.split()
-            print(f"{label:<26}{float(out[0]):>8.2f}{float(out[1]):>19.2f}{float(out[2]):>20.2f}")
+    for label, (imported, one, many) in first_call_costs("ALMAClassifier()").items():
+        print(f"{label:<26}{imported:>8.2f}{one:>19.2f}{many:>20.2f}")
     print()
 
 

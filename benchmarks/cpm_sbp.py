@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 
 import numpy as np
+from common import first_call_costs, time_loop
 from river import (
     datasets,
     evaluate,
@@ -198,14 +195,6 @@ def dense_stream(d: int, n: int, seed: int = 0) -> list[tuple[dict, bool]]:
     return [(dict(zip(names, row.tolist())), bool(label)) for row, label in zip(X, y)]
 
 
-def time_loop(model, data) -> float:
-    start = time.perf_counter()
-    for x, y in data:
-        model.predict_one(x)
-        model.learn_one(x, y)
-    return len(data) / (time.perf_counter() - start)
-
-
 def throughput(quick: bool) -> None:
     repeats = 3 if quick else 5
     fast_n, slow_n = (10_000, 2_000) if quick else (30_000, 5_000)
@@ -240,40 +229,14 @@ def throughput(quick: bool) -> None:
     print()
 
 
-FIRST_CALL = """
-import time
-t0 = time.perf_counter()
-import streammargin
-t1 = time.perf_counter()
-m = streammargin.{model}
-m.predict_proba_one({{"a": 1.0}})
-m.learn_one({{"a": 1.0, "b": 2.0}}, True)
-m.learn_one({{"a": 2.0, "b": 1.0}}, False)
-m.predict_one({{"a": 1.0}})
-t2 = time.perf_counter()
-import pandas as pd
-m.learn_many(pd.DataFrame({{"a": [1.0]}}), pd.Series([True]))
-m.predict_proba_many(pd.DataFrame({{"a": [1.0]}}))
-t3 = time.perf_counter()
-print(f"{{t1 - t0:.3f}} {{t2 - t1:.3f}} {{t3 - t2:.3f}}")
-"""
-
-
 def first_call(quick: bool) -> None:
     print("6. numba first-call cost (seconds; fresh processes, a private numba cache directory)")
     print(f"{'':<62}{'import':>8}{'learn_one+predict':>19}{'learn_many+predict':>20}")
     models = ["ConvexPolytopeClassifier()", 'ConvexPolytopeClassifier(polytopes="one")',
               "SBPClassifier()"]
     for model in models[:1] + models[2:] if quick else models:
-        with tempfile.TemporaryDirectory() as cache:
-            env = {**os.environ, "NUMBA_CACHE_DIR": cache}
-            for label in ("cold (compiles)", "warm (loads the cache)"):
-                out = subprocess.run(
-                    [sys.executable, "-c", FIRST_CALL.format(model=model)],
-                    env=env, capture_output=True, text=True, check=True,
-                ).stdout.split()
-                print(f"{model + ' ' + label:<62}"
-                      f"{float(out[0]):>8.2f}{float(out[1]):>19.2f}{float(out[2]):>20.2f}")
+        for label, (imported, one, many) in first_call_costs(model).items():
+            print(f"{model + ' ' + label:<62}{imported:>8.2f}{one:>19.2f}{many:>20.2f}")
     print()
 
 

@@ -1,0 +1,52 @@
+"""Helpers shared by the benchmark scripts (run from this folder: `python benchmarks/<x>.py`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+FIRST_CALL = """
+import time
+t0 = time.perf_counter()
+import streammargin
+t1 = time.perf_counter()
+m = streammargin.{model}
+m.predict_proba_one({{"a": 1.0}})
+m.learn_one({{"a": 1.0, "b": 2.0}}, True)
+m.learn_one({{"a": 2.0, "b": 1.0}}, False)
+m.predict_one({{"a": 1.0}})
+t2 = time.perf_counter()
+import pandas as pd
+m.learn_many(pd.DataFrame({{"a": [1.0]}}), pd.Series([True]))
+m.predict_proba_many(pd.DataFrame({{"a": [1.0]}}))
+t3 = time.perf_counter()
+print(f"{{t1 - t0:.3f}} {{t2 - t1:.3f}} {{t3 - t2:.3f}}")
+"""
+
+
+def time_loop(model, data) -> float:
+    """predict_one + learn_one samples/s over `data`."""
+    start = time.perf_counter()
+    for x, y in data:
+        model.predict_one(x)
+        model.learn_one(x, y)
+    return len(data) / (time.perf_counter() - start)
+
+
+def first_call_costs(model: str) -> dict[str, tuple[float, float, float]]:
+    """Seconds of (import, first learn_one + predict, first learn_many + predict) for the model
+    expression `model` (e.g. "ALMAClassifier()") in fresh processes with a private numba cache:
+    compiling ("cold"), then loading that cache ("warm")."""
+    costs = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        for label in ("cold (compiles)", "warm (loads the cache)"):
+            out = subprocess.run(
+                [sys.executable, "-c", FIRST_CALL.format(model=model)],
+                env=env, capture_output=True, text=True, check=True,
+            ).stdout.split()
+            costs[label] = (float(out[0]), float(out[1]), float(out[2]))
+    return costs
