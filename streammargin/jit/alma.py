@@ -46,7 +46,7 @@ import numpy as np
 from numba import njit
 
 from streammargin.jit import calibration
-from streammargin.jit.rows import row_entries
+from streammargin.jit.rows import largest_abs, row_entries
 
 # columns of `vectors`
 U, ACC, MARK = range(3)
@@ -99,11 +99,7 @@ def normalise(val, rho, p, xh):
         for j in range(val.shape[0]):
             xh[j] = val[j] * inv
         return rho * inv, True
-    largest = abs(rho)
-    for j in range(val.shape[0]):
-        a = abs(val[j])
-        if a > largest:
-            largest = a
+    largest = largest_abs(val, rho)
     if largest == 0.0:
         return 0.0, False
     rho_hat = rho / largest

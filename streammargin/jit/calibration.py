@@ -52,8 +52,13 @@ def new_state() -> np.ndarray:
 
 
 @njit(cache=True)
+def _clamped(score):
+    return min(max(score, -SCORE_LIMIT), SCORE_LIMIT)
+
+
+@njit(cache=True)
 def _normalised(state, score):
-    score = min(max(score, -SCORE_LIMIT), SCORE_LIMIT)
+    """The clamped score over the running RMS of past scores (0 before any)."""
     count = state[COUNT]
     if count == 0.0:
         return 0.0
@@ -76,7 +81,7 @@ def _sigmoid(t):
 @njit(cache=True)
 def proba(state, score):
     """Calibrated probability of the positive class for a raw score."""
-    return _sigmoid(state[A] * _normalised(state, score) + state[B])
+    return _sigmoid(state[A] * _normalised(state, _clamped(score)) + state[B])
 
 
 @njit(cache=True)
@@ -91,7 +96,7 @@ def decide(state, score):
 def learn(state, score, target):
     """Score both decision rules on (score, target), then one Newton step on the log loss of the
     calibration; target in {-1.0, +1.0}."""
-    score = min(max(score, -SCORE_LIMIT), SCORE_LIMIT)
+    score = _clamped(score)
     z = _normalised(state, score)
     p = _sigmoid(state[A] * z + state[B])
     positive = target > 0.0

@@ -59,7 +59,7 @@ from numba import njit
 
 from streammargin.jit import calibration
 from streammargin.jit import rng
-from streammargin.jit.rows import row_entries
+from streammargin.jit.rows import largest_abs, row_entries
 
 # learnt scalars
 TRIALS, SGD_STEPS, N_ACTIVE, DRAWS = range(4)
@@ -121,11 +121,7 @@ def calibration_of(st, c):
 @njit(cache=True)
 def shrink_factor(val, rho):
     """1, or the factor that brings ||(rho, x)|| down to MAX_NORM (computed without overflow)."""
-    largest = abs(rho)
-    for j in range(val.shape[0]):
-        a = abs(val[j])
-        if a > largest:
-            largest = a
+    largest = largest_abs(val, rho)
     if largest * math.sqrt(val.shape[0] + 1.0) <= MAX_NORM:
         return 1.0
     total = (rho / largest) ** 2

@@ -268,10 +268,3 @@ ST_TRIALS = 1  # examples learnt from
 ST_KP = 2  # kernel parameters, st[ST_KP : ST_KP + KP_SIZE]
 ST_PLATT = ST_KP + KP_SIZE  # calibration state, st[ST_PLATT : ST_PLATT + calibration.SIZE]
 ST_MODEL = ST_PLATT + calibration.SIZE  # first model-specific entry
-
-
-@njit(cache=True)
-def decision_st(S, slots, st, idx, val):
-    """`decision` with the size and kernel parameters read from a kernel model's `st`."""
-    kp = st[ST_KP : ST_KP + KP_SIZE]
-    return decision(kp, S, slots, int(st[ST_SIZE]), idx, val, sq_norm(val))

@@ -58,7 +58,7 @@ from numba import njit
 
 from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
-from streammargin.jit.rows import row_entries
+from streammargin.jit.rows import largest_abs, row_entries
 
 # Cache fields after the common LABEL, COEF (the count I_k), SQ_NORM (||x_k||^2), BORN.
 Z_SQ = kjit.N_COMMON_FIELDS  # ||z_k||^2 / R^2, in (0, 1]
@@ -211,11 +211,7 @@ def _store(S, slots, st, idx, val, y, z_sq):
 @njit(cache=True)
 def augmented_norm(val, rho):
     """||[x, rho]||, computed without overflow or underflow (clipped at the float64 maximum)."""
-    largest = abs(rho)
-    for j in range(val.shape[0]):
-        a = abs(val[j])
-        if a > largest:
-            largest = a
+    largest = largest_abs(val, rho)
     if largest == 0.0:
         return 0.0
     t = rho / largest
@@ -233,11 +229,7 @@ def primal_dot(weights, st, idx, val):
     if r == 0.0:
         return 0.0
     rho = st[RHO]
-    largest = abs(rho)
-    for j in range(val.shape[0]):
-        a = abs(val[j])
-        if a > largest:
-            largest = a
+    largest = largest_abs(val, rho)
     if largest <= r:  # every entry of x / R is at most 1 (nearly always so when learning)
         inv = 1.0 / r
         total = st[BIAS] * (rho * inv)

@@ -1,4 +1,4 @@
-"""Row access shared by every model's mini-batch loops."""
+"""Instance access shared by the models: rows of a frame, the largest entry of an instance."""
 
 from __future__ import annotations
 
@@ -17,3 +17,14 @@ def row_entries(X, cols, r, idx_buf, val_buf):
             val_buf[n] = v
             n += 1
     return n
+
+
+@njit(cache=True)
+def largest_abs(val, rho):
+    """max(|rho|, |val_j|): the scale that keeps a norm of (rho, x) from overflowing."""
+    largest = abs(rho)
+    for j in range(val.shape[0]):
+        a = abs(val[j])
+        if a > largest:
+            largest = a
+    return largest
