@@ -8,10 +8,58 @@ import typing
 import numpy as np
 
 from streammargin import state
-from streammargin.base import MarginClassifier, binary_target, grown
+from streammargin.base import InfiniteEntry, MarginClassifier, binary_target, grown
 from streammargin.jit import alma as alma_jit
+from streammargin.jit.entry import entry_point
 
 __all__ = ["ALMAClassifier"]
+
+
+# The per-record numba calls go through entry points (`streammargin.jit.entry`): half the cost of a
+# dispatch is numba working out the argument types, which here are fixed by construction: the
+# weight table float64[capacity, 3] and the scalars float64[STATE_SIZE], both C-ordered and
+# writable (created by the model, grown by `grown`, restored by `state.check_array`); columns int64
+# from `FeatureSpace.encode_packed` and the values as its bytes; a float target. Each name below
+# starts as a stub that resolves its entry point (loading numba's cache or compiling) on first
+# use, then rebinds the name to it.
+
+
+def _lazy_entry_point(name: str, dispatcher: typing.Any, *example: typing.Any) -> typing.Callable:
+    def resolve(*args: typing.Any) -> typing.Any:
+        entry = globals()[name] = entry_point(dispatcher, *example)
+        return entry(*args)
+
+    return resolve
+
+
+_TABLE = np.zeros((1, alma_jit.N_COLUMNS))
+_SCALARS = alma_jit.new_state(2.0, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0)
+_IDX = np.zeros(1, dtype=np.int64)
+_PACKED = bytes(8)
+_NO_IDX = np.zeros(0, dtype=np.int64)  # the empty instance after a trial run alone
+_predict = _lazy_entry_point("_predict", alma_jit.predict_packed, _TABLE, _SCALARS, _IDX, _PACKED)
+_learn_then_predict = _lazy_entry_point(
+    "_learn_then_predict", alma_jit.learn_then_predict,
+    _TABLE, _SCALARS, _IDX, _PACKED, 1.0, _IDX, _PACKED,
+)
+
+
+class _AfterPendingTrial:
+    """An attribute of the learnt state, read and written with the deferred trial applied first
+    (see `ALMAClassifier.learn_one`)."""
+
+    def __init__(self, raw_name: str):
+        self.raw_name = raw_name
+
+    def __get__(self, model: typing.Any, owner: type | None = None) -> typing.Any:
+        if model is None:
+            return self
+        model._flush()
+        return getattr(model, self.raw_name)
+
+    def __set__(self, model: typing.Any, value: np.ndarray) -> None:
+        model._flush()
+        setattr(model, self.raw_name, value)
 
 
 @state.register
@@ -159,8 +207,19 @@ class ALMAClassifier(MarginClassifier):
 
     def _reset(self) -> None:
         super()._reset()
-        self._vectors = np.zeros((8, alma_jit.N_COLUMNS))
-        self._st = alma_jit.new_state(*self._hyper_values())
+        self._weight_table = np.zeros((8, alma_jit.N_COLUMNS))
+        self._scalars = alma_jit.new_state(*self._hyper_values())
+        # learn_one's trial, deferred to the next call that reads the state (see learn_one).
+        self._pending: tuple[np.ndarray, bytes, float] | None = None
+
+    # The learnt state with every learn_one applied. The numeric paths below use the raw
+    # attributes; anything else (safe state, inspection, the base class) reads these.
+    _vectors = _AfterPendingTrial("_weight_table")
+    _st = _AfterPendingTrial("_scalars")
+
+    def __getstate__(self) -> dict:
+        self._flush()
+        return self.__dict__.copy()
 
     @property
     def _calibration(self) -> np.ndarray:
@@ -175,43 +234,98 @@ class ALMAClassifier(MarginClassifier):
     # Numeric core ---------------------------------------------------------------------------------
 
     def _reserve(self, n_columns: int) -> None:
-        if n_columns > self._vectors.shape[0]:
-            self._vectors = grown(self._vectors, n_columns)
-
-    def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
-        return alma_jit.margin(self._vectors, self._st, idx, val)
+        if n_columns > self._weight_table.shape[0]:
+            # A deferred trial indexes columns the old table already had: it runs on the copy.
+            self._weight_table = grown(self._weight_table, n_columns)
 
     # The per-record path, written out: ALMA is the model people run at the highest rates, and at
-    # 10 features each Python call layer costs about 3% of a predict + learn.
+    # 10 features a numba dispatch costs as much as the rest of a predict + learn. learn_one only
+    # validates and encodes its example and leaves the trial pending; the next prediction runs it
+    # and then scores, in one numba call, so a predict_one + learn_one pair costs one dispatch.
+    # Every other reader of the state runs the pending trial first (`_flush`), so the results are
+    # those of learning at once.
 
     def predict_one(self, x: dict, **kwargs: typing.Any) -> bool:
-        idx, val = self._features.encode(x, False)
-        return alma_jit.decide(self._vectors, self._st, idx, val)
+        features = self._features
+        idx, packed = features.encode_packed(x, False, False)  # checked in numba
+        pending = self._pending
+        try:
+            if pending is None:
+                return _predict(self._weight_table, self._scalars, idx, packed) > 0.0
+            self._pending = None
+            return _learn_then_predict(self._weight_table, self._scalars, *pending, idx, packed) > 0.0
+        except ValueError:
+            features.forget_bad(x)
+
+    def predict_proba_one(self, x: dict, **kwargs: typing.Any) -> dict[bool, float]:
+        features = self._features
+        idx, packed = features.encode_packed(x, False, False)  # checked in numba
+        pending = self._pending
+        try:
+            if pending is None:
+                p_true = abs(_predict(self._weight_table, self._scalars, idx, packed))
+            else:
+                self._pending = None
+                p_true = abs(_learn_then_predict(self._weight_table, self._scalars, *pending, idx, packed))
+        except ValueError:
+            features.forget_bad(x)
+        return {False: 1.0 - p_true, True: p_true}
 
     def learn_one(self, x: dict, y: typing.Any) -> None:
         target = 1.0 if y is True else -1.0 if y is False else binary_target(y)
         features = self._features
-        idx, val = features.encode(x, True)
-        if features.n_columns > self._vectors.shape[0]:
-            self._reserve(features.n_columns)
-        alma_jit.learn(self._vectors, self._st, idx, val, target)
+        # The dict predict_one just encoded, all of its features known (FeatureSpace.encode_packed's
+        # cache hit, written out: the method call alone costs 4% of a predict + learn pair).
+        n, getter, _, idx, all_known, values, packed, _ = features._cache
+        again = False
+        if len(x) == n and all_known and type(x) is dict:
+            try:
+                again = getter(x) == values
+            except Exception:  # a missing name or an odd value: encode_packed sorts it out
+                pass
+        if not again:
+            idx, packed = features.encode_packed(x, True)  # raises on bad input, changing nothing
+            if features.n_columns > self._weight_table.shape[0]:
+                self._reserve(features.n_columns)
+        pending = self._pending
+        if pending is not None:
+            _learn_then_predict(self._weight_table, self._scalars, *pending, _NO_IDX, b"")
+        self._pending = (idx, packed, target)
 
-    def _proba(self, idx: np.ndarray, val: np.ndarray) -> float:
-        return alma_jit.proba(self._vectors, self._st, idx, val)
+    def _flush(self) -> None:
+        """Run the deferred trial, if any."""
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            _learn_then_predict(self._weight_table, self._scalars, *pending, _NO_IDX, b"")
 
-    def _decide(self, idx: np.ndarray, val: np.ndarray) -> bool:
-        return alma_jit.decide(self._vectors, self._st, idx, val)
+    def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
+        self._flush()
+        return alma_jit.margin(self._weight_table, self._scalars, idx, val)
 
     def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
-        alma_jit.learn(self._vectors, self._st, idx, val, target)
+        self._flush()
+        idx = np.ascontiguousarray(idx, dtype=np.int64)
+        _learn_then_predict(self._weight_table, self._scalars, idx, val.tobytes(), target, _NO_IDX, b"")
+
+    # learn_many/predict_many find infinities as they walk the frame (no separate pass over it).
+    _rows_check_infinite = True
 
     def _score_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        self._flush()
         out = np.empty(X.shape[0])
-        alma_jit.margin_rows(self._vectors, self._st, X, cols, out)
+        bad = alma_jit.margin_rows(self._weight_table, self._scalars, X, cols, out)
+        if bad >= 0:
+            raise InfiniteEntry(*divmod(bad, X.shape[1]))
         return out
 
     def _learn_rows(self, X: np.ndarray, cols: np.ndarray, targets: np.ndarray) -> None:
-        alma_jit.learn_rows(self._vectors, self._st, X, cols, targets)
+        self._flush()
+        saved = self._weight_table.copy(), self._scalars.copy()
+        bad = alma_jit.learn_rows(self._weight_table, self._scalars, X, cols, targets)
+        if bad >= 0:
+            self._weight_table, self._scalars = saved
+            raise InfiniteEntry(*divmod(bad, X.shape[1]))
 
     def _check_restored(self) -> None:
         if self._vectors.shape[1] != alma_jit.N_COLUMNS or self._vectors.shape[0] < self._features.n_columns:

@@ -19,7 +19,14 @@ from streammargin import state as state_module
 from streammargin.features import FeatureSpace, validate_value
 from streammargin.jit import calibration
 
-__all__ = ["MarginClassifier", "binary_target", "binary_targets", "frame_values", "grown"]
+__all__ = [
+    "InfiniteEntry",
+    "MarginClassifier",
+    "binary_target",
+    "binary_targets",
+    "frame_values",
+    "grown",
+]
 
 
 def binary_target(y: typing.Any) -> float:
@@ -69,13 +76,32 @@ def grown(array: np.ndarray, n_rows: int) -> np.ndarray:
     return bigger
 
 
-def frame_values(X: typing.Any) -> np.ndarray:
-    """A pandas DataFrame as a float64 array in Fortran (column-major) order; NaN = absent.
+class InfiniteEntry(ValueError):
+    """Raised by a model's `_learn_rows`/`_score_rows` that found an infinite entry of its frame
+    (`_rows_check_infinite`); `_learn_rows` restores its state first."""
 
-    Column-major is how pandas stores a numeric frame, so this is usually a view, not a copy;
-    numba loops that walk it row by row touch one cache line per column every 8 rows, which stays
-    in L1 (measured 2x faster than copying to row-major first). Raises a `ValueError` naming the
-    column for non-numeric or infinite values.
+    def __init__(self, row: int, column: int):
+        super().__init__(row, column)
+        self.row, self.column = row, column
+
+
+def infinite_entry_error(X: typing.Any, values: np.ndarray, row: int, column: int) -> ValueError:
+    """The error for the infinite entry (row, column) of frame X."""
+    return ValueError(
+        f"feature {X.columns[column]!r} has value {float(values[row, column])!r} "
+        f"in row {X.index[row]!r}: expected a finite real number"
+    )
+
+
+def frame_values(X: typing.Any, check_infinite: bool = True) -> np.ndarray:
+    """A pandas DataFrame as a float64 array; NaN = absent.
+
+    Usually a view, not a copy: pandas stores a numeric frame column by column, so this is a
+    column-major array (strided for a slice of rows), and the numba loops take any layout. Walking
+    it row by row touches one cache line per column every 8 rows. A copy or a separate pass for
+    infinities would each cost about as much as ALMA's learning (~100 ns a row at 100 columns, a
+    memory-bound pass over the frame). Raises a `ValueError` naming the column for non-numeric
+    values, and for infinite ones unless `check_infinite=False` (the model's numba loop checks).
     """
     for column, dtype in X.dtypes.items():
         if dtype.kind not in "biuf":  # object/string columns: pandas would parse "1.5" as 1.5
@@ -83,13 +109,9 @@ def frame_values(X: typing.Any) -> np.ndarray:
                 if value is not None and value == value:  # None/NaN: absent
                     validate_value(column, value)
     values = X.to_numpy(dtype=np.float64, na_value=np.nan)
-    values = np.asfortranarray(values)
-    if not np.isfinite(values).all() and np.isinf(values).any():
+    if check_infinite and not np.isfinite(values).all() and np.isinf(values).any():
         rows, cols = np.nonzero(np.isinf(values))
-        raise ValueError(
-            f"feature {X.columns[cols[0]]!r} has value {values[rows[0], cols[0]]!r} "
-            f"in row {X.index[rows[0]]!r}: expected a finite real number"
-        )
+        raise infinite_entry_error(X, values, rows[0], cols[0])
     return values
 
 
@@ -105,6 +127,10 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
     _state_values: tuple[str, ...] = ()
     # Columns before this one are reserved by the model (linear models keep the intercept at 0).
     _first_column: int = 0
+    # True: `_learn_rows`/`_score_rows` find infinite entries themselves while they walk the frame
+    # (raising `InfiniteEntry`, `_learn_rows` after restoring its state), which spares a pass over
+    # the frame.
+    _rows_check_infinite: bool = False
 
     def _reset(self) -> None:
         """Create the learnt state of a fresh model (called by the subclass' __init__)."""
@@ -170,7 +196,8 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         self._learn(idx, val, target)
 
     def _frame(self, X: typing.Any, grow: bool) -> tuple[np.ndarray, np.ndarray]:
-        values = frame_values(X)  # validated before the feature space may grow
+        # validated before the feature space may grow
+        values = frame_values(X, check_infinite=not self._rows_check_infinite)
         cols = self._features.encode_columns(X.columns, grow=grow)
         return values, cols
 
@@ -178,18 +205,26 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         """Learn from the rows of a DataFrame in order: the same as `learn_one` row by row.
 
         NaN marks a feature absent from a row (pandas' missing value); infinities, strings and
-        unknown labels raise a `ValueError` before anything is learnt.
+        unknown labels raise a `ValueError` and leave the model as it was.
         """
         targets = binary_targets(y)
         if len(targets) != len(X):
             raise ValueError(f"X has {len(X)} rows but y has {len(targets)} labels")
+        n_names = len(self._features)
         values, cols = self._frame(X, grow=True)
         self._reserve(self._features.n_columns)
-        self._learn_rows(values, cols, targets)
+        try:
+            self._learn_rows(values, cols, targets)
+        except InfiniteEntry as bad:  # the model restored its state; forget the new names too
+            self._features.truncate(n_names)
+            raise infinite_entry_error(X, values, bad.row, bad.column) from None
 
     def decision_many(self, X: typing.Any) -> np.ndarray:
         values, cols = self._frame(X, grow=False)
-        return self._score_rows(values, cols)
+        try:
+            return self._score_rows(values, cols)
+        except InfiniteEntry as bad:
+            raise infinite_entry_error(X, values, bad.row, bad.column) from None
 
     def predict_many(self, X: typing.Any) -> typing.Any:
         import pandas as pd

@@ -7,17 +7,20 @@ any dict (a sparse dict is a vector with zeros elsewhere). Values must be finite
 state is touched.
 
 The per-record path is the hot path of every model in this package, so it is written for speed:
-the key order and values of the previous dict are cached (streams repeat key orders, and
-learn_one usually follows predict_one on the same dict), new values are packed as float64 by one
+the previous dict's names, columns and values are cached with an `operator.itemgetter` of its
+names, which reads the values of a dict with the same names in the cached order in one C call
+(streams repeat their names; learn_one usually follows predict_one on the same dict, which then
+costs one getter call and a tuple comparison); new values are packed as float64 by one
 `struct.pack` (which also refuses strings, None and containers; 2x faster than `np.fromiter` at
-100 features) and viewed by numpy without a copy, and finiteness costs one builtin `sum`. The
-value arrays handed to the models are read-only.
+100 features), handed over as those bytes (`encode_packed`) or viewed by numpy without a copy
+(`encode`, read-only), and finiteness costs one builtin `sum`.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import operator
 import struct
 import typing
 
@@ -61,6 +64,14 @@ def _packer(n: int) -> struct.Struct:
 
 
 _frombuffer = np.frombuffer
+
+
+# The cache of the last dict a FeatureSpace encoded, one plain tuple (one store per encoding; a
+# NamedTuple costs more to build than the rest of a cache hit): its number of features n (-1:
+# fewer than 2, not cached), an `itemgetter` of its names, the names, their columns (-1: unknown),
+# whether all are known, the values the getter read, those values as native float64 bytes, and
+# the struct that packs n values.
+_NO_ENCODING: tuple = (-1, None, None, None, False, None, None, None)
 
 
 class FeatureSpace:
@@ -107,14 +118,8 @@ class FeatureSpace:
         self._forget_cache()
 
     def _forget_cache(self) -> None:
-        # The last dict encoded: its key tuple, its columns, whether every key was known, its
-        # value tuple and their array. Streams repeat key orders, and learn_one usually follows
-        # predict_one on the same dict, so both conversions are often skipped.
-        self._cached_keys: tuple | None = None
-        self._cached_idx: np.ndarray | None = None
-        self._cached_all_known = False
-        self._cached_values: tuple | None = None
-        self._cached_val: np.ndarray | None = None
+        self._cache = _NO_ENCODING
+        self._cached_val: np.ndarray | None = None  # the cached packed values as an array, on demand
 
     def __len__(self) -> int:
         return len(self.names)
@@ -137,42 +142,90 @@ class FeatureSpace:
 
         With `grow=True` (learning) unknown names get new columns; the values are validated first,
         so a bad dict leaves the space unchanged. With `grow=False` (prediction) unknown names get
-        column -1: they carry no weight, but kernels and norms still see their values.
+        column -1: they carry no weight, but kernels and norms still see their values. The value
+        array is read-only.
         """
-        keys = tuple(x)
-        values = tuple(x.values())
-        if keys == self._cached_keys:
-            all_known = self._cached_all_known
+        idx, packed = self.encode_packed(x, grow)
+        val = self._cached_val
+        if val is None:
+            val = self._cached_val = _frombuffer(packed)
+        return idx, val
+
+    def encode_packed(
+        self, x: dict, grow: bool, check_finite: bool = True
+    ) -> tuple[np.ndarray, bytes]:
+        """`encode` with the values as native float64 bytes, for numba entry points
+        (`streammargin.jit.entry`) that take them without the cost of a numpy array.
+
+        `check_finite=False` leaves NaN and infinities to the caller, which must then check the
+        values (in numba, where it costs nothing) and call `forget_bad` if they are not finite:
+        the cache must only hold finite values. Strings, None and containers still raise here.
+        """
+        n, getter, keys, idx, all_known, cached_values, cached_packed, packer = self._cache
+        if len(x) == n and type(x) is dict:
+            # As many features as the last dict: if the getter finds all of its names, x has the
+            # same names, and the getter reads x's values in the cached order, that of the cached
+            # columns (x's own key order does not matter). Usually x is the very same dict
+            # (learn_one right after predict_one) and nothing needs converting: values that
+            # compare equal (1 == 1.0 == True) pack to the same float64.
             try:
-                # The cached values were validated; values that compare equal to them (usually
-                # the very same float objects: learn_one right after predict_one) convert to the
-                # same float64. A bad value may make the comparison itself raise.
-                if values == self._cached_values and (all_known or not grow):
-                    return self._cached_idx, self._cached_val  # type: ignore[return-value]
-            except Exception:
-                pass
-            idx = self._cached_idx
-        else:
-            idx, all_known = self.columns(keys)
+                values = getter(x)
+                if values == cached_values and (all_known or not grow):
+                    return idx, cached_packed
+                packed = packer.pack(*values)  # raises for strings, None, containers, huge ints
+                if check_finite:
+                    total = sum(values)
+                    if total - total != 0:  # NaN or inf (or an overflowing sum): the slow path
+                        raise ValueError
+            except Exception:  # a missing name (KeyError) or a bad value
+                return self._encode_in_order(x, grow, check_finite)
+            if grow and not all_known:
+                idx, all_known = self._grow(keys)
+            self._cache = (n, getter, keys, idx, all_known, values, packed, packer)
+            self._cached_val = None
+            return idx, packed
+        return self._encode_in_order(x, grow, check_finite)
+
+    def _encode_in_order(self, x: dict, grow: bool, check_finite: bool) -> tuple[np.ndarray, bytes]:
+        """`encode_packed` of a dict with other names than the last one: x's own key order."""
+        keys = tuple(x)
+        idx, all_known = self.columns(keys)
+        values = tuple(x.values())
+        n = len(keys)
+        packer = _packer(n)
         try:
             # float64 bytes in x's order: strings, None, containers and ints beyond float64 make
             # the packing raise; NaN/inf make `total - total` NaN (a sum of huge finite values
             # that overflows takes the slow path too, which accepts it).
-            packer = _PACKERS.get(len(values)) or _packer(len(values))
             packed = packer.pack(*values)
-            total = sum(values)
-            finite = bool(total - total == 0)
+            finite = True
+            if check_finite:
+                total = sum(values)
+                finite = total - total == 0
         except Exception:
             finite = False
-        val = _frombuffer(packed) if finite else describe_bad_values(x)
+        if not finite:
+            packed = describe_bad_values(x).tobytes()
+            values = tuple(np.frombuffer(packed).tolist())
         if grow and not all_known:
-            for name in keys:
-                if name not in self.index:
-                    self._add(name)
-            idx, all_known = self.columns(keys)
-        self._cached_keys, self._cached_idx, self._cached_all_known = keys, idx, all_known
-        self._cached_values, self._cached_val = values, val
-        return idx, val  # type: ignore[return-value]
+            idx, all_known = self._grow(keys)
+        getter = operator.itemgetter(*keys) if n >= 2 else None  # (returns a tuple for n >= 2)
+        self._cache = (n if n >= 2 else -1, getter, keys, idx, all_known, values, packed, packer)
+        self._cached_val = None
+        return idx, packed
+
+    def _grow(self, keys: tuple) -> tuple[np.ndarray, bool]:
+        for name in keys:
+            if name not in self.index:
+                self._add(name)
+        return self.columns(keys)
+
+    def forget_bad(self, x: dict) -> typing.NoReturn:
+        """Raise the `ValueError` naming `x`'s first non-finite feature, after dropping `x` from
+        the cache (see `encode_packed`)."""
+        self._forget_cache()
+        describe_bad_values(x)
+        raise ValueError(f"{x!r} has a value that is not a finite real number")
 
     def encode_columns(self, names: typing.Iterable, grow: bool) -> np.ndarray:
         """Columns of a frame's column names (-1 for unknown names unless `grow`)."""
@@ -183,6 +236,14 @@ class FeatureSpace:
                     self._add(name)
             self._forget_cache()
         return np.array([self.index.get(n, -1) for n in names], dtype=np.int64)
+
+    def truncate(self, n_names: int) -> None:
+        """Forget every name after the first `n_names` (a learn_many that failed)."""
+        for name in self.names[n_names:]:
+            del self.index[name]
+        del self.names[n_names:]
+        self.n_columns = self.first_column + n_names
+        self._forget_cache()
 
     def decode(self, vector: np.ndarray) -> dict:
         """The entries of a column vector as a dict name -> value (reserved columns left out)."""

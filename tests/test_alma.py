@@ -286,3 +286,111 @@ def test_multiclass_through_one_vs_rest():
 
 def test_package_exports():
     assert streammargin.ALMAClassifier is ALMAClassifier
+
+
+# learn_one defers its trial to the next call that reads the model (see ALMAClassifier.learn_one):
+# every reader must see the same model as if the trial had run at once.
+
+
+def _stream(n: int, seed: int = 0) -> list[tuple[dict, bool]]:
+    rng = np.random.default_rng(seed)
+    names = [f"x{i}" for i in range(5)]
+    return [
+        (dict(zip(names, row.tolist())), bool(row[0] + 0.5 * row[1] > 0))
+        for row in rng.normal(size=(n, 5))
+    ]
+
+
+def _learnt_at_once(stream) -> ALMAClassifier:
+    """The same trials run one by one through learn_many: nothing is deferred there."""
+    import pandas as pd
+
+    model = ALMAClassifier()
+    for x, y in stream:
+        model.learn_many(pd.DataFrame([x]), pd.Series([y]))
+    return model
+
+
+def test_a_deferred_trial_is_seen_by_every_reader():
+    import copy
+    import pickle
+
+    import pandas as pd
+
+    from streammargin import state
+
+    stream = _stream(30)
+    reference = _learnt_at_once(stream)
+    probe = {"x0": 0.3, "x1": -1.2, "x2": 0.5}
+    readers = {
+        "weights": lambda m: m.weights,
+        "intercept": lambda m: m.intercept,
+        "counters": lambda m: m.counters,
+        "decision_one": lambda m: m.decision_one(probe),
+        "predict_proba_one": lambda m: m.predict_proba_one(probe),
+        "predict_proba_many": lambda m: m.predict_proba_many(pd.DataFrame([probe]))[True].tolist(),
+        "state": lambda m: state.dumps(m.to_state()),
+        "pickle": lambda m: pickle.loads(pickle.dumps(m)).predict_proba_one(probe),
+        "deepcopy": lambda m: copy.deepcopy(m).predict_proba_one(probe),
+    }
+    for name, read in readers.items():
+        model = ALMAClassifier()
+        for x, y in stream:
+            model.learn_one(x, y)
+        assert model._pending is not None  # the last trial is still deferred
+        assert read(model) == read(reference), name
+
+
+def test_predict_then_learn_equals_learning_at_once():
+    stream = _stream(300, seed=1)
+    model, reference = ALMAClassifier(), ALMAClassifier()
+    served, reference_served = [], []
+    for x, y in stream:
+        served.append((model.predict_one(x), model.predict_proba_one(x)[True]))
+        model.learn_one(x, y)
+        reference_served.append((reference.predict_one(x), reference.predict_proba_one(x)[True]))
+        reference.learn_one(x, y)
+        reference._flush()
+    assert served == reference_served
+    assert model.weights == reference.weights
+    assert model.n_corrections == reference.n_corrections > 0
+
+
+def test_a_refused_prediction_keeps_the_deferred_trial():
+    stream = _stream(20, seed=2)
+    model = ALMAClassifier()
+    for x, y in stream:
+        model.learn_one(x, y)
+    before = _learnt_at_once(stream)
+    for bad in ({"x0": float("nan")}, {"x0": 1.0, "x1": float("inf")}, {"x0": "a"}):
+        with pytest.raises(ValueError, match="'x[01]'"):
+            model.predict_one(bad)
+        with pytest.raises(ValueError, match="'x[01]'"):
+            model.predict_proba_one(bad)
+        with pytest.raises(ValueError, match="'x[01]'"):
+            model.learn_one(bad, True)
+    assert model.n_trials == 20
+    assert model.weights == before.weights
+    # the refused dicts left nothing behind in the encoding cache
+    x, y = stream[0]
+    assert model.predict_proba_one(x) == before.predict_proba_one(x)
+
+
+def test_learn_many_with_an_infinite_entry_leaves_the_model_as_it_was():
+    import pandas as pd
+
+    from streammargin import state
+
+    model = ALMAClassifier()
+    for x, y in _stream(50, seed=3):
+        model.learn_one(x, y)
+    before = state.dumps(model.to_state())
+    X = pd.DataFrame([x for x, _ in _stream(40, seed=4)])
+    X["new"] = 1.0
+    X.loc[25, "x3"] = -np.inf
+    with pytest.raises(ValueError, match=r"feature 'x3' has value -inf in row 25"):
+        model.learn_many(X, pd.Series([True] * 40))
+    with pytest.raises(ValueError, match=r"feature 'x3' has value -inf in row 25"):
+        model.predict_many(X)
+    assert state.dumps(model.to_state()) == before
+    assert "new" not in model._features.index

@@ -83,7 +83,31 @@ def _abs_pow(v, p):
     return a**p
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def _sum_abs_pow(val, rho, p):
+    """|rho|^p + sum_j |val_j|^p. Four running sums, not one: one sum waits for the previous
+    addition every step, four keep the adder busy (the norm is half the cost of a trial at 100
+    features)."""
+    n = val.shape[0]
+    s0, s1, s2, s3 = _abs_pow(rho, p), 0.0, 0.0, 0.0
+    if p == 2.0:  # (outside the loop: LLVM would otherwise compute both branches per entry)
+        for j in range(0, n - n % 4, 4):
+            s0 += val[j] * val[j]
+            s1 += val[j + 1] * val[j + 1]
+            s2 += val[j + 2] * val[j + 2]
+            s3 += val[j + 3] * val[j + 3]
+    else:
+        for j in range(0, n - n % 4, 4):
+            s0 += abs(val[j]) ** p
+            s1 += abs(val[j + 1]) ** p
+            s2 += abs(val[j + 2]) ** p
+            s3 += abs(val[j + 3]) ** p
+    for j in range(n - n % 4, n):
+        s0 += _abs_pow(val[j], p)
+    return (s0 + s1) + (s2 + s3)
+
+
+@njit(cache=True, inline="always")
 def normalise(val, rho, p, xh):
     """Write xh = x / ||(rho, x)||_p into `xh` and return (rho / ||(rho, x)||_p, nonzero).
 
@@ -91,9 +115,7 @@ def normalise(val, rho, p, xh):
     the sum of powers is safely inside float64's range, else after dividing by the largest entry,
     which keeps every step finite from subnormal instances to values near the float64 maximum.
     """
-    total = _abs_pow(rho, p)
-    for j in range(val.shape[0]):
-        total += _abs_pow(val[j], p)
+    total = _sum_abs_pow(val, rho, p)
     if 1e-280 < total < 1e300:
         inv = 1.0 / math.sqrt(total) if p == 2.0 else total ** (-1.0 / p)
         for j in range(val.shape[0]):
@@ -113,7 +135,7 @@ def normalise(val, rho, p, xh):
     return rho_hat * inv, True
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def primal_factor(st):
     """The factor c with w_i = c * g(u_i)."""
     p = st[P]
@@ -134,16 +156,49 @@ def g(u_i, p):
     return math.copysign(abs(u_i) ** (p - 1.0), u_i)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _averaged_weight(vectors, i, p, factor_sum):
     """sum over trials so far of w_t,i (divide by the number of trials for the mean)."""
     return vectors[i, ACC] + g(vectors[i, U], p) * (factor_sum - vectors[i, MARK])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _margins(vectors, st, idx, xh, rho_hat):
     """(last, served): w . xh for the last hypothesis, and the margin of the served one (the same,
     or the averaged hypothesis' margin), in one pass over the instance."""
+    p = st[P]
+    if p != 2.0 or st[AVERAGE] == 0.0 or st[DECAYED] == 0.0:
+        return _margins_any(vectors, st, idx, xh, rho_hat)
+    # p = 2 and averaged (the default), written out with two running sums per margin
+    factor = st[SCALE]
+    factor_sum = st[FACTOR_SUM]
+    u0 = vectors[0, U]
+    last0, last1 = u0 * rho_hat, 0.0
+    sum0, sum1 = (vectors[0, ACC] + u0 * (factor_sum - vectors[0, MARK])) * rho_hat, 0.0
+    n = idx.shape[0]
+    for j in range(0, n - 1, 2):
+        i = idx[j]
+        if i >= 0:
+            u = vectors[i, U]
+            last0 += u * xh[j]
+            sum0 += (vectors[i, ACC] + u * (factor_sum - vectors[i, MARK])) * xh[j]
+        i = idx[j + 1]
+        if i >= 0:
+            u = vectors[i, U]
+            last1 += u * xh[j + 1]
+            sum1 += (vectors[i, ACC] + u * (factor_sum - vectors[i, MARK])) * xh[j + 1]
+    if n % 2:
+        i = idx[n - 1]
+        if i >= 0:
+            u = vectors[i, U]
+            last0 += u * xh[n - 1]
+            sum0 += (vectors[i, ACC] + u * (factor_sum - vectors[i, MARK])) * xh[n - 1]
+    return factor * (last0 + last1), (sum0 + sum1) / (st[GROWTH] * st[DECAYED])
+
+
+@njit(cache=True)
+def _margins_any(vectors, st, idx, xh, rho_hat):
+    """`_margins` for any p and either hypothesis."""
     p = st[P]
     factor = primal_factor(st)
     if st[AVERAGE] == 0.0 or st[DECAYED] == 0.0:
@@ -164,7 +219,7 @@ def _margins(vectors, st, idx, xh, rho_hat):
     return last, summed / (st[GROWTH] * st[DECAYED])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _served_margin(vectors, st, idx, val, xh):
     rho_hat, nonzero = normalise(val, st[RHO], st[P], xh)
     if not nonzero:
@@ -178,19 +233,37 @@ def margin(vectors, st, idx, val):
     return _served_margin(vectors, st, idx, val, np.empty(val.shape[0]))
 
 
-@njit(cache=True)
-def proba(vectors, st, idx, val):
-    """Calibrated probability of the positive label, in one call."""
-    return calibration.proba(st[PLATT:], margin(vectors, st, idx, val))
+@njit(cache=True, inline="always")
+def _unpacked(packed):
+    """The float64 values of an instance packed as bytes by `FeatureSpace.encode_packed` (a
+    read-only view). The per-record functions below take bytes: a numpy array made from them in
+    Python costs more than the whole dispatch of an entry point (`streammargin.jit.entry`)."""
+    return np.frombuffer(packed, dtype=np.float64)
+
+
+@njit(cache=True, inline="always")
+def _checked(packed):
+    """`_unpacked`, raising ValueError if a value is NaN or infinite (the model encodes what it
+    predicts for without checking, `FeatureSpace.encode_packed(check_finite=False)`)."""
+    val = np.frombuffer(packed, dtype=np.float64)
+    total = 0.0
+    for j in range(val.shape[0]):
+        total += val[j] * 0.0  # NaN for a NaN or an infinity, else 0
+    if total != 0.0:
+        raise ValueError("a feature value is not finite")
+    return val
 
 
 @njit(cache=True)
-def decide(vectors, st, idx, val):
-    """The predicted label, in one call."""
-    return calibration.decide(st[PLATT:], margin(vectors, st, idx, val))
+def predict_packed(vectors, st, idx, packed):
+    """`calibration.signed_proba` of a packed instance (values checked): +P(True) if the
+    predicted label is True, else -P(True)."""
+    val = _checked(packed)
+    score = _served_margin(vectors, st, idx, val, np.empty(val.shape[0]))
+    return calibration.signed_proba(st[PLATT:], score)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _settle(vectors, i, p, factor_sum):
     """Bring coordinate i's average accumulator up to date (before g(u_i) changes)."""
     vectors[i, ACC] = _averaged_weight(vectors, i, p, factor_sum)
@@ -235,7 +308,7 @@ def _renormalise(vectors, st):
     st[SINCE_RECOMPUTE] = 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _update(vectors, st, i, step, x_i, total, p, averaged):
     """u_i += step * x_i, keeping S (returned) and the average accumulator of i up to date."""
     if averaged:
@@ -245,7 +318,7 @@ def _update(vectors, st, i, step, x_i, total, p, averaged):
     return total + _abs_pow(vectors[i, U], p) - _abs_pow(old, p)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _learn(vectors, st, idx, val, y, xh):
     """One trial of ALMA_p on (x, y), y in {-1.0, +1.0}, `xh` a scratch buffer of len(val).
     Returns 1 on a correction, else 0.
@@ -294,33 +367,53 @@ def _learn(vectors, st, idx, val, y, xh):
     return corrected
 
 
+@njit(cache=True, inline="always")
+def _learn_then_margin(vectors, st, idx, packed, y, new_idx, new_packed):
+    val = _unpacked(packed)
+    xh = np.empty(max(val.shape[0], len(new_packed) // 8))
+    _learn(vectors, st, idx, val, y, xh[: val.shape[0]])
+    new_val = _checked(new_packed)  # after the trial: raising leaves no trial half-done
+    return _served_margin(vectors, st, new_idx, new_val, xh[: new_val.shape[0]])
+
+
 @njit(cache=True)
-def learn(vectors, st, idx, val, y):
-    """One trial of ALMA_p on (x, y); see `_learn`."""
-    return _learn(vectors, st, idx, val, y, np.empty(val.shape[0]))
+def learn_then_predict(vectors, st, idx, packed, y, new_idx, new_packed):
+    """One trial of ALMA_p on the packed (idx, packed, y), y in {-1.0, +1.0} (see `_learn`), then
+    `predict_packed` on (new_idx, new_packed), in one dispatch: the model defers a learn_one to
+    the next prediction (a dispatch costs as much as a small trial). A trial alone passes an
+    empty new instance: one compiled copy of the trial serves both (each copy compiles ~5 s)."""
+    margin = _learn_then_margin(vectors, st, idx, packed, y, new_idx, new_packed)
+    return calibration.signed_proba(st[PLATT:], margin)
 
 
 @njit(cache=True)
 def learn_rows(vectors, st, X, cols, y):
-    """`learn` over the rows of X (NaN = absent feature). Returns the number of corrections."""
+    """`learn` over the rows of X (NaN = absent feature). Returns -1, or r * X.shape[1] + c for
+    the first infinite entry (r, c): rows before r were learnt, the caller restores its state."""
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)
     xh = np.empty(X.shape[1], dtype=np.float64)
-    corrections = 0
     for r in range(X.shape[0]):
         n = row_entries(X, cols, r, idx_buf, val_buf)
-        corrections += _learn(vectors, st, idx_buf[:n], val_buf[:n], y[r], xh[:n])
-    return corrections
+        if n < 0:
+            return r * X.shape[1] + (-1 - n)
+        _learn(vectors, st, idx_buf[:n], val_buf[:n], y[r], xh[:n])
+    return -1
 
 
 @njit(cache=True)
 def margin_rows(vectors, st, X, cols, out):
+    """`margin` of every row of X into `out`; returns -1, or r * X.shape[1] + c for the first
+    infinite entry (r, c)."""
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)
     xh = np.empty(X.shape[1], dtype=np.float64)
     for r in range(X.shape[0]):
         n = row_entries(X, cols, r, idx_buf, val_buf)
+        if n < 0:
+            return r * X.shape[1] + (-1 - n)
         out[r] = _served_margin(vectors, st, idx_buf[:n], val_buf[:n], xh[:n])
+    return -1
 
 
 @njit(cache=True)

@@ -32,7 +32,9 @@ import math
 import numpy as np
 from numba import njit
 
-A, B, H00, H01, H11, MEAN_SQUARE, COUNT, ERR_SIGN, ERR_CALIBRATED = range(9)
+# UNSEEN = BETA_SCALE ** (examples learnt), the weight the running mean square still owes its zero
+# start (1 before the first example): kept as a running product, which spares a pow per call.
+A, B, H00, H01, H11, MEAN_SQUARE, UNSEEN, ERR_SIGN, ERR_CALIBRATED = range(9)
 SIZE = 9
 BETA = 0.99
 BETA_SCALE = 0.999
@@ -48,28 +50,29 @@ def new_state() -> np.ndarray:
     state[A] = 1.0
     state[H00] = RIDGE
     state[H11] = RIDGE
+    state[UNSEEN] = 1.0
     return state
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _clamped(score):
     return min(max(score, -SCORE_LIMIT), SCORE_LIMIT)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _normalised(state, score):
     """The clamped score over the running RMS of past scores (0 before any)."""
-    count = state[COUNT]
-    if count == 0.0:
+    unseen = state[UNSEEN]
+    if unseen == 1.0:
         return 0.0
-    mean_square = state[MEAN_SQUARE] / (1.0 - BETA_SCALE**count)  # bias-corrected, like Adam's moments
+    mean_square = state[MEAN_SQUARE] / (1.0 - unseen)  # bias-corrected, like Adam's moments
     if mean_square <= 0.0:
         return 0.0
     z = score / math.sqrt(mean_square)
     return min(max(z, -Z_CLIP), Z_CLIP)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sigmoid(t):
     t = min(max(t, -LOGIT_CLIP), LOGIT_CLIP)
     if t >= 0.0:
@@ -78,13 +81,13 @@ def _sigmoid(t):
     return e / (1.0 + e)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def proba(state, score):
     """Calibrated probability of the positive class for a raw score."""
     return _sigmoid(state[A] * _normalised(state, _clamped(score)) + state[B])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def decide(state, score):
     """The predicted label (True/False) of a raw score: the rule with fewer recent errors."""
     if state[ERR_CALIBRATED] < state[ERR_SIGN]:
@@ -92,7 +95,18 @@ def decide(state, score):
     return score > 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def signed_proba(state, score):
+    """`proba` and `decide` in one number: +P(True) if the label is True, else -P(True) (P(True)
+    is never 0: the logit is clipped). One compiled function serves predict_one and
+    predict_proba_one."""
+    p_true = proba(state, score)
+    if state[ERR_CALIBRATED] < state[ERR_SIGN]:
+        return p_true if p_true > 0.5 else -p_true
+    return p_true if score > 0.0 else -p_true
+
+
+@njit(cache=True, inline="always")
 def learn(state, score, target):
     """Score both decision rules on (score, target), then one Newton step on the log loss of the
     calibration; target in {-1.0, +1.0}."""
@@ -118,7 +132,7 @@ def learn(state, score, target):
     state[B] -= step_b
     state[H00], state[H01], state[H11] = h00, h01, h11
     state[MEAN_SQUARE] = BETA_SCALE * state[MEAN_SQUARE] + (1.0 - BETA_SCALE) * score * score
-    state[COUNT] += 1.0
+    state[UNSEEN] *= BETA_SCALE
 
 
 @njit(cache=True)
