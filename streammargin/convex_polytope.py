@@ -11,9 +11,31 @@ import numpy as np
 from streammargin import state
 from streammargin.base import MarginClassifier, grown
 from streammargin.jit import convex_polytope as cpm_jit
+from streammargin.jit.entry import entry_point
 from streammargin.support import grown_columns
 
 __all__ = ["ConvexPolytopeClassifier"]
+
+
+# The per-record numba calls (predict_one, learn_one) go through entry points
+# (`streammargin.jit.entry`): numba's dispatch works out the types of the arguments on every call,
+# about half the cost of a call here, and these types are fixed by construction: W, st and window
+# are C-ordered float64 arrays made by the model (grown by `grown` and `grown_columns`, restored by
+# `state.check_array`), `FeatureSpace.encode` gives int64 columns and float64 values, and the class
+# code is an int. Each name starts as a stub that resolves the entry point from the arguments of
+# its first call, then rebinds itself.
+
+
+def _predict_entry(*args: typing.Any) -> int:
+    global _predict_entry
+    _predict_entry = entry_point(cpm_jit.predict, *args)
+    return _predict_entry(*args)
+
+
+def _learn_entry(*args: typing.Any) -> int:
+    global _learn_entry
+    _learn_entry = entry_point(cpm_jit.learn, *args)
+    return _learn_entry(*args)
 
 
 def _plain_label(y: typing.Any) -> typing.Any:
@@ -277,7 +299,7 @@ class ConvexPolytopeClassifier(MarginClassifier):
 
     def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
         code = 1 if target > 0 else 0
-        cpm_jit.learn(self._weights, self._st, self._window, idx, val, code)
+        _learn_entry(self._weights, self._st, self._window, idx, val, code)
 
     def _score_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
         out = np.empty((X.shape[0], 1))
@@ -312,7 +334,7 @@ class ConvexPolytopeClassifier(MarginClassifier):
             self._add_label(y)
         if features.n_columns > self._weights.shape[0]:
             self._reserve(features.n_columns)
-        cpm_jit.learn(self._weights, self._st, self._window, idx, val, code)
+        _learn_entry(self._weights, self._st, self._window, idx, val, code)
 
     def predict_proba_one(self, x: dict, **kwargs: typing.Any) -> dict:
         proba = self._class_probabilities(x)
@@ -322,7 +344,7 @@ class ConvexPolytopeClassifier(MarginClassifier):
 
     def predict_one(self, x: dict, **kwargs: typing.Any) -> typing.Any:
         idx, val = self._features.encode(x, False)
-        best = cpm_jit.predict(self._weights, self._st, idx, val)
+        best = _predict_entry(self._weights, self._st, idx, val)
         if self._one:
             return best == 1  # decided like the base class (sign or calibrated argmax)
         return self._labels[best] if best >= 0 else None

@@ -55,6 +55,13 @@ def new_state() -> np.ndarray:
 
 
 @njit(cache=True, inline="always")
+def _no_subnormal(value):
+    """0 for a decayed quantity below 1e-300: after ~700k decays without a refill it would reach
+    the subnormal range, where every multiplication is many times slower."""
+    return value if value > 1e-300 else 0.0
+
+
+@njit(cache=True, inline="always")
 def _clamped(score):
     return min(max(score, -SCORE_LIMIT), SCORE_LIMIT)
 
@@ -114,9 +121,11 @@ def learn(state, score, target):
     z = _normalised(state, score)
     p = _sigmoid(state[A] * z + state[B])
     positive = target > 0.0
-    state[ERR_SIGN] = BETA_CHOICE * state[ERR_SIGN] + (1.0 - BETA_CHOICE) * ((score > 0.0) != positive)
-    state[ERR_CALIBRATED] = BETA_CHOICE * state[ERR_CALIBRATED] + (1.0 - BETA_CHOICE) * (
-        (p > 0.5) != positive
+    state[ERR_SIGN] = _no_subnormal(
+        BETA_CHOICE * state[ERR_SIGN] + (1.0 - BETA_CHOICE) * ((score > 0.0) != positive)
+    )
+    state[ERR_CALIBRATED] = _no_subnormal(
+        BETA_CHOICE * state[ERR_CALIBRATED] + (1.0 - BETA_CHOICE) * ((p > 0.5) != positive)
     )
     y01 = 1.0 if positive else 0.0
     g = p - y01
@@ -131,8 +140,10 @@ def learn(state, score, target):
     state[A] -= step_a
     state[B] -= step_b
     state[H00], state[H01], state[H11] = h00, h01, h11
-    state[MEAN_SQUARE] = BETA_SCALE * state[MEAN_SQUARE] + (1.0 - BETA_SCALE) * score * score
-    state[UNSEEN] *= BETA_SCALE
+    state[MEAN_SQUARE] = _no_subnormal(
+        BETA_SCALE * state[MEAN_SQUARE] + (1.0 - BETA_SCALE) * score * score
+    )
+    state[UNSEEN] = _no_subnormal(BETA_SCALE * state[UNSEEN])
 
 
 @njit(cache=True)
