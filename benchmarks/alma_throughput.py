@@ -2,8 +2,8 @@
 
 Prints three tables:
 1. predict_one + learn_one samples/s on dense dicts (d = 10 and 100), with the ratio to River's
-   ALMAClassifier; repetitions are interleaved across models and the median is reported, so load
-   on the machine hits every model alike.
+   ALMAClassifier; the models take turns on chunks of 1,000 records and the median of the
+   repetitions is reported, so load on the machine hits every model alike.
 2. learn_many / predict_many rows/s on pandas DataFrames (d = 100).
 3. numba's first-call cost: a fresh process compiling from scratch, then one loading the cache.
 
@@ -17,7 +17,7 @@ import statistics
 import time
 
 import numpy as np
-from common import first_call_costs, time_loop
+from common import first_call_costs, interleaved_rates, time_loop
 
 
 def dense_stream(d: int, n: int, labels: str, seed: int = 0) -> list[tuple[dict, bool]]:
@@ -57,10 +57,11 @@ def per_record_table(repeats: int, n: int) -> None:
         )
         rates: dict[str, list[float]] = {name: [] for name in factories}
         for _ in range(repeats):
-            for name, factory in factories.items():
-                model = factory()
+            models = {name: factory() for name, factory in factories.items()}
+            for model in models.values():
                 time_loop(model, data[:200])  # warm-up: compile / load numba caches
-                rates[name].append(time_loop(model, data))
+            for name, rate in interleaved_rates(models, data).items():
+                rates[name].append(rate)
         base = statistics.median(rates["river ALMAClassifier"])
         for name, values in rates.items():
             rate = statistics.median(values)

@@ -36,6 +36,18 @@ def time_loop(model, data) -> float:
     return len(data) / (time.perf_counter() - start)
 
 
+def interleaved_rates(models: dict, data, chunk: int = 1000) -> dict[str, float]:
+    """predict_one + learn_one samples/s of each model over `data`, the models taking turns on
+    chunks of `chunk` records, so that a change of load on the machine (this VM's speed drifts
+    by +-40% over seconds) hits every model alike and their ratios stay put."""
+    seconds = dict.fromkeys(models, 0.0)
+    for start in range(0, len(data), chunk):
+        part = data[start : start + chunk]
+        for name, model in models.items():
+            seconds[name] += len(part) / time_loop(model, part)
+    return {name: len(data) / total for name, total in seconds.items()}
+
+
 def first_call_costs(model: str) -> dict[str, tuple[float, float, float]]:
     """Seconds of (import, first learn_one + predict, first learn_many + predict) for the model
     expression `model` (e.g. "ALMAClassifier()") in fresh processes with a private numba cache:
