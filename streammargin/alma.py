@@ -10,7 +10,7 @@ import numpy as np
 from streammargin import state
 from streammargin.base import InfiniteEntry, MarginClassifier, binary_target, grown
 from streammargin.jit import alma as alma_jit
-from streammargin.jit.entry import entry_point
+from streammargin.jit.entry import lazy_entry_point
 
 __all__ = ["ALMAClassifier"]
 
@@ -20,16 +20,7 @@ __all__ = ["ALMAClassifier"]
 # weight table float64[capacity, 3] and the scalars float64[STATE_SIZE], both C-ordered and
 # writable (created by the model, grown by `grown`, restored by `state.check_array`); columns int64
 # from `FeatureSpace.encode_packed` and the values as its bytes; a float target. Each name below
-# starts as a stub that resolves its entry point (loading numba's cache or compiling) on first
-# use, then rebinds the name to it.
-
-
-def _lazy_entry_point(name: str, dispatcher: typing.Any, *example: typing.Any) -> typing.Callable:
-    def resolve(*args: typing.Any) -> typing.Any:
-        entry = globals()[name] = entry_point(dispatcher, *example)
-        return entry(*args)
-
-    return resolve
+# resolves its entry point on first use (`lazy_entry_point`).
 
 
 _TABLE = np.zeros((1, alma_jit.N_COLUMNS))
@@ -37,9 +28,11 @@ _SCALARS = alma_jit.new_state(2.0, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0)
 _IDX = np.zeros(1, dtype=np.int64)
 _PACKED = bytes(8)
 _NO_IDX = np.zeros(0, dtype=np.int64)  # the empty instance after a trial run alone
-_predict = _lazy_entry_point("_predict", alma_jit.predict_packed, _TABLE, _SCALARS, _IDX, _PACKED)
-_learn_then_predict = _lazy_entry_point(
-    "_learn_then_predict", alma_jit.learn_then_predict,
+_predict = lazy_entry_point(
+    globals(), "_predict", alma_jit.predict_packed, _TABLE, _SCALARS, _IDX, _PACKED
+)
+_learn_then_predict = lazy_entry_point(
+    globals(), "_learn_then_predict", alma_jit.learn_then_predict,
     _TABLE, _SCALARS, _IDX, _PACKED, 1.0, _IDX, _PACKED,
 )
 
@@ -287,9 +280,8 @@ class ALMAClassifier(MarginClassifier):
             idx, packed = features.encode_packed(x, True)  # raises on bad input, changing nothing
             if features.n_columns > self._weight_table.shape[0]:
                 self._reserve(features.n_columns)
-        pending = self._pending
-        if pending is not None:
-            _learn_then_predict(self._weight_table, self._scalars, *pending, _NO_IDX, b"")
+        if self._pending is not None:
+            self._flush()
         self._pending = (idx, packed, target)
 
     def _flush(self) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 from streammargin import state
 from streammargin.base import MarginClassifier, grown
 from streammargin.jit import convex_polytope as cpm_jit
-from streammargin.jit.entry import entry_point
+from streammargin.jit.entry import lazy_entry_point
 from streammargin.support import grown_columns
 
 __all__ = ["ConvexPolytopeClassifier"]
@@ -21,21 +21,16 @@ __all__ = ["ConvexPolytopeClassifier"]
 # (`streammargin.jit.entry`): numba's dispatch works out the types of the arguments on every call,
 # about half the cost of a call here, and these types are fixed by construction: W, st and window
 # are C-ordered float64 arrays made by the model (grown by `grown` and `grown_columns`, restored by
-# `state.check_array`), `FeatureSpace.encode` gives int64 columns and float64 values, and the class
-# code is an int. Each name starts as a stub that resolves the entry point from the arguments of
-# its first call, then rebinds itself.
-
-
-def _predict_entry(*args: typing.Any) -> int:
-    global _predict_entry
-    _predict_entry = entry_point(cpm_jit.predict, *args)
-    return _predict_entry(*args)
-
-
-def _learn_entry(*args: typing.Any) -> int:
-    global _learn_entry
-    _learn_entry = entry_point(cpm_jit.learn, *args)
-    return _learn_entry(*args)
+# `state.check_array`), `FeatureSpace.encode` gives int64 columns and read-only float64 values,
+# and the class code is an int. Each name resolves its entry point on first use.
+_MATRIX = np.zeros((1, 1))
+_VECTOR = np.zeros(1)
+_IDX = np.zeros(1, dtype=np.int64)
+_VAL = np.frombuffer(bytes(8))  # read-only, like FeatureSpace.encode's values
+_predict_entry = lazy_entry_point(globals(), "_predict_entry", cpm_jit.predict, _MATRIX, _VECTOR, _IDX, _VAL)
+_learn_entry = lazy_entry_point(
+    globals(), "_learn_entry", cpm_jit.learn, _MATRIX, _VECTOR, _MATRIX, _IDX, _VAL, 0
+)
 
 
 def _plain_label(y: typing.Any) -> typing.Any:

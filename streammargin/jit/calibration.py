@@ -108,7 +108,7 @@ def signed_proba(state, score):
     is never 0: the logit is clipped). One compiled function serves predict_one and
     predict_proba_one."""
     p_true = proba(state, score)
-    if state[ERR_CALIBRATED] < state[ERR_SIGN]:
+    if state[ERR_CALIBRATED] < state[ERR_SIGN]:  # `decide`'s rule, reusing p_true (LLVM would not)
         return p_true if p_true > 0.5 else -p_true
     return p_true if score > 0.0 else -p_true
 

@@ -30,3 +30,30 @@ def entry_point(dispatcher: typing.Any, *example_args: typing.Any) -> typing.Cal
     signature = tuple(numba.typeof(arg) for arg in example_args)
     dispatcher.compile(signature)  # loads numba's on-disk cache when there is one
     return dispatcher.overloads[signature].entry_point
+
+
+def lazy_entry_point(
+    namespace: dict, name: str, dispatcher: typing.Any, *example_args: typing.Any
+) -> typing.Callable:
+    """A stand-in for `namespace[name]`: its first call resolves `entry_point(dispatcher,
+    *example_args)` (loading numba's cache or compiling, not at import), rebinds
+    `namespace[name]` to it and forwards the call; later calls reach the entry point directly.
+
+    >>> import numpy as np
+    >>> from numba import njit
+    >>> @njit
+    ... def total(a, b):
+    ...     return a.sum() + b
+    >>> fast_total = stub = lazy_entry_point(globals(), "fast_total", total, np.zeros(1), 0.0)
+    >>> fast_total(np.arange(4.0), 1.0)
+    7.0
+    >>> fast_total is stub  # the name now holds the entry point itself
+    False
+
+    """
+
+    def resolve(*args: typing.Any) -> typing.Any:
+        entry = namespace[name] = entry_point(dispatcher, *example_args)
+        return entry(*args)
+
+    return resolve
