@@ -7,6 +7,7 @@ from streammargin.alma import ALMAClassifier
 from streammargin.budget_perceptron import BudgetPerceptron
 from streammargin.budget_svm import BudgetSVMClassifier
 from streammargin.convex_polytope import ConvexPolytopeClassifier
+from streammargin.errors import InvalidInput, StateError
 from streammargin.kernel_alma import KernelALMAClassifier
 from streammargin.mpu import MPUClassifier
 from streammargin.sbp import SBPClassifier
@@ -19,9 +20,11 @@ __all__ = [
     "BudgetPerceptron",
     "BudgetSVMClassifier",
     "ConvexPolytopeClassifier",
+    "InvalidInput",
     "KernelALMAClassifier",
     "MPUClassifier",
     "SBPClassifier",
+    "StateError",
     "from_state",
     "state",
 ]

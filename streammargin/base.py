@@ -16,6 +16,7 @@ import numpy as np
 from river import base
 
 from streammargin import state as state_module
+from streammargin.errors import InvalidInput
 from streammargin.features import FeatureSpace, validate_value
 from streammargin.jit import calibration
 
@@ -32,7 +33,7 @@ __all__ = [
 def binary_target(y: typing.Any) -> float:
     """+1.0 for the positive label (True, 1), -1.0 for the negative one (False, 0, -1).
 
-    Anything else raises a `ValueError`: these are binary classifiers, wrap them in
+    Anything else raises `InvalidInput` (a `ValueError`): these are binary classifiers, wrap them in
     `river.multiclass.OneVsRestClassifier` for more labels.
     """
     if y is True:
@@ -48,8 +49,8 @@ def binary_target(y: typing.Any) -> float:
             return 1.0
         if as_float == 0.0 or as_float == -1.0:
             return -1.0
-    raise ValueError(
-        f"unknown label {y!r}: a binary classifier takes True/False, 1/0 or 1/-1 "
+    raise InvalidInput(
+        f"unknown label {y!r:.80}: a binary classifier takes True/False, 1/0 or 1/-1 "
         "(use river.multiclass.OneVsRestClassifier for more classes)"
     )
 
@@ -85,9 +86,9 @@ class InfiniteEntry(ValueError):
         self.row, self.column = row, column
 
 
-def infinite_entry_error(X: typing.Any, values: np.ndarray, row: int, column: int) -> ValueError:
+def infinite_entry_error(X: typing.Any, values: np.ndarray, row: int, column: int) -> InvalidInput:
     """The error for the infinite entry (row, column) of frame X."""
-    return ValueError(
+    return InvalidInput(
         f"feature {X.columns[column]!r} has value {float(values[row, column])!r} "
         f"in row {X.index[row]!r}: expected a finite real number"
     )
@@ -209,7 +210,7 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         """
         targets = binary_targets(y)
         if len(targets) != len(X):
-            raise ValueError(f"X has {len(X)} rows but y has {len(targets)} labels")
+            raise InvalidInput(f"X has {len(X)} rows but y has {len(targets)} labels")
         n_names = len(self._features)
         values, cols = self._frame(X, grow=True)
         self._reserve(self._features.n_columns)

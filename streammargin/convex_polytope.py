@@ -10,6 +10,7 @@ import numpy as np
 
 from streammargin import state
 from streammargin.base import MarginClassifier, grown
+from streammargin.errors import InvalidInput
 from streammargin.jit import convex_polytope as cpm_jit
 from streammargin.jit.entry import lazy_entry_point
 from streammargin.support import grown_columns
@@ -38,13 +39,13 @@ def _plain_label(y: typing.Any) -> typing.Any:
     if isinstance(y, np.generic):
         y = y.item()
     if y is None or (isinstance(y, float) and math.isnan(y)):
-        raise ValueError(f"label {y!r} is not a class: a label must be a value other than None/NaN")
+        raise InvalidInput(f"label {y!r} is not a class: a label must be a value other than None/NaN")
     try:
         state.encode_name(y)
         hash(y)
     except TypeError:
-        raise ValueError(
-            f"label {y!r} of type {type(y).__name__} is not supported: labels must be str, bool, "
+        raise InvalidInput(
+            f"label {y!r:.80} of type {type(y).__name__} is not supported: labels must be str, bool, "
             "int, float or tuples of them"
         ) from None
     return y
@@ -358,7 +359,7 @@ class ConvexPolytopeClassifier(MarginClassifier):
             return super().learn_many(X, y)
         labels = [_plain_label(label) for label in y]  # validated before anything changes
         if len(labels) != len(X):
-            raise ValueError(f"X has {len(X)} rows but y has {len(labels)} labels")
+            raise InvalidInput(f"X has {len(X)} rows but y has {len(labels)} labels")
         values, cols = self._frame(X, grow=True)
         for label in labels:
             if label not in self._label_index:

@@ -3,7 +3,7 @@
 A `FeatureSpace` gives every feature name a column the first time a model learns from it, so the
 space grows as new names appear and a name keeps its column for ever. Features may be absent from
 any dict (a sparse dict is a vector with zeros elsewhere). Values must be finite real numbers
-(`bool` counts as 0/1); anything else raises a `ValueError` that names the feature, before any
+(`bool` counts as 0/1); anything else raises `InvalidInput` (a `ValueError`) that names the feature, before any
 state is touched.
 
 The per-record path is the hot path of every model in this package, so it is written for speed:
@@ -26,22 +26,24 @@ import typing
 
 import numpy as np
 
+from streammargin.errors import InvalidInput, StateError
+
 __all__ = ["FeatureSpace", "validate_value", "describe_bad_values"]
 
 
 def validate_value(name: typing.Hashable, value: typing.Any) -> float:
-    """Return `value` as a float, or raise a `ValueError` that names the feature."""
+    """Return `value` as a float, or raise `InvalidInput` (a `ValueError`) naming the feature."""
     if isinstance(value, (str, bytes)) or not isinstance(value, numbers.Real):
-        raise ValueError(
+        raise InvalidInput(
             f"feature {name!r} has value {value!r} of type {type(value).__name__}: "
             "expected a finite real number"
         )
     try:
         as_float = float(value)
     except OverflowError:
-        raise ValueError(f"feature {name!r} has value {value!r}: too large for a float64") from None
+        raise InvalidInput(f"feature {name!r} has value {value!r}: too large for a float64") from None
     if not math.isfinite(as_float):
-        raise ValueError(f"feature {name!r} has value {value!r}: expected a finite real number")
+        raise InvalidInput(f"feature {name!r} has value {value!r}: expected a finite real number")
     return as_float
 
 
@@ -221,11 +223,11 @@ class FeatureSpace:
         return self.columns(keys)
 
     def forget_bad(self, x: dict) -> typing.NoReturn:
-        """Raise the `ValueError` naming `x`'s first non-finite feature, after dropping `x` from
+        """Raise the `InvalidInput` naming `x`'s first non-finite feature, after dropping `x` from
         the cache (see `encode_packed`)."""
         self._forget_cache()
         describe_bad_values(x)
-        raise ValueError(f"{x!r} has a value that is not a finite real number")
+        raise InvalidInput(f"{x!r:.200} has a value that is not a finite real number")
 
     def encode_columns(self, names: typing.Iterable, grow: bool) -> np.ndarray:
         """Columns of a frame's column names (-1 for unknown names unless `grow`)."""
@@ -268,7 +270,7 @@ class FeatureSpace:
         for encoded in data["names"]:
             name = state.decode_name(encoded)
             if name in space.index:
-                raise ValueError(f"feature name {name!r} appears twice in the saved state")
+                raise StateError(f"feature name {name!r:.80} appears twice in the saved state")
             space._add(name)
         return space
 

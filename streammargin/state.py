@@ -25,6 +25,8 @@ import typing
 
 import numpy as np
 
+from streammargin.errors import StateError
+
 __all__ = [
     "dumps",
     "loads",
@@ -42,8 +44,6 @@ _ALLOWED_DTYPES = {"<f8", "<f4", "<i8", "<i4", "|u1", "|b1"}
 _REGISTRY: dict[str, type] = {}
 
 
-class StateError(ValueError):
-    """A saved state that cannot be read back."""
 
 
 # Names and labels -------------------------------------------------------------------------------

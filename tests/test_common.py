@@ -20,6 +20,7 @@ from river import checks
 
 import streammargin
 from streammargin import state
+from streammargin.errors import InvalidInput
 
 MODEL_CLASSES = sorted(state.registered_models().values(), key=lambda cls: cls.__name__)
 CASES = [
@@ -115,11 +116,11 @@ def test_bad_values_raise_naming_the_feature_and_leave_the_model_untouched(cls, 
     before = state_bytes(model)
     for x in ({"a": 1.0, "bad_one": bad}, {"bad_one": bad}, {"a": 1.0, "b": bad}):
         name = "bad_one" if "bad_one" in x else "b"
-        with pytest.raises(ValueError, match=repr(name)):
+        with pytest.raises(InvalidInput, match=repr(name)):
             model.learn_one(x, True)
-        with pytest.raises(ValueError, match=repr(name)):
+        with pytest.raises(InvalidInput, match=repr(name)):
             model.predict_proba_one(x)
-        with pytest.raises(ValueError, match=repr(name)):
+        with pytest.raises(InvalidInput, match=repr(name)):
             model.predict_one(x)
     assert state_bytes(model) == before
 
@@ -132,7 +133,7 @@ def test_unknown_labels_raise_and_leave_the_model_untouched(cls, params, label):
         pytest.skip("a multiclass model takes any label as a class; None and NaN must raise")
     model.learn_one({"a": 1.0}, True)
     before = state_bytes(model)
-    with pytest.raises(ValueError, match="label"):
+    with pytest.raises(InvalidInput, match="label"):
         model.learn_one({"a": 2.0, "new": 1.0}, label)
     assert state_bytes(model) == before
 
@@ -215,13 +216,13 @@ def test_learn_many_rejects_bad_frames_before_learning(cls, params):
     model = cls(**params)
     model.learn_many(pd.DataFrame({"a": [1.0, 2.0]}), pd.Series([True, False]))
     before = state_bytes(model)
-    with pytest.raises(ValueError, match="'new'"):
+    with pytest.raises(InvalidInput, match="'new'"):
         model.learn_many(pd.DataFrame({"a": [1.0, 2.0], "new": [1.0, np.inf]}), pd.Series([True, False]))
     for text in ("x", "1.5"):  # pandas itself would turn "1.5" into 1.5: learn_one refuses it
-        with pytest.raises(ValueError, match="'s'"):
+        with pytest.raises(InvalidInput, match="'s'"):
             model.learn_many(pd.DataFrame({"a": [1.0], "s": [text]}), pd.Series([True]))
     bad_label = None if model._multiclass else "maybe"
-    with pytest.raises(ValueError, match="label"):
+    with pytest.raises(InvalidInput, match="label"):
         model.learn_many(pd.DataFrame({"a": [1.0]}), pd.Series([bad_label]))
     assert state_bytes(model) == before
 
