@@ -106,7 +106,7 @@ class FeatureSpace:
     >>> space.encode({"d": float("nan")}, grow=True)
     Traceback (most recent call last):
     ...
-    ValueError: feature 'd' has value nan: expected a finite real number
+    streammargin.errors.InvalidInput: feature 'd' has value nan: expected a finite real number
     >>> space.n_columns
     3
 
