@@ -8,10 +8,11 @@ Each labelled prediction (test-then-train, or a delayed label joined to its even
 - log loss, with River's `metrics.LogLoss` arithmetic (probabilities clamped to [1e-15, 1 - 1e-15],
   River's incremental mean), so the figures match River's to the last bit;
 - a River drift detector fed with the error stream (1.0 for a mistake, 0.0 otherwise): ADWIN by
-  default, any detector of `river.drift` / `river.drift.binary` by name.
+  default, or any detector of `connectors.river_state.DETECTORS` by name.
 
 Everything here is plain numbers plus the detector, saved in the partition's checkpoint
-(`to_state` / `from_state`), so a restored task reports the same metrics an uninterrupted one would.
+(`to_state` / `from_state`, every field validated on restore: a checkpoint is untrusted input), so
+a restored task reports the same metrics an uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -23,35 +24,40 @@ import typing
 
 import numpy as np
 
-from connectors.checkpoint import object_from_state, object_to_state
+from connectors import river_state
+from streammargin.errors import StateError
 
 __all__ = ["PartitionMetrics", "Throughput", "make_detector", "detector_names"]
 
+# Bounds of a partition's metrics (checked before a restore allocates anything).
+MAX_ROLLING_WINDOW = 1 << 24
+MAX_KEEP_DETECTIONS = 1 << 16
+_MAX_COUNT = 2**53  # counts are also kept as floats (the log loss mean's n)
+_MAX_LOG_LOSS = -math.log(1e-15)  # probabilities are clamped to [1e-15, 1 - 1e-15]
+
 
 def detector_names() -> dict[str, type]:
-    """Lower-case name -> class of River's drift detectors ("adwin", "kswin", "ddm", ...)."""
-    from river import base, drift
-
-    names: dict[str, type] = {}
-    for module in (drift, drift.binary):
-        for attr in module.__all__:
-            cls = getattr(module, attr, None)
-            if isinstance(cls, type) and issubclass(
-                cls, (base.DriftDetector, base.BinaryDriftDetector)
-            ):
-                names[attr.lower()] = cls
-    names["none"] = drift.NoDrift
+    """Lower-case name -> class of the drift detectors a worker offers ("adwin", "kswin", ...):
+    those whose state a checkpoint may hold (`river_state.DETECTORS`), and "none" for NoDrift."""
+    names = {name.lower(): cls for name, cls in river_state.DETECTORS.items()}
+    names["none"] = names["nodrift"]
     return names
 
 
 def make_detector(name: str = "adwin", params: dict | None = None) -> typing.Any:
-    """A River drift detector by (case-insensitive) class name, e.g. `make_detector("ADWIN")`."""
+    """A River drift detector by (case-insensitive) class name, e.g. `make_detector("ADWIN")`.
+
+    The parameters are checked as a checkpoint's are (`river_state.check_detector_params`), so
+    a detector the worker builds can always be saved and restored.
+    """
     key = name.lower().replace("_", "").replace("-", "")
-    names = detector_names()
-    cls = names.get(key)
+    cls = detector_names().get(key)
     if cls is None:
-        raise ValueError(f"unknown drift detector {name!r}; known: {', '.join(sorted(names))}")
-    return cls(**(params or {}))
+        raise ValueError(
+            f"unknown drift detector {name!r}; known: {', '.join(sorted(detector_names()))}"
+        )
+    class_name = next(n for n, c in river_state.DETECTORS.items() if c is cls)
+    return cls(**river_state.check_detector_params(class_name, params or {}, complete=False))
 
 
 class PartitionMetrics:
@@ -80,8 +86,16 @@ class PartitionMetrics:
     def __init__(
         self, rolling_window: int = 1000, detector: typing.Any = None, keep_detections: int = 100
     ):
-        if rolling_window < 1:
-            raise ValueError(f"rolling_window must be >= 1, got {rolling_window!r}")
+        if type(rolling_window) is not int or not 1 <= rolling_window <= MAX_ROLLING_WINDOW:
+            raise ValueError(
+                f"rolling_window must be an int in [1, {MAX_ROLLING_WINDOW}], "
+                f"got {rolling_window!r}"
+            )
+        if type(keep_detections) is not int or not 0 <= keep_detections <= MAX_KEEP_DETECTIONS:
+            raise ValueError(
+                f"keep_detections must be an int in [0, {MAX_KEEP_DETECTIONS}], "
+                f"got {keep_detections!r}"
+            )
         self.rolling_window = rolling_window
         self.detector = detector if detector is not None else make_detector("adwin")
         self.n_labelled = 0
@@ -160,28 +174,77 @@ class PartitionMetrics:
             "n_detections": self.n_detections,
             "detections": list(self.detections),
             "keep_detections": self.detections.maxlen,
-            "detector": object_to_state(self.detector),
+            "detector": river_state.detector_to_state(self.detector),
         }
 
     @classmethod
-    def from_state(cls, data: dict) -> PartitionMetrics:
-        metrics = cls(
-            rolling_window=int(data["rolling_window"]),
-            detector=object_from_state(data["detector"]),
-            keep_detections=int(data["keep_detections"]),
+    def from_state(cls, data: typing.Any) -> PartitionMetrics:
+        """Metrics saved by `to_state`; `StateError` (a `ValueError`) for anything malformed.
+
+        Sizes are checked before the window is allocated; the counts must agree with each other
+        and with the window (its bytes are 0 or 1, `window_correct` their sum, `window_pos` the
+        count modulo the window), the log loss mean is in its finite range, and the detector
+        is restored by `river_state.detector_from_state`.
+        """
+        keys = (
+            "rolling_window", "n_labelled", "n_correct", "loss_n", "loss_mean", "window",
+            "window_pos", "window_correct", "n_detections", "detections", "keep_detections",
+            "detector",
         )
+        if type(data) is not dict or set(data) != set(keys):
+            raise StateError(f"metrics state: expected the fields {sorted(keys)}")
+
+        def whole(key: str, lo: int, hi: int) -> int:
+            value = data[key]
+            if type(value) is not int or not lo <= value <= hi:
+                raise StateError(f"metrics state: {key} must be an int in [{lo}, {hi}]")
+            return value
+
+        rolling_window = whole("rolling_window", 1, MAX_ROLLING_WINDOW)
+        keep_detections = whole("keep_detections", 0, MAX_KEEP_DETECTIONS)
+        n_labelled = whole("n_labelled", 0, _MAX_COUNT)
+        n_correct = whole("n_correct", 0, n_labelled)
+        window_pos = whole("window_pos", 0, rolling_window - 1)
+        filled = min(n_labelled, rolling_window)
+        window_correct = whole("window_correct", 0, filled)
+        n_detections = whole("n_detections", 0, n_labelled)
+        if window_pos != n_labelled % rolling_window:
+            raise StateError("metrics state: window_pos is not n_labelled modulo rolling_window")
+        # The window's correct predictions are among all of them, and the others among the rest.
+        if window_correct > n_correct or n_correct - window_correct > n_labelled - filled:
+            raise StateError("metrics state: window_correct does not fit n_correct")
         window = data["window"]
-        if not isinstance(window, np.ndarray) or window.shape != (metrics.rolling_window,):
-            raise ValueError("metrics window does not match rolling_window")
-        metrics._window = bytearray(window.astype(np.uint8).tobytes())
-        metrics.n_labelled = int(data["n_labelled"])
-        metrics.n_correct = int(data["n_correct"])
-        metrics._loss_n = float(data["loss_n"])
-        metrics._loss_mean = float(data["loss_mean"])
-        metrics._window_pos = int(data["window_pos"])
-        metrics._window_correct = int(data["window_correct"])
-        metrics.n_detections = int(data["n_detections"])
-        metrics.detections.extend(int(o) for o in data["detections"])
+        if (
+            not isinstance(window, np.ndarray)
+            or window.dtype != np.uint8
+            or window.shape != (rolling_window,)
+        ):
+            raise StateError(f"metrics state: window must be {rolling_window} uint8 values")
+        if window.max() > 1 or int(window.sum()) != window_correct or window[filled:].any():
+            raise StateError("metrics state: window bytes must be 0/1 summing to window_correct")
+        loss_n, loss_mean = data["loss_n"], data["loss_mean"]
+        if type(loss_n) not in (int, float) or loss_n != n_labelled:
+            raise StateError("metrics state: loss_n must equal n_labelled")
+        if type(loss_mean) not in (int, float) or not 0.0 <= loss_mean <= _MAX_LOG_LOSS or (
+            n_labelled == 0 and loss_mean != 0.0
+        ):
+            raise StateError(f"metrics state: loss_mean must be in [0, {_MAX_LOG_LOSS}]")
+        detections = data["detections"]
+        if type(detections) is not list or len(detections) > min(keep_detections, n_detections):
+            raise StateError(
+                "metrics state: detections must be a list of at most keep_detections and "
+                "n_detections offsets"
+            )
+        if any(type(o) is not int or not 0 <= o < 2**63 for o in detections):
+            raise StateError("metrics state: detection offsets must be ints in [0, 2**63)")
+        detector = river_state.detector_from_state(data["detector"])
+        metrics = cls(rolling_window, detector, keep_detections)
+        metrics._window = bytearray(window.tobytes())
+        metrics.n_labelled, metrics.n_correct = n_labelled, n_correct
+        metrics._loss_n, metrics._loss_mean = float(loss_n), float(loss_mean)
+        metrics._window_pos, metrics._window_correct = window_pos, window_correct
+        metrics.n_detections = n_detections
+        metrics.detections.extend(detections)
         return metrics
 
 
