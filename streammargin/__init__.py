@@ -11,6 +11,7 @@ from streammargin.errors import InvalidInput, StateError
 from streammargin.kernel_alma import KernelALMAClassifier
 from streammargin.mpu import MPUClassifier
 from streammargin.sbp import SBPClassifier
+from streammargin.scaler import StandardScaler
 from streammargin.state import from_state
 
 __version__ = "0.1.0"
@@ -24,6 +25,7 @@ __all__ = [
     "KernelALMAClassifier",
     "MPUClassifier",
     "SBPClassifier",
+    "StandardScaler",
     "StateError",
     "from_state",
     "state",

@@ -1,0 +1,331 @@
+"""A standard scaler with a ceiling on memory and a safe state.
+
+River's `preprocessing.StandardScaler` keeps a count, a mean and a variance per feature name in
+dicts that grow with every new name, for ever (a stream whose names are ids grows it without
+bound; even `transform_one` adds an entry per unseen name). This one computes exactly what River's
+computes (`with_std=True`), bit for bit, with three differences that only show where River's
+would grow without bound, fail or go non-finite:
+
+- at most `max_features` names have statistics; names beyond that, and names that cannot be
+  saved in a state (strings longer than 128 characters, other than str, bool, int, finite float,
+  None or tuples of up to 8 of these), pass through `transform_one` unscaled;
+- a feature whose update would leave its mean or variance non-finite (values beyond ~1e154
+  overflow Welford's products) keeps its statistics unchanged for that value: River's would turn
+  into inf or NaN and make every later value of that feature NaN;
+- a value that is not a finite real number raises `InvalidInput` before anything changes (River's
+  raises TypeError for strings and learns NaN).
+
+`counters` counts each case, so a metrics record can show how often the bounds act.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import typing
+
+import numpy as np
+from river import base
+
+from streammargin.errors import StateError
+from streammargin.features import validate_value
+from streammargin.state import encode_name
+
+__all__ = ["StandardScaler"]
+
+MAX_NAME_LENGTH = 128
+MAX_TUPLE_NAME_PARTS = 8
+#: The largest `max_features` a scaler (and a restored state) may have.
+MAX_FEATURES_LIMIT = 1 << 24
+_MAX_FLOAT = sys.float_info.max
+_COUNTERS = ("beyond_max_features", "unsavable_names", "overflow_skipped")
+_MIN_CAPACITY = 64
+
+
+def _scalar_name_ok(name: typing.Any) -> bool:
+    kind = type(name)
+    if kind is str:
+        return len(name) <= MAX_NAME_LENGTH
+    if kind is int:
+        return -(2**63) <= name < 2**63
+    if kind is float:
+        return math.isfinite(name)
+    return kind is bool or name is None
+
+
+def _name_ok(name: typing.Any) -> bool:
+    """Whether `name` may have a column: small, and savable with `state.encode_name`."""
+    if type(name) is tuple:
+        return (
+            len(name) <= MAX_TUPLE_NAME_PARTS
+            and all(_scalar_name_ok(part) for part in name)
+            and sum(len(part) for part in name if type(part) is str) <= MAX_NAME_LENGTH
+        )
+    return _scalar_name_ok(name)
+
+
+def _decode_scalar_name(encoded: typing.Any) -> typing.Any:
+    if type(encoded) is str:
+        return encoded
+    if type(encoded) is dict and len(encoded) == 1:
+        ((tag, value),) = encoded.items()
+        if tag == "bool" and type(value) is bool:
+            return value
+        if tag == "int" and type(value) is int:
+            return value
+        if tag == "float" and type(value) in (int, float):
+            return float(value)
+        if tag == "none" and value is None:
+            return None
+    raise StateError(f"scaler state: not an encoded feature name: {type(encoded).__name__}")
+
+
+def _decode_name(encoded: typing.Any) -> typing.Any:
+    """`state.decode_name` for the names a scaler keeps (tuples one level deep), without
+    recursion, so any nesting a state holds is refused in constant stack."""
+    if type(encoded) is dict and set(encoded) == {"tuple"}:
+        parts = encoded["tuple"]
+        if type(parts) is not list or len(parts) > MAX_TUPLE_NAME_PARTS:
+            raise StateError("scaler state: a tuple name must be a list of at most 8 parts")
+        name: typing.Any = tuple(_decode_scalar_name(part) for part in parts)
+    else:
+        name = _decode_scalar_name(encoded)
+    if not _name_ok(name):
+        raise StateError(f"scaler state: feature name {name!r:.80} is not allowed")
+    return name
+
+
+class StandardScaler(base.Transformer):
+    """Scales features to zero mean and unit variance, in bounded memory.
+
+    `learn_one` and `transform_one` compute exactly what River's
+    `preprocessing.StandardScaler()` computes (the same Welford updates in the same order, the
+    same division that gives 0.0 for a feature without variance), as long as the bounds below
+    do not act. The statistics live in numpy arrays, one column per feature name, given in the
+    order names are first learnt.
+
+    Parameters
+    ----------
+    max_features
+        Most feature names with statistics. Once that many are known, new names pass through
+        `transform_one` unscaled and `counters["beyond_max_features"]` counts them in
+        `learn_one`. Memory is at most about 300 bytes per name (three float64/int64 columns,
+        the name of up to 128 characters and its dict entry): ~20 MB at the default 2**16.
+
+    Attributes
+    ----------
+    counters
+        How often each bound acted in `learn_one`: `beyond_max_features` (a value of a name
+        beyond `max_features`), `unsavable_names` (a name longer than 128 characters or of
+        another type than str, bool, int, finite float, None or a tuple of up to 8 of these:
+        passed through unscaled), `overflow_skipped` (a value whose update would have made
+        its feature's statistics non-finite: its statistics were left as they were).
+
+    Examples
+    --------
+
+    >>> import random
+    >>> from streammargin import StandardScaler
+
+    >>> random.seed(42)
+    >>> X = [{'x': random.uniform(8, 12), 'y': random.uniform(8, 12)} for _ in range(6)]
+    >>> scaler = StandardScaler()
+    >>> for x in X:
+    ...     scaler.learn_one(x)
+    ...     print({name: round(value, 3) for name, value in scaler.transform_one(x).items()})
+    {'x': 0.0, 'y': 0.0}
+    {'x': -1.0, 'y': 1.0}
+    {'x': 0.937, 'y': 1.351}
+    {'x': 1.13, 'y': -0.651}
+    {'x': -0.777, 'y': -0.729}
+    {'x': -1.275, 'y': 0.992}
+
+    The same figures as River's, to the last bit:
+
+    >>> from river import preprocessing
+    >>> rivers, ours = preprocessing.StandardScaler(), StandardScaler()
+    >>> for x in X:
+    ...     rivers.learn_one(x)
+    ...     ours.learn_one(x)
+    ...     assert ours.transform_one(x) == rivers.transform_one(x)
+
+    Beyond `max_features` names, values pass through unscaled:
+
+    >>> scaler = StandardScaler(max_features=1)
+    >>> scaler.learn_one({'a': 1.0, 'b': 5.0})
+    >>> scaler.learn_one({'a': 3.0, 'b': 7.0})
+    >>> scaler.transform_one({'a': 3.0, 'b': 7.0})
+    {'a': 1.0, 'b': 7.0}
+    >>> scaler.counters
+    {'beyond_max_features': 2, 'unsavable_names': 0, 'overflow_skipped': 0}
+
+    """
+
+    def __init__(self, max_features: int = 1 << 16):
+        if type(max_features) is not int or not 1 <= max_features <= MAX_FEATURES_LIMIT:
+            raise ValueError(
+                f"max_features must be an int in [1, {MAX_FEATURES_LIMIT}], got {max_features!r}"
+            )
+        self.max_features = max_features
+        self._columns: dict[typing.Hashable, int] = {}
+        self._counts = np.zeros(0, dtype=np.int64)
+        self._means = np.zeros(0, dtype=np.float64)
+        self._vars = np.zeros(0, dtype=np.float64)
+        self.counters = dict.fromkeys(_COUNTERS, 0)
+
+    @classmethod
+    def _unit_test_params(cls) -> typing.Iterator[dict]:
+        # (River's checker shuffles feature order, which decides which names are beyond a small
+        # bound: the bound has its own tests.)
+        yield {}
+
+    # Learning and scaling --------------------------------------------------------------------
+
+    def _new_column(self, name: typing.Hashable) -> int | None:
+        """A column for a new name, or None (counted) when the name may not have one."""
+        if len(self._columns) >= self.max_features:
+            self.counters["beyond_max_features"] += 1
+            return None
+        if not _name_ok(name):
+            self.counters["unsavable_names"] += 1
+            return None
+        column = len(self._columns)
+        if column == self._counts.shape[0]:
+            capacity = min(max(2 * column, _MIN_CAPACITY), self.max_features)
+            self._counts = np.concatenate([self._counts, np.zeros(capacity - column, np.int64)])
+            self._means = np.concatenate([self._means, np.zeros(capacity - column)])
+            self._vars = np.concatenate([self._vars, np.zeros(capacity - column)])
+        self._columns[name] = column
+        return column
+
+    def learn_one(self, x: dict) -> None:
+        # Every value is checked before any statistic changes.
+        values = [
+            xi if type(xi) is float and xi - xi == 0.0 else validate_value(name, xi)
+            for name, xi in x.items()
+        ]
+        columns = self._columns
+        counts, means, vars_ = self._counts, self._means, self._vars
+        for name, xi in zip(x, values):
+            column = columns.get(name)
+            if column is None:
+                column = self._new_column(name)
+                if column is None:
+                    continue
+                counts, means, vars_ = self._counts, self._means, self._vars
+            # River's arithmetic, in Python floats: counts[i] += 1; then
+            # means[i] += (xi - old_mean) / counts[i];
+            # vars[i] += ((xi - old_mean) * (xi - means[i]) - vars[i]) / counts[i]
+            count = counts.item(column) + 1
+            old_mean = means.item(column)
+            mean = old_mean + (xi - old_mean) / count
+            old_var = vars_.item(column)
+            var = old_var + ((xi - old_mean) * (xi - mean) - old_var) / count
+            if -_MAX_FLOAT <= mean <= _MAX_FLOAT and 0.0 <= var <= _MAX_FLOAT:
+                counts[column] = count
+                means[column] = mean
+                vars_[column] = var
+            else:  # an overflow (or NaN) would poison this feature for ever
+                self.counters["overflow_skipped"] += 1
+
+    def transform_one(self, x: dict) -> dict:
+        columns = self._columns
+        means, vars_ = self._means, self._vars
+        full = len(columns) >= self.max_features
+        result = {}
+        for name, xi in x.items():
+            value = xi if type(xi) is float and xi - xi == 0.0 else validate_value(name, xi)
+            column = columns.get(name)
+            if column is None:
+                # River gives 0.0 for a name it has not learnt (no variance); a name that will
+                # never have a column passes through unscaled.
+                result[name] = xi if full or not _name_ok(name) else 0.0
+                continue
+            var = vars_.item(column)
+            result[name] = (value - means.item(column)) / var**0.5 if var else 0.0
+        return result
+
+    # Statistics by name (River's StandardScaler attributes) ------------------------------------
+
+    @property
+    def counts(self) -> dict:
+        return {name: self._counts.item(j) for name, j in self._columns.items()}
+
+    @property
+    def means(self) -> dict:
+        return {name: self._means.item(j) for name, j in self._columns.items()}
+
+    @property
+    def vars(self) -> dict:
+        return {name: self._vars.item(j) for name, j in self._columns.items()}
+
+    # Safe state ------------------------------------------------------------------------------
+
+    def to_state(self) -> dict:
+        """JSON values and numpy arrays (`streammargin.state.dumps` takes them)."""
+        n = len(self._columns)
+        return {
+            "scaler": "StandardScaler",
+            "max_features": self.max_features,
+            "names": [encode_name(name) for name in self._columns],
+            "counts": self._counts[:n].copy(),
+            "means": self._means[:n].copy(),
+            "vars": self._vars[:n].copy(),
+            "counters": dict(self.counters),
+        }
+
+    @classmethod
+    def from_state(cls, data: typing.Any) -> StandardScaler:
+        """The scaler saved by `to_state`; `StateError` (a `ValueError`) for anything malformed.
+
+        Sizes are checked before anything is built; counts must be whole numbers >= 0, means
+        finite, variances finite and >= 0, a feature without observations all zeros, names
+        distinct and within the bounds of `learn_one`.
+        """
+        keys = {"scaler", "max_features", "names", "counts", "means", "vars", "counters"}
+        if type(data) is not dict or set(data) != keys or type(data["scaler"]) is not str or (
+            data["scaler"] != "StandardScaler"
+        ):
+            raise StateError(f"not a StandardScaler state: expected the fields {sorted(keys)}")
+        max_features = data["max_features"]
+        if type(max_features) is not int or not 1 <= max_features <= MAX_FEATURES_LIMIT:
+            raise StateError(
+                f"scaler state: max_features must be an int in [1, {MAX_FEATURES_LIMIT}]"
+            )
+        names = data["names"]
+        if type(names) is not list or len(names) > max_features:
+            raise StateError(f"scaler state: names must be a list of at most {max_features}")
+        n = len(names)
+        arrays = {}
+        for key, dtype in (("counts", np.int64), ("means", np.float64), ("vars", np.float64)):
+            array = data[key]
+            if not isinstance(array, np.ndarray) or array.dtype != dtype or array.shape != (n,):
+                raise StateError(f"scaler state: {key} must be {n} {np.dtype(dtype).name} values")
+            arrays[key] = array
+        counts, means, vars_ = arrays["counts"], arrays["means"], arrays["vars"]
+        if n and (
+            counts.min() < 0
+            or not (np.isfinite(means).all() and np.isfinite(vars_).all())
+            or vars_.min() < 0.0
+        ):
+            raise StateError("scaler state: counts must be >= 0, means finite, variances >= 0")
+        if ((counts == 0) & ((means != 0.0) | (vars_ != 0.0))).any():
+            raise StateError("scaler state: a feature without observations has statistics")
+        counters = data["counters"]
+        if (
+            type(counters) is not dict
+            or set(counters) != set(_COUNTERS)
+            or any(type(v) is not int or not 0 <= v < 2**63 for v in counters.values())
+        ):
+            raise StateError(f"scaler state: counters must be {list(_COUNTERS)}, ints >= 0")
+        decoded = [_decode_name(name) for name in names]
+        columns = dict(zip(decoded, range(n)))
+        if len(columns) != n:
+            raise StateError("scaler state: a feature name appears twice")
+        scaler = cls(max_features=max_features)
+        scaler._columns = columns
+        scaler._counts = counts.astype(np.int64, copy=True)
+        scaler._means = means.astype(np.float64, copy=True)
+        scaler._vars = vars_.astype(np.float64, copy=True)
+        scaler.counters = {key: counters[key] for key in _COUNTERS}
+        return scaler
