@@ -49,6 +49,7 @@ from connectors import checkpoint as checkpoint_module
 from connectors.codec import DeadLetter, get_codec, install_fast_crc32c
 from connectors.metrics import PartitionMetrics, Throughput, make_detector
 from connectors.models import build_model, model_class, short_name
+from streammargin.scaler import StandardScaler
 
 __all__ = ["WorkerConfig", "Worker", "PartitionTask", "PendingLabels", "WorkerError"]
 
@@ -75,7 +76,8 @@ class WorkerConfig:
     predictions_per_message: int = 1
     model: str = "alma"
     params: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
-    # A River StandardScaler in front of the model (its statistics are checkpointed too).
+    # A StandardScaler in front of the model (streammargin's: River's arithmetic, bounded memory;
+    # its statistics are checkpointed too).
     scale: bool = False
     codec: str = "json"
     max_record_bytes: int = 1 << 20
@@ -325,10 +327,7 @@ class PartitionTask:
                 "next_offset": self.next_offset,
                 "model_name": self.model_name,
                 "model": self.model.to_state(),
-                "scaler": (
-                    None if self.scaler is None
-                    else checkpoint_module.object_to_state(self.scaler)
-                ),
+                "scaler": None if self.scaler is None else self.scaler.to_state(),
                 "metrics": self.metrics.to_state(),
                 "pending": self.pending.to_state(),
                 "counters": self.counters(),
@@ -633,9 +632,7 @@ class Worker:
         model = build_model(config.model, config.params)
         scaler = None
         if config.scale:
-            from river import preprocessing
-
-            scaler = preprocessing.StandardScaler()
+            scaler = StandardScaler()
         metrics = PartitionMetrics(
             config.rolling_window, make_detector(config.drift_detector, config.drift_params)
         )
@@ -672,8 +669,7 @@ class Worker:
                 raise ValueError("its key fields name another group, topic or partition")
             model = streammargin.from_state(fields["model"])
             scaler = (
-                None if fields["scaler"] is None
-                else checkpoint_module.object_from_state(fields["scaler"])
+                None if fields["scaler"] is None else StandardScaler.from_state(fields["scaler"])
             )
             metrics = PartitionMetrics.from_state(fields["metrics"])
             pending = self._new_pending(fields["pending"])
