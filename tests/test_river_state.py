@@ -657,3 +657,8 @@ def test_old_object_graph_nodes_are_refused(node):
     with pytest.raises(StateError):
         PartitionMetrics.from_state(saved)
 
+
+def test_the_generic_codec_is_gone():
+    for name in ("object_to_state", "object_from_state", "_Encoder", "_Decoder", "_resolve_class",
+                 "_ALLOWED_MODULES"):
+        assert not hasattr(checkpoint, name)
