@@ -2,17 +2,25 @@
 
 A checkpoint is the whole state of one input partition's task: the model's safe state
 (`model.to_state()`), the scaler, the metrics, the drift detector, the delayed-label store, and the
-*next offset* to process. It is written as `streammargin.state.dumps` bytes (a JSON header plus raw
-numeric arrays: reading one back never executes code) to the checkpoint topic, keyed by
-`group/topic/partition`, so the topic can be compacted down to the last checkpoint per key.
+*next offset* to process. Its payload is `streammargin.state.dumps` bytes (a JSON header plus raw
+numeric arrays: reading one back never executes code), written to the checkpoint topic under the
+key `group/topic/partition`, so the topic can be compacted down to the last checkpoint per key.
 
-Restoring reads the latest record of the key. The checkpoint carries its own offset, so a task
-restored from *any* checkpoint (even one older than the committed offset, after a crash between
-the checkpoint and the commit) is consistent: replaying the records from that offset rebuilds the
-exact state a crash lost, because the models are deterministic.
+A payload of at most `chunk_bytes` (512 KiB by default, below a default Kafka broker's 1 MB
+`message.max.bytes`) is one record. A larger one is written as chunk records, then, once they are
+acknowledged, a manifest under the key that lists their offsets, the size and a SHA-256: the
+manifest is the commit point, so a checkpoint is restored whole or not at all. The chunks of the
+generation a new checkpoint replaces get tombstones. Everything read back is checked before it is
+trusted (format, keys, order, sizes, hash, `max_checkpoint_bytes`); a checkpoint that fails a
+check is a `RefusedCheckpoint` with its coordinates and the reason, never another exception.
+
+Restoring reads the latest head record of the key. The checkpoint carries its own offset, so a
+task restored from *any* checkpoint (even one older than the committed offset, after a crash
+between the checkpoint and the commit) is consistent: replaying the records from that offset
+rebuilds the exact state a crash lost, because the models are deterministic.
 
 Brokers may keep the whole history of the topic (Tansu never compacts), so `CheckpointStore.load`
-reads backwards from the end in growing windows and stops at the latest checkpoint of each key:
+reads backwards from the end in growing windows and stops at the latest head record of each key:
 its cost depends on how recent the checkpoint is, not on how long the topic is.
 
 A checkpoint is untrusted input (anyone who can write to the topic writes it), so it holds no
@@ -25,7 +33,12 @@ raises `StateError` for anything malformed.
 from __future__ import annotations
 
 import collections
+import dataclasses
+import hashlib
 import logging
+import re
+import secrets
+import struct
 import time
 import typing
 
@@ -33,6 +46,22 @@ from streammargin import state as state_module
 
 __all__ = [
     "CheckpointStore",
+    "CheckpointError",
+    "LoadedCheckpoint",
+    "RefusedCheckpoint",
+    "Generation",
+    "Inline",
+    "Manifest",
+    "ChunkAssembler",
+    "read_head",
+    "frame_inline",
+    "frame_chunk",
+    "frame_manifest",
+    "chunk_key",
+    "DEFAULT_CHUNK_BYTES",
+    "DEFAULT_MAX_CHECKPOINT_BYTES",
+    "MIN_CHUNK_BYTES",
+    "MAX_CHUNKS",
     "checkpoint_key",
     "encode_checkpoint",
     "decode_checkpoint",
@@ -44,11 +73,59 @@ log = logging.getLogger(__name__)
 CHECKPOINT_FORMAT = "streammargin.checkpoint/1"
 
 # Checkpoint records -------------------------------------------------------------------------------
+#
+# What goes on the checkpoint topic. Every record value starts with `_MAGIC`, a format version and
+# a kind byte; integers are big-endian.
+#
+#   head record, key group/topic/partition: the commit point of a checkpoint, one of
+#     inline   "S": previous generation u64, previous chunk count u32, SHA-256 of the payload,
+#                   then the payload (a checkpoint of at most chunk_bytes)
+#     manifest "M": generation u64, previous generation u64, previous chunk count u32, payload
+#                   size u64, chunk size u32, chunk count u32, SHA-256 of the payload, then the
+#                   offset of each chunk record (i64 each, strictly increasing, all before the
+#                   manifest's own offset)
+#   chunk record "C", key group/topic/partition/<generation as 16 hex digits>:<index>:
+#                   generation u64, index u32, chunk count u32, then the payload's bytes
+#                   [index * chunk size, (index + 1) * chunk size)
+#   tombstone: a null value under a chunk key (a superseded generation's chunk), or under a head
+#     key (the partition's checkpoint is deleted: it starts afresh)
+#
+# "previous" names the chunked generation the head replaced, so that the next checkpoint deletes
+# its chunks again in case the process died between a manifest and its tombstones.
+
+# Kafka's default message.max.bytes is about 1 MB: half a MiB per record leaves room for the key,
+# the framing and the record batch.
+DEFAULT_CHUNK_BYTES = 512 << 10
+DEFAULT_MAX_CHECKPOINT_BYTES = 1 << 30
+MIN_CHUNK_BYTES = 1 << 10
+# At most this many chunks per checkpoint (a manifest of 512 KiB; 32 GiB of 512 KiB chunks).
+MAX_CHUNKS = 1 << 16
+# Room a record needs beyond its chunk of payload: the key, the framing, record and batch headers.
+RECORD_HEADROOM = 4 << 10
+
+_MAGIC = b"SMCK"
+_VERSION = 1
+_INLINE, _CHUNK, _MANIFEST = b"S", b"C", b"M"
+_PREFIX = struct.Struct(">4sBc")
+_INLINE_HEAD = struct.Struct(">4sBcQI32s")
+_CHUNK_HEAD = struct.Struct(">4sBcQII")
+_MANIFEST_HEAD = struct.Struct(">4sBcQQIQII32s")
+_OFFSET = struct.Struct(">q")
+_CHUNK_TAIL = re.compile(rb"[0-9a-f]{16}:(0|[1-9][0-9]{0,9})")
+_U32 = (1 << 32) - 1
 
 
 def checkpoint_key(group_id: str, topic: str, partition: int) -> bytes:
-    """The key of a partition's checkpoints: `group/topic/partition`."""
+    """The key of a partition's checkpoints (its head records): `group/topic/partition`."""
     return f"{group_id}/{topic}/{partition}".encode()
+
+
+def chunk_key(head_key: bytes, generation: int, index: int) -> bytes:
+    """The key of chunk `index` of a generation: `group/topic/partition/<generation>:<index>`.
+
+    Its last part is not an integer, so a chunk key is never the head key of another partition.
+    """
+    return b"%s/%016x:%d" % (head_key, generation, index)
 
 
 def encode_checkpoint(fields: dict) -> bytes:
@@ -64,6 +141,207 @@ def decode_checkpoint(data: bytes) -> dict:
     return fields
 
 
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    """The chunk records of one chunked checkpoint: `chunks` keys under a random `number`."""
+
+    number: int
+    chunks: int
+
+    def keys(self, head_key: bytes) -> list[bytes]:
+        return [chunk_key(head_key, self.number, i) for i in range(self.chunks)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Inline:
+    """A head record that holds its whole checkpoint."""
+
+    payload: bytes
+    previous: Generation | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """A head record that lists the chunk records of its checkpoint."""
+
+    generation: int
+    total_bytes: int
+    chunk_bytes: int
+    offsets: tuple[int, ...]
+    sha256: bytes
+    previous: Generation | None
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets)
+
+    def chunk_size(self, index: int) -> int:
+        return min(self.chunk_bytes, self.total_bytes - index * self.chunk_bytes)
+
+
+def _previous_fields(previous: Generation | None) -> tuple[int, int]:
+    return (0, 0) if previous is None else (previous.number, previous.chunks)
+
+
+def frame_inline(payload: bytes, previous: Generation | None = None) -> bytes:
+    """The head record of a checkpoint small enough for one record."""
+    head = _INLINE_HEAD.pack(
+        _MAGIC, _VERSION, _INLINE, *_previous_fields(previous), hashlib.sha256(payload).digest()
+    )
+    return head + payload
+
+
+def frame_chunk(generation: int, index: int, count: int, data: typing.Any) -> bytes:
+    """Chunk record `index` of `count` of a generation; `data` is its slice of the payload."""
+    return b"".join((_CHUNK_HEAD.pack(_MAGIC, _VERSION, _CHUNK, generation, index, count), data))
+
+
+def frame_manifest(manifest: Manifest) -> bytes:
+    """The head record of a chunked checkpoint."""
+    head = _MANIFEST_HEAD.pack(
+        _MAGIC, _VERSION, _MANIFEST, manifest.generation, *_previous_fields(manifest.previous),
+        manifest.total_bytes, manifest.chunk_bytes, manifest.count, manifest.sha256,
+    )
+    return head + b"".join(_OFFSET.pack(offset) for offset in manifest.offsets)
+
+
+def _refuse(reason: str) -> typing.NoReturn:
+    raise state_module.StateError(reason)
+
+
+def _kind(value: typing.Any) -> bytes:
+    if not isinstance(value, bytes):
+        _refuse("null value" if value is None else f"value of type {type(value).__name__}")
+    if len(value) < _PREFIX.size:
+        _refuse(f"not a checkpoint record ({len(value)} bytes)")
+    magic, version, kind = _PREFIX.unpack_from(value)
+    if magic != _MAGIC:
+        if value.startswith(state_module.MAGIC):
+            _refuse("an unframed checkpoint of a version before chunked checkpoints: use another"
+                    " group id, or write a null record under its key to start afresh")
+        _refuse("not a checkpoint record (bad magic)")
+    if version != _VERSION:
+        _refuse(f"checkpoint record format {version}, this version reads {_VERSION}")
+    return kind
+
+
+def _previous(number: int, chunks: int) -> Generation | None:
+    if (number == 0) != (chunks == 0) or chunks > MAX_CHUNKS:
+        _refuse(f"bad previous generation {number:#x} of {chunks} chunks")
+    return None if number == 0 else Generation(number, chunks)
+
+
+def read_head(value: typing.Any, offset: int, max_checkpoint_bytes: int) -> Inline | Manifest:
+    """The head record at `offset` of a checkpoint key, checked for everything it can claim.
+
+    Raises `StateError` with the reason when it is not a well-formed head record, when it claims
+    more than `max_checkpoint_bytes`, or when its chunk offsets cannot be those of its chunks
+    (not strictly increasing, negative, or not before the manifest itself). Nothing is allocated
+    on a claim: a manifest's size is only checked here.
+    """
+    kind = _kind(value)
+    if kind == _INLINE:
+        if len(value) < _INLINE_HEAD.size:
+            _refuse("truncated inline checkpoint")
+        *_, prev_number, prev_chunks, digest = _INLINE_HEAD.unpack_from(value)
+        previous = _previous(prev_number, prev_chunks)
+        size = len(value) - _INLINE_HEAD.size
+        if size > max_checkpoint_bytes:
+            _refuse(f"{size} bytes, above max_checkpoint_bytes={max_checkpoint_bytes}")
+        payload = value[_INLINE_HEAD.size:]
+        if hashlib.sha256(payload).digest() != digest:
+            _refuse("SHA-256 of the inline checkpoint does not match")
+        return Inline(payload, previous)
+    if kind != _MANIFEST:
+        _refuse(f"a record of kind {kind!r} under the checkpoint key, not a manifest")
+    if len(value) < _MANIFEST_HEAD.size:
+        _refuse("truncated manifest")
+    (_, _, _, generation, prev_number, prev_chunks, total, chunk_bytes, count,
+     digest) = _MANIFEST_HEAD.unpack_from(value)
+    previous = _previous(prev_number, prev_chunks)
+    if generation == 0:
+        _refuse("manifest of generation 0")
+    if total > max_checkpoint_bytes:
+        _refuse(f"manifest claims {total} bytes, above max_checkpoint_bytes={max_checkpoint_bytes}")
+    if total == 0 or chunk_bytes == 0:
+        _refuse(f"manifest of {total} bytes in chunks of {chunk_bytes}")
+    if count > MAX_CHUNKS or count != -(-total // chunk_bytes):
+        _refuse(f"manifest of {total} bytes in chunks of {chunk_bytes} lists {count} chunks")
+    if len(value) != _MANIFEST_HEAD.size + _OFFSET.size * count:
+        _refuse(f"manifest of {count} chunks is {len(value)} bytes long")
+    offsets = tuple(o for (o,) in _OFFSET.iter_unpack(memoryview(value)[_MANIFEST_HEAD.size:]))
+    if offsets[0] < 0 or any(a >= b for a, b in zip(offsets, offsets[1:])):
+        _refuse("chunk offsets are not strictly increasing from 0 or more")
+    if offsets[-1] >= offset:
+        _refuse(f"chunk offset {offsets[-1]} is not before the manifest at {offset}")
+    return Manifest(generation, total, chunk_bytes, offsets, digest, previous)
+
+
+class ChunkAssembler:
+    """Checks the chunk records of a manifest, in order, and joins them into the payload.
+
+    Memory grows with the chunks that passed their checks, never with what the manifest claims.
+
+    >>> payload = bytes(range(256)) * 10
+    >>> head_key = checkpoint_key("g", "events", 0)
+    >>> chunks = [frame_chunk(7, i, 3, payload[i * 1024:(i + 1) * 1024]) for i in range(3)]
+    >>> manifest = Manifest(7, len(payload), 1024, (10, 11, 12),
+    ...                     hashlib.sha256(payload).digest(), None)
+    >>> assembler = ChunkAssembler(head_key, manifest)
+    >>> for i, value in enumerate(chunks):
+    ...     assembler.add(10 + i, chunk_key(head_key, 7, i), value)
+    >>> assembler.payload() == payload
+    True
+    """
+
+    def __init__(self, head_key: bytes, manifest: Manifest):
+        self.head_key = head_key
+        self.manifest = manifest
+        self.parts: list[memoryview] = []
+        self.hash = hashlib.sha256()
+
+    @property
+    def next_index(self) -> int:
+        return len(self.parts)
+
+    def add(self, offset: int, key: typing.Any, value: typing.Any) -> None:
+        """The record at the next chunk's offset; raises `StateError` unless it is that chunk."""
+        manifest = self.manifest
+        index = len(self.parts)
+        where = f"chunk {index} at offset {offset}"
+        if index >= manifest.count:
+            _refuse(f"{where}: the manifest lists {manifest.count} chunks")
+        if offset != manifest.offsets[index]:
+            _refuse(f"{where}: the manifest puts it at {manifest.offsets[index]}")
+        if key != chunk_key(self.head_key, manifest.generation, index):
+            _refuse(f"{where} has the key {key!r:.80}")
+        try:
+            kind = _kind(value)
+        except state_module.StateError as error:
+            _refuse(f"{where}: {error}")
+        if kind != _CHUNK or len(value) < _CHUNK_HEAD.size:
+            _refuse(f"{where} is not a chunk record")
+        *_, generation, got_index, count = _CHUNK_HEAD.unpack_from(value)
+        if (generation, got_index, count) != (manifest.generation, index, manifest.count):
+            _refuse(f"{where} says chunk {got_index} of {count} of generation {generation:#x}")
+        size = len(value) - _CHUNK_HEAD.size
+        if size != manifest.chunk_size(index):
+            _refuse(f"{where} has {size} bytes, the manifest says {manifest.chunk_size(index)}")
+        data = memoryview(value)[_CHUNK_HEAD.size:]
+        self.hash.update(data)
+        self.parts.append(data)
+
+    def payload(self) -> bytes:
+        """The checkpoint, once every chunk was added and the hash matches."""
+        if len(self.parts) != self.manifest.count:
+            _refuse(f"{len(self.parts)} of {self.manifest.count} chunks")
+        if self.hash.digest() != self.manifest.sha256:
+            _refuse("SHA-256 of the joined chunks does not match the manifest")
+        payload = b"".join(self.parts)
+        self.parts.clear()
+        return payload
+
+
 def _partition_of(key: bytes, n_partitions: int) -> int:
     """The partition Kafka's default partitioner (Java's and kafka-python's) gives a key."""
     from kafka.partitioner.default import murmur2
@@ -71,8 +349,85 @@ def _partition_of(key: bytes, n_partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % n_partitions
 
 
+def _chunk_of(key: typing.Any, head_keys: typing.Container[bytes]) -> bytes | None:
+    """The head key whose chunk key `key` is, if it is one of `head_keys`."""
+    if not isinstance(key, bytes):
+        return None
+    head, _, tail = key.rpartition(b"/")
+    if head in head_keys and _CHUNK_TAIL.fullmatch(tail):
+        return head
+    return None
+
+
+# Loading results ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedCheckpoint:
+    """A checkpoint read back whole: its payload, and the head record it came from."""
+
+    key: str
+    payload: bytes
+    topic: str
+    partition: int
+    offset: int
+    chunks: int  # 0: inline
+
+    def __repr__(self) -> str:
+        return (f"LoadedCheckpoint({self.key!r}, {len(self.payload)} bytes, "
+                f"{self.topic}/{self.partition}@{self.offset}, {self.chunks} chunks)")
+
+
+@dataclasses.dataclass(frozen=True)
+class RefusedCheckpoint:
+    """A checkpoint that cannot be used, and why (`str()` of it is a one-line log message)."""
+
+    key: str
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+
+    def __str__(self) -> str:
+        return (f"checkpoint {self.key} at {self.topic}/{self.partition}@{self.offset} refused: "
+                f"{self.reason}")
+
+
+class CheckpointError(RuntimeError):
+    """The checkpoint topic could not be written or read (broker errors, timeouts, limits)."""
+
+
+@dataclasses.dataclass
+class _Live:
+    """What the store knows of a key's current checkpoint: the chunks it will supersede."""
+
+    own: Generation | None
+    previous: Generation | None
+    orphans: list[bytes] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class _Plan:
+    """One checkpoint of a `write`."""
+
+    key: bytes
+    number: int
+    payload: bytes
+    generation: Generation | None
+    previous: Generation | None
+    offsets: list[int] = dataclasses.field(default_factory=list)
+
+
 class CheckpointStore:
     """Writes checkpoints to, and reads the latest ones from, a (compacted) topic.
+
+    A checkpoint of at most `chunk_bytes` is one record under its partition's key. A larger one
+    is written as chunk records first, then, once they are acknowledged, a manifest under the key
+    that lists their offsets, the size and a SHA-256 of the whole: the manifest is the commit
+    point, so a crash in between leaves the previous checkpoint in force. Once a new head record
+    is acknowledged, the chunks of the generation it replaced get tombstones, which a compacted
+    topic then drops. Every record of a key goes to one partition of the checkpoint topic, the
+    one Kafka's default partitioner gives the key.
 
     Parameters
     ----------
@@ -84,8 +439,22 @@ class CheckpointStore:
         Consumer group of the worker: part of every key.
     producer
         A `KafkaProducer` to write with (the worker shares its own); `None` creates one.
-    client_config
-        Extra client settings (security) for the reader consumer and an own producer.
+    reader_config
+        Settings of the consumer that reads checkpoints back (security, connection), on top of
+        the store's own.
+    producer_config
+        Settings of the store's own producer, when `producer` is None.
+    chunk_bytes
+        Payload bytes per record. Capped so that a record fits the producer's
+        `max_request_size`; keep it below the broker's `message.max.bytes` (about 1 MB by
+        default). Only writing uses it: checkpoints written with another chunk size still load.
+    max_checkpoint_bytes
+        Larger checkpoints are neither written (`CheckpointError`) nor read (refused).
+    window
+        Records in the first window of the backwards scan for the latest head records.
+    timeout
+        Seconds reading may wait for a record it needs (then `CheckpointError`). A write waits
+        for the producer's acknowledgements, which its `delivery_timeout_ms` bounds.
 
     """
 
@@ -95,43 +464,197 @@ class CheckpointStore:
         topic: str,
         group_id: str,
         producer: typing.Any = None,
-        client_config: dict | None = None,
+        reader_config: dict | None = None,
+        producer_config: dict | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
         window: int = 64,
+        timeout: float = 60.0,
     ):
+        if not MIN_CHUNK_BYTES <= chunk_bytes <= _U32:
+            raise ValueError(f"chunk_bytes must be within [{MIN_CHUNK_BYTES}, {_U32}], got "
+                             f"{chunk_bytes!r}")
+        if max_checkpoint_bytes < 1:
+            raise ValueError(f"max_checkpoint_bytes must be >= 1, got {max_checkpoint_bytes!r}")
+        from connectors.codec import install_fast_crc32c
+
+        # kafka-python checksums every record batch, in pure Python (~85 ms per MB) unless
+        # told otherwise: a 1 GiB checkpoint would take minutes each way.
+        install_fast_crc32c()
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.group_id = group_id
-        self.client_config = dict(client_config or {})
+        self.reader_config = dict(reader_config or {})
+        self.max_checkpoint_bytes = max_checkpoint_bytes
         self.window = window
+        self.timeout = timeout
         self._own_producer = producer is None
         if producer is None:
             from kafka import KafkaProducer
 
             producer = KafkaProducer(
-                bootstrap_servers=bootstrap_servers,
-                max_request_size=64 << 20,
-                **self.client_config,
+                **{
+                    "bootstrap_servers": bootstrap_servers,
+                    "max_request_size": chunk_bytes + RECORD_HEADROOM,
+                    "batch_size": chunk_bytes + RECORD_HEADROOM,
+                    **(producer_config or {}),
+                }
             )
         self.producer = producer
+        # A record of chunk_bytes must pass the producer's own size check.
+        limit = getattr(producer, "config", {}).get("max_request_size")
+        if isinstance(limit, int) and limit - RECORD_HEADROOM < chunk_bytes:
+            chunk_bytes = limit - RECORD_HEADROOM
+            if chunk_bytes < MIN_CHUNK_BYTES:
+                raise ValueError(
+                    f"the producer's max_request_size={limit} leaves less than {MIN_CHUNK_BYTES}"
+                    " bytes of checkpoint per record: raise it"
+                )
+        self.chunk_bytes = chunk_bytes
         self._reader: typing.Any = None
         self._n_partitions: int | None = None
-
-    # Writing ----------------------------------------------------------------------------------
+        self._live: dict[bytes, _Live] = {}
 
     def n_partitions(self) -> int:
         if self._n_partitions is None:
             partitions = self.producer.partitions_for(self.topic)
             if not partitions:
-                raise RuntimeError(f"checkpoint topic {self.topic!r} has no partitions")
+                raise CheckpointError(f"checkpoint topic {self.topic!r} has no partitions")
             self._n_partitions = len(partitions)
         return self._n_partitions
 
-    def save(self, topic: str, partition: int, payload: bytes) -> typing.Any:
-        """Send one checkpoint; returns the send future (flush the producer to make it durable)."""
+    # Writing ----------------------------------------------------------------------------------
+
+    def write(self, checkpoints: typing.Mapping[tuple[str, int], bytes]) -> None:
+        """Write the checkpoint of each `(topic, partition)`; returns once all are durable.
+
+        Raises `CheckpointError` if a record was not acknowledged (within the producer's
+        `delivery_timeout_ms`), or a checkpoint is above `max_checkpoint_bytes` or needs more
+        than `MAX_CHUNKS` chunks; the checkpoints in force are then the previous ones (or some
+        of the new ones: each is atomic).
+        """
+        if not checkpoints:
+            return
+        plans = [self._plan(topic, partition, bytes(payload))
+                 for (topic, partition), payload in checkpoints.items()]
+        try:
+            self._write_chunks(plans)
+            self._write_heads(plans)
+        except BaseException:
+            # Chunks of this attempt may be durable without a manifest: the next write that
+            # succeeds deletes them.
+            for plan in plans:
+                if plan.generation is not None:
+                    live = self._live.setdefault(plan.key, _Live(None, None))
+                    live.orphans.extend(plan.generation.keys(plan.key))
+            raise
+        self._write_tombstones(plans)
+
+    def _plan(self, topic: str, partition: int, payload: bytes) -> _Plan:
         key = checkpoint_key(self.group_id, topic, partition)
-        return self.producer.send(
-            self.topic, value=payload, key=key, partition=_partition_of(key, self.n_partitions())
-        )
+        size = len(payload)
+        if size > self.max_checkpoint_bytes:
+            raise CheckpointError(
+                f"the checkpoint of {topic}/{partition} is {size} bytes, above "
+                f"max_checkpoint_bytes={self.max_checkpoint_bytes}: raise the limit, or bound the"
+                " model's size"
+            )
+        live = self._live.get(key)
+        generation = None
+        if size > self.chunk_bytes:
+            count = -(-size // self.chunk_bytes)
+            manifest_bytes = _MANIFEST_HEAD.size + _OFFSET.size * count
+            if count > MAX_CHUNKS or manifest_bytes > self.chunk_bytes:
+                raise CheckpointError(
+                    f"the checkpoint of {topic}/{partition} ({size} bytes) needs {count} chunks"
+                    f" of {self.chunk_bytes} bytes, too many for one manifest: raise chunk_bytes"
+                )
+            # Random, so that two writers of one key (a zombie after a rebalance) never share
+            # chunk keys.
+            generation = Generation(secrets.randbits(64) or 1, count)
+        return _Plan(key, _partition_of(key, self.n_partitions()), payload, generation,
+                     None if live is None else live.own)
+
+    def _send(self, key: bytes, value: bytes | None, number: int) -> typing.Any:
+        try:
+            return self.producer.send(self.topic, value=value, key=key, partition=number)
+        except Exception as error:  # e.g. MessageSizeTooLargeError, KafkaTimeoutError
+            raise CheckpointError(f"cannot send checkpoint record {key!r}: {error}") from error
+
+    def _await(self, futures: list) -> list:
+        """The RecordMetadata of each send, once all are acknowledged."""
+        from kafka.errors import KafkaError, MessageSizeTooLargeError
+
+        try:
+            # Every send completes, acknowledged or failed, within delivery_timeout_ms.
+            self.producer.flush()
+            return [future.get() for future in futures]
+        except MessageSizeTooLargeError as error:
+            raise CheckpointError(
+                f"the broker refused a checkpoint record of up to {self.chunk_bytes} bytes on "
+                f"{self.topic!r} ({error}): lower the chunk size below the topic's "
+                "max.message.bytes"
+            ) from error
+        except KafkaError as error:
+            raise CheckpointError(
+                f"checkpoint records were not acknowledged by {self.topic!r}: {error}"
+            ) from error
+
+    def _write_chunks(self, plans: list[_Plan]) -> None:
+        chunked = [p for p in plans if p.generation is not None]
+        if not chunked:
+            return
+        size = self.chunk_bytes
+        sends: list[tuple[_Plan, typing.Any]] = []
+        # Round robin over the checkpoints: each checkpoint's chunks keep their order, and a
+        # reader copes with other records between them.
+        for index in range(max(p.generation.chunks for p in chunked)):  # type: ignore[union-attr]
+            for plan in chunked:
+                generation = plan.generation
+                assert generation is not None
+                if index < generation.chunks:
+                    data = memoryview(plan.payload)[index * size:(index + 1) * size]
+                    value = frame_chunk(generation.number, index, generation.chunks, data)
+                    sends.append((plan, self._send(
+                        chunk_key(plan.key, generation.number, index), value, plan.number
+                    )))
+        for (plan, _), metadata in zip(sends, self._await([f for _, f in sends])):
+            plan.offsets.append(metadata.offset)
+
+    def _write_heads(self, plans: list[_Plan]) -> None:
+        futures = []
+        for plan in plans:
+            if plan.generation is None:
+                value = frame_inline(plan.payload, plan.previous)
+            else:
+                value = frame_manifest(Manifest(
+                    plan.generation.number, len(plan.payload), self.chunk_bytes,
+                    tuple(plan.offsets), hashlib.sha256(plan.payload).digest(), plan.previous,
+                ))
+            futures.append(self._send(plan.key, value, plan.number))
+        self._await(futures)
+
+    def _write_tombstones(self, plans: list[_Plan]) -> None:
+        """Delete the chunks the new heads superseded (flushed with the producer's next flush)."""
+        for plan in plans:
+            live = self._live.get(plan.key)
+            self._live[plan.key] = _Live(plan.generation, plan.previous)
+            if live is None:
+                continue
+            stale = {g for g in (live.own, live.previous) if g is not None}
+            keys = dict.fromkeys(k for g in sorted(stale, key=lambda g: g.number)
+                                 for k in g.keys(plan.key))
+            keys.update(dict.fromkeys(live.orphans))
+            # The new head is durable: a failed tombstone costs only space.
+            for key in keys:
+                try:
+                    future = self._send(key, None, plan.number)
+                except CheckpointError as error:
+                    log.warning("%s", error)
+                    continue
+                future.add_errback(
+                    lambda error, key=key: log.warning("tombstone of %r failed: %s", key, error)
+                )
 
     # Reading ----------------------------------------------------------------------------------
 
@@ -139,19 +662,29 @@ class CheckpointStore:
         if self._reader is None:
             from kafka import KafkaConsumer
 
+            fetch_bytes = max(8 << 20, 2 * self.chunk_bytes)
             self._reader = KafkaConsumer(
-                bootstrap_servers=self.bootstrap_servers,
-                group_id=None,
-                enable_auto_commit=False,
-                fetch_max_wait_ms=20,
-                max_partition_fetch_bytes=64 << 20,
-                fetch_max_bytes=64 << 20,
-                **self.client_config,
+                **{
+                    "bootstrap_servers": self.bootstrap_servers,
+                    "group_id": None,
+                    "enable_auto_commit": False,
+                    "auto_offset_reset": "earliest",
+                    "fetch_max_wait_ms": 20,
+                    "max_partition_fetch_bytes": fetch_bytes,
+                    "fetch_max_bytes": fetch_bytes,
+                    **self.reader_config,
+                }
             )
         return self._reader
 
-    def load(self, partitions: typing.Iterable[tuple[str, int]]) -> dict[tuple[str, int], bytes]:
-        """The latest checkpoint bytes of each `(topic, partition)` that has one."""
+    def load(
+        self, partitions: typing.Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], LoadedCheckpoint | RefusedCheckpoint]:
+        """The latest checkpoint of each `(topic, partition)` that has one, or why it is refused.
+
+        A partition without a checkpoint (none written, or its key's latest record is a
+        tombstone) is absent. Raises `CheckpointError` when the topic cannot be read in time.
+        """
         from kafka import TopicPartition
 
         wanted: dict[bytes, tuple[str, int]] = {
@@ -161,54 +694,145 @@ class CheckpointStore:
         by_checkpoint_partition: dict[int, set[bytes]] = collections.defaultdict(set)
         for key in wanted:
             by_checkpoint_partition[_partition_of(key, self.n_partitions())].add(key)
-        found: dict[tuple[str, int], bytes] = {}
+            self._live.pop(key, None)
+        found: dict[tuple[str, int], LoadedCheckpoint | RefusedCheckpoint] = {}
         for number, keys in sorted(by_checkpoint_partition.items()):
-            latest = self._latest(TopicPartition(self.topic, number), keys)
-            for key, payload in latest.items():
-                found[wanted[key]] = payload
+            tp = TopicPartition(self.topic, number)
+            heads, orphans = self._latest(tp, keys)
+            for key in sorted(keys):
+                offset, value = heads.get(key, (None, None))
+                if offset is not None and value is not None:
+                    found[wanted[key]] = result = self._read_checkpoint(tp, key, offset, value)
+                    if isinstance(result, RefusedCheckpoint):
+                        continue  # what the worker does next is its policy: touch nothing
+                # Chunks written after the head (or with no head at all: the key is new or
+                # deleted) belong to writes that never committed: the next write deletes them.
+                live = self._live.setdefault(key, _Live(None, None))
+                live.orphans = orphans.get(key, [])
         return found
 
-    def _latest(self, tp: typing.Any, keys: set[bytes]) -> dict[bytes, bytes]:
-        """Latest value of each key in one partition: windows scanned backwards from the end."""
+    def _read_checkpoint(
+        self, tp: typing.Any, key: bytes, offset: int, value: bytes
+    ) -> LoadedCheckpoint | RefusedCheckpoint:
+        name = key.decode(errors="replace")
+        try:
+            head = read_head(value, offset, self.max_checkpoint_bytes)
+            if isinstance(head, Inline):
+                payload, own, chunks = head.payload, None, 0
+            else:
+                payload = self._read_chunks(tp, key, head)
+                own, chunks = Generation(head.generation, head.count), head.count
+        except state_module.StateError as error:
+            return RefusedCheckpoint(name, tp.topic, tp.partition, offset, str(error))
+        self._live[key] = _Live(own, head.previous)
+        return LoadedCheckpoint(name, payload, tp.topic, tp.partition, offset, chunks)
+
+    def _read_chunks(self, tp: typing.Any, key: bytes, manifest: Manifest) -> bytes:
+        """The payload of a manifest: its chunk records read by offset and checked in order."""
+        reader = self._reader_consumer()
+        begin = reader.beginning_offsets([tp])[tp]
+        if manifest.offsets[0] < begin:
+            _refuse(f"chunk 0 at offset {manifest.offsets[0]} is before the log start {begin}")
+        assembler = ChunkAssembler(key, manifest)
+        while assembler.next_index < manifest.count:
+            reader.seek(tp, manifest.offsets[assembler.next_index])
+            self._read_run(reader, tp, assembler)
+        return assembler.payload()
+
+    def _read_run(self, reader: typing.Any, tp: typing.Any, assembler: ChunkAssembler) -> None:
+        """Feed `assembler` the chunk records from the reader's position on, until every chunk
+        is in or the next one is far enough ahead to seek to."""
+        offsets = assembler.manifest.offsets
+        count = len(offsets)
+        seek_gap = 4 * self.window
+        deadline = time.monotonic() + self.timeout
+        while True:
+            batch = reader.poll(timeout_ms=200, max_records=1_000).get(tp, [])
+            want = offsets[assembler.next_index]
+            if not batch:
+                highwater = reader.highwater(tp)
+                if highwater is not None and reader.position(tp) >= highwater:
+                    _refuse(f"chunk {assembler.next_index} at offset {want} is missing")
+                if time.monotonic() > deadline:
+                    raise CheckpointError(
+                        f"no record of {tp.topic}/{tp.partition} came in {self.timeout} s while "
+                        f"reading the chunks of {assembler.head_key!r}"
+                    )
+                continue
+            deadline = time.monotonic() + self.timeout
+            for record in batch:
+                if record.offset < want:
+                    continue
+                if record.offset > want:
+                    _refuse(f"chunk {assembler.next_index} at offset {want} is missing "
+                            "(compacted or deleted)")
+                assembler.add(record.offset, record.key, record.value)
+                if assembler.next_index == count:
+                    return
+                want = offsets[assembler.next_index]
+                if want - record.offset > seek_gap:
+                    return
+
+    def _latest(
+        self, tp: typing.Any, keys: set[bytes]
+    ) -> tuple[dict[bytes, tuple[int, bytes | None]], dict[bytes, list[bytes]]]:
+        """The latest record (offset, value) of each key in one partition, scanned in windows
+        backwards from the end; and, per key, the chunk keys with a value after that record
+        (chunks of a write that never got its manifest)."""
         reader = self._reader_consumer()
         reader.assign([tp])
         begin = reader.beginning_offsets([tp])[tp]
         # A hint only: the end offset can come back short on some brokers; the first window
         # reads on to the true end (the highwater mark of the fetches).
         end_hint = reader.end_offsets([tp])[tp]
-        found: dict[bytes, bytes] = {}
-        missing = set(keys)
+        found: dict[bytes, tuple[int, bytes | None]] = {}
+        chunks: dict[bytes, tuple[int, bool]] = {}
         window = self.window
         start, stop = max(begin, end_hint - window), None
         while True:
-            for key, value in self._scan(reader, tp, start, stop, missing).items():
-                found[key] = value
-            missing -= found.keys()
-            if not missing or start <= begin:
-                return found
+            latest = self._scan(reader, tp, start, stop, keys - found.keys(), keys, chunks)
+            found.update(latest)
+            if found.keys() >= keys or start <= begin:
+                break
             start, stop = max(begin, start - window), start
             window *= 4
+        orphans: dict[bytes, list[bytes]] = collections.defaultdict(list)
+        for chunk, (offset, alive) in chunks.items():
+            head = chunk.rpartition(b"/")[0]
+            if alive and offset > found.get(head, (-1, None))[0]:
+                if len(orphans[head]) < MAX_CHUNKS:
+                    orphans[head].append(chunk)
+        return found, orphans
 
-    @staticmethod
-    def _scan(reader: typing.Any, tp: typing.Any, start: int, stop: int | None, keys: set) -> dict:
-        """Last value of each of `keys` in offsets [start, stop) (stop None: to the end)."""
+    def _scan(self, reader: typing.Any, tp: typing.Any, start: int, stop: int | None,
+              keys: set[bytes], all_keys: set[bytes], chunks: dict) -> dict:
+        """Last record (offset, value) of each of `keys` in offsets [start, stop) (stop None: to
+        the end); notes in `chunks` the latest record of each chunk key of `all_keys`."""
         reader.seek(tp, start)
-        latest: dict[bytes, bytes] = {}
-        deadline = time.monotonic() + 30.0
+        latest: dict[bytes, tuple[int, bytes | None]] = {}
+        deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             batch = reader.poll(timeout_ms=200, max_records=10_000).get(tp, [])
+            if batch:
+                deadline = time.monotonic() + self.timeout
             for record in batch:
                 if stop is not None and record.offset >= stop:
                     return latest
-                if record.key in keys and record.value is not None:
-                    latest[record.key] = record.value
+                key = record.key
+                if key in keys:
+                    latest[key] = (record.offset, record.value)
+                elif _chunk_of(key, all_keys) is not None:
+                    seen = chunks.get(key)
+                    if seen is None or seen[0] < record.offset:
+                        chunks[key] = (record.offset, record.value is not None)
             position = reader.position(tp)
             if stop is not None and position >= stop:
                 return latest
             highwater = reader.highwater(tp)
             if not batch and highwater is not None and position >= highwater:
                 return latest
-        raise TimeoutError(f"reading checkpoints from {tp} did not reach its end in 30 s")
+        raise CheckpointError(f"reading checkpoints from {tp.topic}/{tp.partition}: no record "
+                              f"came in {self.timeout} s before its end")
 
     def close(self) -> None:
         if self._reader is not None:

@@ -467,7 +467,7 @@ class Worker:
             config.checkpoint_topic,
             config.group_id,
             producer=self._producer,
-            client_config=config.client_config,
+            reader_config=config.client_config,
         )
         if config.predictions_topic:
             partitions = self._producer.partitions_for(config.predictions_topic)
@@ -595,8 +595,10 @@ class Worker:
         assert store is not None
         saved = store.load([(tp.topic, tp.partition) for tp in new])
         for tp in sorted(new):
-            payload = saved.get((tp.topic, tp.partition))
-            task = self._restore(tp, payload) if payload is not None else self._new_task(tp)
+            loaded = saved.get((tp.topic, tp.partition))
+            if isinstance(loaded, checkpoint_module.RefusedCheckpoint):
+                raise WorkerError(str(loaded))
+            task = self._new_task(tp) if loaded is None else self._restore(tp, loaded.payload)
             self.tasks[tp] = task
             if task.next_offset is not None:
                 self._consumer.seek(tp, task.next_offset)
@@ -733,13 +735,12 @@ class Worker:
         # have its prediction durable.
         self._flush()
         flushed = time.perf_counter()
-        store = self._store
-        size = 0
-        for task in dirty:
-            payload = task.to_checkpoint(self.config.group_id)
-            size += len(payload)
-            self._sends.append(store.save(task.topic, task.partition, payload))
-        self._flush()
+        payloads = {(t.topic, t.partition): t.to_checkpoint(self.config.group_id) for t in dirty}
+        size = sum(len(payload) for payload in payloads.values())
+        try:
+            self._store.write(payloads)  # type: ignore[union-attr]
+        except checkpoint_module.CheckpointError as error:
+            raise WorkerError(str(error)) from error
         offsets = {self._tp(t): OffsetAndMetadata(t.next_offset, "", -1) for t in dirty}
         for task in dirty:
             task.checkpointed_offset = task.next_offset

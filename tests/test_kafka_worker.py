@@ -103,7 +103,7 @@ def saved_tasks(bootstrap: str, cfg: WorkerConfig, partitions) -> dict[int, dict
         found = store.load([(cfg.topics[0], p) for p in partitions])
     finally:
         store.close()
-    return {p: checkpoint.decode_checkpoint(found[(cfg.topics[0], p)]) for p in partitions}
+    return {p: checkpoint.decode_checkpoint(found[(cfg.topics[0], p)].payload) for p in partitions}
 
 
 def model_bytes(model) -> bytes:
@@ -135,6 +135,21 @@ def progressive(events, make_model):
 
 def labelled_stream(n: int, seed: int = 7):
     return [(x, bool(y)) for x, y in synth.Agrawal(classification_function=2, seed=seed).take(n)]
+
+
+def worded_stream(n: int, seed: int, vocabulary: int):
+    """Agrawal records plus one of `vocabulary` word features each: the model's state, and so
+    its checkpoint, grows with the words seen."""
+    return [({**x, f"w{i * 7919 % vocabulary}": 1.0}, y)
+            for i, (x, y) in enumerate(labelled_stream(n, seed=seed))]
+
+
+def latest_checkpoint(bootstrap: str, cfg: WorkerConfig, partition: int):
+    store = checkpoint.CheckpointStore(bootstrap, cfg.checkpoint_topic, cfg.group_id)
+    try:
+        return store.load([(cfg.topics[0], partition)])[(cfg.topics[0], partition)]
+    finally:
+        store.close()
 
 
 def event(i, x, y=None) -> bytes:
@@ -367,6 +382,28 @@ def test_a_stop_finishes_the_record_in_hand_and_a_restart_continues_exactly(kafk
     evaluation = evaluate.progressive_val_score(data, streammargin.ALMAClassifier(),
                                                 metrics.Accuracy())
     assert summary["partitions"][f"{name}/0"]["accuracy"] == evaluation.get()
+
+
+def test_a_checkpoint_larger_than_a_producer_request_is_chunked_and_restores_exactly(
+    kafka_broker,
+):
+    bootstrap = kafka_broker.bootstrap_servers
+    name = fresh("bigstate")
+    create_topics(bootstrap, [name])
+    data = worded_stream(3_000, seed=23, vocabulary=1_500)
+    produce(bootstrap, name, [(0, event(i, x, y)) for i, (x, y) in enumerate(data[:2_000])])
+    # A producer that refuses requests above 32 KiB (as a broker's message.max.bytes would).
+    cfg = config(bootstrap, name, producer_config={"max_request_size": 32 << 10})
+    Worker(cfg).run()
+    saved = latest_checkpoint(bootstrap, cfg, 0)
+    assert len(saved.payload) > 32 << 10 and saved.chunks >= 2, saved
+
+    produce(bootstrap, name,
+            [(0, event(i, x, y)) for i, (x, y) in enumerate(data[2_000:], 2_000)])
+    summary = Worker(cfg).run()  # restores the chunked checkpoint
+    assert summary["records"] == 1_000
+    model, _ = straight_run(data, streammargin.ALMAClassifier())
+    assert saved_model_bytes(saved_tasks(bootstrap, cfg, [0])[0]) == model_bytes(model)
 
 
 def test_an_abrupt_concept_change_is_detected_shortly_after_the_change_point(kafka_broker):

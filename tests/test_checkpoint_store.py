@@ -1,0 +1,599 @@
+"""Checkpoints of any size on the checkpoint topic: record framing, manifests, chunks, tombstones.
+
+The framing and the checks of manifests and chunks run without a broker; writing, restoring,
+atomicity and tombstones run against the embedded broker (fresh topic names per test).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import random
+import time
+import tracemalloc
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import streammargin
+from connectors import checkpoint
+from connectors.broker import create_topics
+from connectors.checkpoint import (
+    ChunkAssembler,
+    Generation,
+    Inline,
+    LoadedCheckpoint,
+    Manifest,
+    RefusedCheckpoint,
+    chunk_key,
+    frame_chunk,
+    frame_inline,
+    frame_manifest,
+    read_head,
+)
+from streammargin import StateError, state
+
+KEY = checkpoint.checkpoint_key("group", "events", 3)
+LIMIT = checkpoint.DEFAULT_MAX_CHECKPOINT_BYTES
+CHUNK_HEAD = len(frame_chunk(1, 0, 1, b""))
+
+
+def chunked(payload: bytes, chunk_bytes: int, generation: int = 0x5EED, first_offset: int = 100,
+            previous: Generation | None = None):
+    """A manifest (its chunks at consecutive offsets from `first_offset`) and its chunk records
+    as (offset, key, value)."""
+    count = -(-len(payload) // chunk_bytes)
+    records = [
+        (first_offset + i, chunk_key(KEY, generation, i),
+         frame_chunk(generation, i, count, payload[i * chunk_bytes:(i + 1) * chunk_bytes]))
+        for i in range(count)
+    ]
+    manifest = Manifest(generation, len(payload), chunk_bytes, tuple(r[0] for r in records),
+                        hashlib.sha256(payload).digest(), previous)
+    return manifest, records
+
+
+def assemble(manifest_value: bytes, manifest_offset: int, records, limit: int = LIMIT) -> bytes:
+    """What a reader makes of a manifest and the records at its chunk offsets."""
+    head = read_head(manifest_value, manifest_offset, limit)
+    assert isinstance(head, Manifest)
+    assembler = ChunkAssembler(KEY, head)
+    by_offset = {offset: (key, value) for offset, key, value in records}
+    for offset in head.offsets:
+        if offset not in by_offset:
+            raise StateError(f"chunk at offset {offset} is missing")
+        assembler.add(offset, *by_offset[offset])
+    return assembler.payload()
+
+
+# Framing, without a broker ------------------------------------------------------------------------
+
+
+def test_inline_and_chunked_checkpoints_read_back_exactly():
+    payload = os.urandom(10_000)
+    previous = Generation(0xABC, 4)
+    head = read_head(frame_inline(payload, previous), 7, LIMIT)
+    assert head == Inline(payload, previous)
+
+    manifest, records = chunked(payload, 1024, previous=previous)
+    assert manifest.count == 10 and manifest.chunk_size(9) == 10_000 - 9 * 1024
+    value = frame_manifest(manifest)
+    assert read_head(value, 200, LIMIT) == manifest
+    assert assemble(value, 200, records) == payload
+    # Chunk keys never parse as a head key of another partition: their last part is no integer.
+    assert chunk_key(KEY, 0x5EED, 12) == b"group/events/3/0000000000005eed:12"
+
+
+def refused(reason: str, call, *args):
+    with pytest.raises(StateError, match=reason):
+        call(*args)
+
+
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        (lambda m, v: b"XXXX" + v[4:], "bad magic"),
+        (lambda m, v: v[:4] + b"\x09" + v[5:], "format 9"),
+        (lambda m, v: v[:40], "truncated manifest"),
+        (lambda m, v: v[:-3], "bytes long"),
+        (lambda m, v: v + b"\0" * 8, "bytes long"),
+        (lambda m, v: b"", "not a checkpoint record"),
+        (lambda m, v: None, "null value"),
+        (lambda m, v: frame_chunk(1, 0, 1, b"data"), "not a manifest"),
+        (lambda m, v: state.dumps({"format": 1}), "unframed checkpoint"),
+        (lambda m, v: frame_manifest(dataclasses.replace(m, **{"total_bytes": 10**12})),
+         "above max_checkpoint_bytes"),
+        (lambda m, v: frame_manifest(dataclasses.replace(m, **{"offsets": m.offsets[:-1]})),
+         "lists 9 chunks"),
+        (lambda m, v: frame_manifest(dataclasses.replace(m, **{"chunk_bytes": 0})),
+         "chunks of 0"),
+        (lambda m, v: frame_manifest(dataclasses.replace(m, **{"total_bytes": 0})),
+         "manifest of 0 bytes"),
+        (lambda m, v: frame_manifest(dataclasses.replace(m, **{"generation": 0})),
+         "generation 0"),
+        (lambda m, v: frame_manifest(dataclasses.replace(m, **{"offsets": (5,) * 10})),
+         "strictly increasing"),
+        (lambda m, v: frame_manifest(dataclasses.replace(m, **{"offsets": tuple(range(-1, 9))})),
+         "strictly increasing"),
+        (lambda m, v: frame_manifest(
+            dataclasses.replace(m, **{"offsets": tuple(range(195, 205))})),
+         "not before the manifest"),
+        (lambda m, v: frame_manifest(
+            dataclasses.replace(m, **{"previous": Generation(7, checkpoint.MAX_CHUNKS + 1)})),
+         "bad previous generation"),
+        (lambda m, v: frame_manifest(
+            dataclasses.replace(m, **{"previous": Generation(0, 3)})),
+         "bad previous generation"),
+    ],
+    ids=["magic", "version", "truncated", "short", "long", "empty", "null", "chunk-as-head",
+         "unframed",
+         "terabyte", "count", "chunk-0", "total-0", "generation-0", "duplicate-offsets",
+         "negative-offset", "offsets-after-manifest", "previous-huge", "previous-mixed"],
+)
+def test_a_hostile_manifest_is_refused_with_its_reason(mutate, reason):
+    manifest, _ = chunked(os.urandom(10_000), 1024)
+    refused(reason, read_head, mutate(manifest, frame_manifest(manifest)), 200, LIMIT)
+
+
+def test_an_inline_checkpoint_with_a_wrong_hash_or_above_the_limit_is_refused():
+    value = bytearray(frame_inline(b"payload" * 100))
+    value[-1] ^= 1
+    refused("SHA-256", read_head, bytes(value), 1, LIMIT)
+    refused("above max_checkpoint_bytes", read_head, frame_inline(b"x" * 2000), 1, 1000)
+
+
+def swap(records, i, **changes):
+    offset, key, value = records[i]
+    records = list(records)
+    records[i] = (changes.get("offset", offset), changes.get("key", key),
+                  changes.get("value", value))
+    return records
+
+
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        # A chunk offset that holds another key's record (another partition's chunk, say).
+        (lambda r: swap(r, 2, key=chunk_key(b"group/events/4", 0x5EED, 2)), "has the key"),
+        (lambda r: swap(r, 2, key=KEY), "has the key"),
+        (lambda r: swap(r, 2, key=None), "has the key"),
+        # The right key over a chunk of another generation, or another index (a duplicate).
+        (lambda r: swap(r, 2, value=frame_chunk(0xBAD, 2, 10, r[2][2][CHUNK_HEAD:])), "generation"),
+        (lambda r: swap(r, 2, value=r[1][2]), "says chunk 1"),
+        (lambda r: swap(r, 2, value=frame_chunk(0x5EED, 2, 11, r[2][2][CHUNK_HEAD:])), "of 11"),
+        # Truncated, padded, tombstoned, or not a chunk at all.
+        (lambda r: swap(r, 2, value=r[2][2][:-1]), "has 1023 bytes"),
+        (lambda r: swap(r, 2, value=r[2][2] + b"\0"), "has 1025 bytes"),
+        (lambda r: swap(r, 9, value=r[9][2] + b"\0"), "has 785 bytes"),
+        (lambda r: swap(r, 2, value=None), "null value"),
+        (lambda r: swap(r, 2, value=frame_inline(b"x")), "not a chunk record"),
+        (lambda r: swap(r, 2, value=r[2][2][:10]), "not a chunk record"),
+        # Right framing, wrong bytes: only the hash sees it.
+        (lambda r: swap(r, 2, value=r[2][2][:-1] + bytes([r[2][2][-1] ^ 1])), "SHA-256"),
+        (lambda r: r[:-1], "missing"),
+    ],
+    ids=["other-partition", "head-key", "no-key", "other-generation", "duplicate", "count",
+         "truncated", "padded", "last-padded", "tombstone", "inline", "short", "hash",
+         "missing"],
+)
+def test_a_hostile_chunk_is_refused_with_its_reason(mutate, reason):
+    payload = os.urandom(10_000)
+    manifest, records = chunked(payload, 1024)
+    refused(reason, assemble, frame_manifest(manifest), 200, mutate(records))
+
+
+def test_chunks_are_taken_only_in_order_at_their_offsets():
+    manifest, records = chunked(os.urandom(3_000), 1024)
+    assembler = ChunkAssembler(KEY, manifest)
+    refused("the manifest puts it at 100", assembler.add, *records[1])
+    assembler.add(*records[0])
+    refused("1 of 3 chunks", assembler.payload)
+    assembler.add(*records[1])
+    assembler.add(*records[2])
+    refused("lists 3 chunks", assembler.add, 103, chunk_key(KEY, 0x5EED, 3), records[2][2])
+
+
+def test_a_manifest_claiming_a_terabyte_allocates_nothing():
+    count = -(-10**12 // (2**32 - 1))
+    claim = Manifest(5, 10**12, 2**32 - 1, tuple(range(count)), b"\0" * 32, None)
+    value = frame_manifest(claim)
+    tracemalloc.start()
+    try:
+        refused("above max_checkpoint_bytes", read_head, value, 1_000, LIMIT)
+        # Even under a limit raised past the claim, memory follows the chunks that pass their
+        # checks, not the claim.
+        manifest = read_head(value, 1_000, 10**13)
+        assembler = ChunkAssembler(KEY, manifest)
+        refused("has 10 bytes", assembler.add, 0, chunk_key(KEY, 5, 0),
+                frame_chunk(5, 0, count, b"x" * 10))
+        refused(f"0 of {count} chunks", assembler.payload)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
+
+
+any_manifest_fields = st.fixed_dictionaries({
+    "generation": st.integers(0, 2**64 - 1),
+    "total_bytes": st.one_of(st.integers(0, 20_000), st.integers(0, 2**64 - 1)),
+    "chunk_bytes": st.one_of(st.integers(0, 5_000), st.integers(0, 2**32 - 1)),
+    "offsets": st.lists(st.integers(-2**63, 2**63 - 1), max_size=40).map(tuple),
+    "sha256": st.binary(min_size=32, max_size=32),
+    "previous": st.one_of(st.none(), st.builds(
+        Generation, st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1))),
+})
+
+
+@st.composite
+def manifest_fields(draw):
+    """Fields of a consistent manifest (chunks before offset 2**40), then maybe some replaced
+    by arbitrary values."""
+    chunk_bytes = draw(st.integers(1, 5_000))
+    count = draw(st.integers(1, 40))
+    total = draw(st.integers((count - 1) * chunk_bytes + 1, count * chunk_bytes))
+    offsets = sorted(draw(st.sets(st.integers(0, 2**40 - 1), min_size=count, max_size=count)))
+    fields = {
+        "generation": draw(st.integers(1, 2**64 - 1)),
+        "total_bytes": total,
+        "chunk_bytes": chunk_bytes,
+        "offsets": tuple(offsets),
+        "sha256": draw(st.binary(min_size=32, max_size=32)),
+        "previous": draw(st.one_of(st.none(), st.builds(
+            Generation, st.integers(1, 2**64 - 1), st.integers(1, checkpoint.MAX_CHUNKS)))),
+    }
+    arbitrary = draw(any_manifest_fields)
+    for name in draw(st.sets(st.sampled_from(sorted(fields)), max_size=2)):
+        fields[name] = arbitrary[name]
+    return fields
+
+
+@settings(max_examples=300, deadline=None)
+@given(fields=manifest_fields(),
+       manifest_offset=st.one_of(st.integers(0, 2**41), st.just(2**40)),
+       tail=st.one_of(st.just(b""), st.binary(max_size=9)))
+def test_any_manifest_is_refused_or_consistent(fields, manifest_offset, tail):
+    value = frame_manifest(Manifest(**fields)) + tail
+    try:
+        head = read_head(value, manifest_offset, 1 << 20)
+    except StateError:
+        event("refused")
+        return
+    event("accepted")
+    assert isinstance(head, Manifest) and not tail
+    assert head == Manifest(**fields)
+    assert 0 < head.total_bytes <= 1 << 20 and head.generation != 0
+    assert head.count == -(-head.total_bytes // head.chunk_bytes) <= checkpoint.MAX_CHUNKS
+    assert 0 <= head.offsets[0] and head.offsets[-1] < manifest_offset
+    assert list(head.offsets) == sorted(set(head.offsets))
+    assert sum(head.chunk_size(i) for i in range(head.count)) == head.total_bytes
+    assert all(0 < head.chunk_size(i) <= head.chunk_bytes for i in range(head.count))
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(
+    payload=st.binary(min_size=1, max_size=3_000),
+    chunk_bytes=st.integers(1, 700),
+    target=st.integers(0, 1_000),
+    edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1,
+                   max_size=4),
+    cut=st.one_of(st.none(), st.integers(0, 10**6)),
+)
+def test_mutated_records_give_the_payload_or_a_refusal(payload, chunk_bytes, target, edits, cut):
+    manifest, records = chunked(payload, chunk_bytes)
+    values = [frame_manifest(manifest)] + [value for _, _, value in records]
+    i = target % len(values)
+    mutated = bytearray(values[i])
+    for position, byte in edits:
+        mutated[position % len(mutated)] = byte
+    if cut is not None:
+        del mutated[cut % (len(mutated) + 1):]
+    values[i] = bytes(mutated)
+    records = [(offset, key, value) for (offset, key, _), value in zip(records, values[1:])]
+    try:
+        result = assemble(values[0], 10_000, records)
+    except StateError:
+        event("refused")
+        return
+    event("accepted")
+    # Whatever got through is the checkpoint itself (or the edits changed nothing).
+    assert result == payload
+
+
+# The store against the embedded broker ------------------------------------------------------------
+
+
+def fresh(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def topic(kafka_broker):
+    name = fresh("checkpoints")
+    create_topics(kafka_broker.bootstrap_servers, [name], partitions=1)
+    return name
+
+
+def store_for(kafka_broker, topic, **options):
+    return checkpoint.CheckpointStore(kafka_broker.bootstrap_servers, topic, "group", **options)
+
+
+def load(kafka_broker, topic, partitions, **options):
+    store = store_for(kafka_broker, topic, **options)
+    try:
+        return store.load(partitions)
+    finally:
+        store.close()
+
+
+def topic_records(kafka_broker, topic, partition: int = 0) -> list:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap_servers, group_id=None,
+                             enable_auto_commit=False, fetch_max_wait_ms=20,
+                             auto_offset_reset="earliest")
+    tp = TopicPartition(topic, partition)
+    consumer.assign([tp])
+    records = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        batch = consumer.poll(timeout_ms=200).get(tp, [])
+        records.extend(batch)
+        highwater = consumer.highwater(tp)
+        if not batch and highwater is not None and consumer.position(tp) >= highwater:
+            break
+    consumer.close()
+    return records
+
+
+def produce_raw(kafka_broker, topic, items) -> list[int]:
+    """Send (key, value) records to partition 0; returns their offsets."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap_servers)
+    futures = [producer.send(topic, value=value, key=key, partition=0) for key, value in items]
+    producer.flush()
+    offsets = [future.get(10).offset for future in futures]
+    producer.close()
+    return offsets
+
+
+def big_model_state() -> bytes:
+    """The safe state of a real model that learnt 20,000 feature names (about 1 MB)."""
+    model = streammargin.ALMAClassifier()
+    rng = random.Random(4)
+    for i in range(4_000):
+        x = {f"w{rng.randrange(20_000)}": rng.random() for _ in range(30)}
+        model.learn_one(x, i % 3 == 0)
+    return state.dumps(model.to_state())
+
+
+@pytest.mark.kafka
+def test_checkpoints_many_chunks_long_round_trip_exactly_and_interleave(kafka_broker, topic):
+    model_state = big_model_state()
+    assert len(model_state) > 500_000
+    checkpoints = {
+        ("events", 0): os.urandom(100_000),  # 25 chunks
+        ("events", 1): b"small",  # inline
+        ("events", 2): os.urandom(4_096 * 7),  # exactly 7 chunks
+        ("events", 3): model_state,
+    }
+    store = store_for(kafka_broker, topic, chunk_bytes=4_096)
+    store.write(checkpoints)
+    store.close()
+
+    found = load(kafka_broker, topic, [*checkpoints, ("events", 9)])
+    assert set(found) == set(checkpoints)  # a partition without checkpoint is absent
+    for key, payload in checkpoints.items():
+        assert isinstance(found[key], LoadedCheckpoint)
+        assert found[key].payload == payload
+        assert found[key].chunks == (0 if len(payload) <= 4_096 else -(-len(payload) // 4_096))
+        assert (found[key].topic, found[key].partition) == (topic, 0)
+    restored = streammargin.from_state(state.loads(found[("events", 3)].payload))
+    assert state.dumps(restored.to_state()) == model_state
+    # The chunks of the checkpoints went out interleaved, and every head came after them all.
+    keys = [r.key for r in topic_records(kafka_broker, topic)]
+
+    def chunk_of(partition, index):
+        head = checkpoint.checkpoint_key("group", "events", partition)
+        first = next(k for k in keys if k.startswith(head + b"/"))
+        return chunk_key(head, int(first.rsplit(b"/", 1)[1].split(b":")[0], 16), index)
+
+    assert keys[:4] == [chunk_of(0, 0), chunk_of(2, 0), chunk_of(3, 0), chunk_of(0, 1)]
+    assert keys[-4:] == [checkpoint.checkpoint_key("group", "events", p) for p in range(4)]
+
+
+@pytest.mark.kafka
+def test_the_records_of_a_key_share_one_partition_of_a_many_partition_topic(kafka_broker):
+    topic = fresh("checkpoints")
+    create_topics(kafka_broker.bootstrap_servers, [topic], partitions=3)
+    checkpoints = {("events", p): os.urandom(10_000 + p) for p in range(6)}
+    store = store_for(kafka_broker, topic, chunk_bytes=1_024)
+    store.write(checkpoints)
+    store.close()
+    found = load(kafka_broker, topic, checkpoints)
+    assert {k: v.payload for k, v in found.items()} == checkpoints
+    assert len({v.partition for v in found.values()}) > 1
+    for (name, p), loaded in found.items():
+        head = checkpoint.checkpoint_key("group", name, p)
+        records = topic_records(kafka_broker, topic, loaded.partition)
+        assert sum(1 for r in records if r.key.startswith(head + b"/")) == 10
+
+
+@pytest.mark.kafka
+def test_a_checkpoint_above_the_producers_max_request_size_is_written_and_restored(
+    kafka_broker, topic
+):
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap_servers,
+                             max_request_size=64 << 10)
+    payload = os.urandom(1 << 20)
+    store = store_for(kafka_broker, topic, producer=producer)  # default chunk_bytes: 512 KiB
+    assert store.chunk_bytes == (64 << 10) - checkpoint.RECORD_HEADROOM
+    store.write({("events", 0): payload})
+    store.close()
+    producer.close()
+    found = load(kafka_broker, topic, [("events", 0)])
+    assert found[("events", 0)].payload == payload
+    assert found[("events", 0)].chunks == -(-len(payload) // store.chunk_bytes) == 18
+    assert max(len(r.value) for r in topic_records(kafka_broker, topic)) < 64 << 10
+
+
+class SimulatedCrash(Exception):
+    pass
+
+
+@pytest.mark.kafka
+def test_a_crash_between_the_chunks_and_the_manifest_keeps_the_previous_checkpoint(
+    kafka_broker, topic, monkeypatch
+):
+    first, second = os.urandom(50_000), os.urandom(60_000)
+    store = store_for(kafka_broker, topic, chunk_bytes=4_096)
+    store.write({("events", 0): first})
+
+    def crash(plans):
+        raise SimulatedCrash
+
+    monkeypatch.setattr(store, "_write_heads", crash)
+    with pytest.raises(SimulatedCrash):
+        store.write({("events", 0): second})
+    store.close()
+    records = topic_records(kafka_broker, topic)
+    head = checkpoint.checkpoint_key("group", "events", 0)
+    assert sum(1 for r in records if r.key.startswith(head + b"/")) == 13 + 15  # both durable
+    assert [r.key for r in records].count(head) == 1
+
+    # A restart restores the first checkpoint, and its next write deletes the orphaned chunks.
+    store = store_for(kafka_broker, topic, chunk_bytes=4_096)
+    found = store.load([("events", 0)])
+    assert found[("events", 0)].payload == first
+    orphans = {r.key for r in records[14:] if r.key != head}
+    assert len(orphans) == 15
+    store.write({("events", 0): b"third"})
+    store.close()
+    after = topic_records(kafka_broker, topic)[len(records):]
+    assert after[0].key == head and after[0].value is not None
+    assert {r.key for r in after[1:]} == orphans | {r.key for r in records[:13]}
+    assert all(r.value is None for r in after[1:])
+    assert load(kafka_broker, topic, [("events", 0)])[("events", 0)].payload == b"third"
+
+
+@pytest.mark.kafka
+def test_superseded_chunks_get_tombstones_even_after_a_crash_before_them(
+    kafka_broker, topic, monkeypatch
+):
+    head = checkpoint.checkpoint_key("group", "events", 0)
+    store = store_for(kafka_broker, topic, chunk_bytes=1_024)
+    store.write({("events", 0): os.urandom(5_000)})  # generation A: 5 chunks
+    store.producer.flush()
+    a_chunks = {r.key for r in topic_records(kafka_broker, topic) if r.key != head}
+    store.write({("events", 0): os.urandom(3_000)})  # generation B: 3 chunks
+    store.producer.flush()
+    records = topic_records(kafka_broker, topic)
+    manifest_b = max(r.offset for r in records if r.key == head)
+    tombstones = {r.key for r in records if r.offset > manifest_b and r.value is None}
+    assert tombstones == a_chunks
+    b_chunks = {r.key for r in records
+                if r.key.startswith(head + b"/") and r.value is not None} - a_chunks
+    assert len(b_chunks) == 3
+
+    # Generation C is written, and the process dies before C's tombstones of B go out.
+    monkeypatch.setattr(store, "_write_tombstones", lambda plans: None)
+    store.write({("events", 0): os.urandom(2_000)})
+    store.close()
+    seen = len(topic_records(kafka_broker, topic))
+    # A restarted store learns of C from its manifest, and of B from C's "previous": its next
+    # (inline) checkpoint deletes both.
+    store = store_for(kafka_broker, topic, chunk_bytes=1_024)
+    assert store.load([("events", 0)])[("events", 0)].chunks == 2
+    store.write({("events", 0): b"inline"})
+    store.close()
+    late = topic_records(kafka_broker, topic)[seen:]
+    assert late[0].key == head
+    c_chunks = {r.key for r in topic_records(kafka_broker, topic)[:seen]
+                if r.key.startswith(head + b"/")} - a_chunks - b_chunks
+    assert {r.key for r in late[1:]} == b_chunks | c_chunks
+    assert all(r.value is None for r in late[1:])
+
+
+@pytest.mark.kafka
+def test_a_tombstone_under_the_key_deletes_the_checkpoint(kafka_broker, topic):
+    store = store_for(kafka_broker, topic)
+    store.write({("events", 0): b"state", ("events", 1): b"other"})
+    store.close()
+    produce_raw(kafka_broker, topic, [(checkpoint.checkpoint_key("group", "events", 0), None)])
+    found = load(kafka_broker, topic, [("events", 0), ("events", 1)])
+    assert set(found) == {("events", 1)}
+
+
+@pytest.mark.kafka
+def test_hostile_records_on_the_topic_give_refused_checkpoints_with_coordinates(
+    kafka_broker, topic
+):
+    good = os.urandom(6_000)
+    store = store_for(kafka_broker, topic, chunk_bytes=1_024)
+    store.write({("events", 0): good})
+    store.close()
+    records = topic_records(kafka_broker, topic)
+    chunk_offsets = tuple(r.offset for r in records[:6])
+    sha = hashlib.sha256(good).digest()
+
+    def head(p):
+        return checkpoint.checkpoint_key("group", "events", p)
+
+    def manifest(**fields):
+        base = {"generation": 9, "total_bytes": 6_000, "chunk_bytes": 1_024,
+                "offsets": chunk_offsets, "sha256": sha, "previous": None}
+        return frame_manifest(Manifest(**{**base, **fields}))
+
+    generation = int(records[0].key.rsplit(b"/", 1)[1].split(b":")[0], 16)
+    own_chunks = [(chunk_key(head(6), generation, i), r.value) for i, r in enumerate(records[:6])]
+    hostile = {
+        # Chunks of partition 0 under partition 1's manifest.
+        1: (manifest(), "has the key"),
+        2: (manifest(total_bytes=10**12, chunk_bytes=2**32 - 1,
+                     offsets=tuple(range(233))), "above max_checkpoint_bytes"),
+        3: (b"garbage", "not a checkpoint record"),
+        4: (manifest(offsets=tuple(range(10**6, 10**6 + 6))), "is not before the manifest"),
+        5: (manifest(offsets=(0, 0, 1, 2, 3, 4)), "strictly increasing"),
+    }
+    items = [(head(p), value) for p, (value, _) in hostile.items()]
+    # Partition 6: its own key's chunks copied (right keys at new offsets), a hash that lies.
+    offsets = produce_raw(kafka_broker, topic, own_chunks)
+    items.append((head(6), manifest(generation=generation, offsets=tuple(offsets),
+                                    sha256=b"\1" * 32)))
+    hostile[6] = (None, "SHA-256")
+    offsets = produce_raw(kafka_broker, topic, items)
+    tracemalloc.start()
+    try:
+        found = load(kafka_broker, topic, [("events", p) for p in range(7)])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, peak
+    assert found[("events", 0)].payload == good
+    for (p, (_, reason)), offset in zip(hostile.items(), offsets):
+        result = found[("events", p)]
+        assert isinstance(result, RefusedCheckpoint), result
+        assert (result.key, result.topic, result.partition, result.offset) == (
+            f"group/events/{p}", topic, 0, offset)
+        assert reason in result.reason
+        assert str(result) == f"checkpoint group/events/{p} at {topic}/0@{offset} refused: " \
+                              f"{result.reason}"
+
+
+@pytest.mark.kafka
+def test_a_checkpoint_above_the_limit_is_not_written_and_not_read(kafka_broker, topic):
+    store = store_for(kafka_broker, topic, max_checkpoint_bytes=10_000)
+    with pytest.raises(checkpoint.CheckpointError, match="above max_checkpoint_bytes=10000"):
+        store.write({("events", 0): os.urandom(10_001)})
+    store.close()
+    store_for_big = store_for(kafka_broker, topic, chunk_bytes=4_096)
+    store_for_big.write({("events", 0): os.urandom(20_000)})
+    store_for_big.close()
+    found = load(kafka_broker, topic, [("events", 0)], max_checkpoint_bytes=10_000)
+    assert "above max_checkpoint_bytes=10000" in found[("events", 0)].reason
