@@ -87,6 +87,10 @@ class WorkerConfig:
     metrics_interval: float | None = None
     checkpoint_every: int = 10_000
     checkpoint_interval: float | None = 60.0
+    # A checkpoint above this many bytes is split into records of this size plus a manifest
+    # (keep it below the broker's message.max.bytes); larger ones are neither written nor read.
+    checkpoint_chunk_bytes: int = checkpoint_module.DEFAULT_CHUNK_BYTES
+    max_checkpoint_bytes: int = checkpoint_module.DEFAULT_MAX_CHECKPOINT_BYTES
     # Checkpoint, commit and return after this many seconds without records (None: run forever).
     idle_timeout: float | None = None
     rolling_window: int = 1000
@@ -119,6 +123,13 @@ class WorkerConfig:
                      "predictions_per_message"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        minimum = checkpoint_module.MIN_CHUNK_BYTES
+        if self.checkpoint_chunk_bytes < minimum:
+            raise ValueError(f"checkpoint_chunk_bytes must be >= {minimum}, "
+                             f"got {self.checkpoint_chunk_bytes!r}")
+        if self.max_checkpoint_bytes < 1:
+            raise ValueError(f"max_checkpoint_bytes must be >= 1, "
+                             f"got {self.max_checkpoint_bytes!r}")
         outputs = [self.predictions_topic, self.metrics_topic, self.dead_letter_topic]
         if set(self.topics) & {self.checkpoint_topic, *[t for t in outputs if t]}:
             raise ValueError("an input topic cannot also be an output or checkpoint topic")
@@ -468,6 +479,8 @@ class Worker:
             config.group_id,
             producer=self._producer,
             reader_config=config.client_config,
+            chunk_bytes=config.checkpoint_chunk_bytes,
+            max_checkpoint_bytes=config.max_checkpoint_bytes,
         )
         if config.predictions_topic:
             partitions = self._producer.partitions_for(config.predictions_topic)

@@ -302,3 +302,17 @@ def test_command_exit_codes(monkeypatch, capsys):
     assert "alma" in capsys.readouterr().out
     monkeypatch.delenv("STREAMMARGIN_TOPIC", raising=False)
     assert main(["kafka"]) == 2  # no input topic
+
+
+def test_checkpoint_size_options_reach_the_worker_config(monkeypatch):
+    config = parse_command(["--topic", "t", "--max-checkpoint-bytes", "1000000"], monkeypatch,
+                           env={"STREAMMARGIN_CHECKPOINT_CHUNK_BYTES": "65536"})
+    assert (config.checkpoint_chunk_bytes, config.max_checkpoint_bytes) == (65536, 1_000_000)
+    monkeypatch.delenv("STREAMMARGIN_CHECKPOINT_CHUNK_BYTES")
+    defaults = parse_command(["--topic", "t"], monkeypatch)
+    assert defaults.checkpoint_chunk_bytes == checkpoint.DEFAULT_CHUNK_BYTES == 512 << 10
+    assert defaults.max_checkpoint_bytes == checkpoint.DEFAULT_MAX_CHECKPOINT_BYTES == 1 << 30
+    with pytest.raises(ValueError, match="checkpoint_chunk_bytes must be >= 1024"):
+        WorkerConfig(topics=["t"], checkpoint_chunk_bytes=100)
+    with pytest.raises(ValueError, match="max_checkpoint_bytes must be >= 1"):
+        WorkerConfig(topics=["t"], max_checkpoint_bytes=0)

@@ -522,6 +522,50 @@ def test_sigkill_and_restart_end_with_exactly_the_uninterrupted_model(kafka_brok
         assert last["accuracy"] == evaluation.get() and last["records"] == 6_000
 
 
+def test_sigkill_and_restart_with_checkpoints_of_many_chunks_end_with_the_same_model(
+    kafka_broker, tmp_path
+):
+    bootstrap = kafka_broker.bootstrap_servers
+    name = fresh("killchunks")
+    create_topics(bootstrap, [name], partitions=2)
+    data = worded_stream(6_000, seed=29, vocabulary=400)
+    items = [(i % 2, event(i, x, y)) for i, (x, y) in enumerate(data)]
+    cfg = config(bootstrap, name)
+    options = ("--checkpoint-every", "400", "--checkpoint-chunk-bytes", "1024")
+    produce(bootstrap, name, items[:4_000])
+    first = start_worker(cfg, tmp_path / "first.log", *options, "--max-poll-records", "100")
+    try:
+        # Past the checkpoints at 1200 of each partition, the last ones written before the kill
+        # are at >= 1200: the kill loses records and catches a checkpoint's write in progress
+        # or not, whichever comes.
+        wait_for(lambda: covered(bootstrap, cfg.predictions_topic,
+                                 {(p, o) for p in (0, 1) for o in range(1_500)}),
+                 60, "the first worker's predictions")
+        first.send_signal(signal.SIGKILL)
+    finally:
+        reap(first, tmp_path / "first.log")
+    produce(bootstrap, name, items[4_000:])
+    second = start_worker(cfg, tmp_path / "second.log", *options)
+    try:
+        expected = {(p, o) for p in (0, 1) for o in range(3_000)}
+        wait_for(lambda: covered(bootstrap, cfg.predictions_topic, expected), 60,
+                 "predictions of every record")
+        second.send_signal(signal.SIGTERM)
+        assert reap(second, tmp_path / "second.log") == 0, (tmp_path / "second.log").read_text()
+    finally:
+        if second.poll() is None:
+            second.kill()
+    log_text = (tmp_path / "second.log").read_text()
+    assert "(2 restored from checkpoints)" in log_text, log_text
+
+    tasks = saved_tasks(bootstrap, cfg, [0, 1])
+    for partition in (0, 1):
+        assert latest_checkpoint(bootstrap, cfg, partition).chunks >= 10
+        model, _ = straight_run(data[partition::2], streammargin.ALMAClassifier())
+        assert tasks[partition]["next_offset"] == 3_000
+        assert saved_model_bytes(tasks[partition]) == model_bytes(model)
+
+
 def test_two_workers_share_the_partitions_and_the_survivor_takes_over(kafka_broker, tmp_path):
     bootstrap = kafka_broker.bootstrap_servers
     name = fresh("group")
