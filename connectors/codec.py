@@ -62,6 +62,15 @@ class Codec(typing.Protocol):
         """`(id, x, y)` of a record value, or raise `DeadLetter(reason)`."""
 
 
+def _short(value: typing.Any, limit: int = 100) -> str:
+    """`repr(value)`, cut to `limit` characters: reasons quote names and values, which can be as
+    long as the record."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _non_finite(constant: str) -> typing.NoReturn:
     raise DeadLetter(f"non-finite number {constant} (NaN and infinities are not allowed)")
 
@@ -71,15 +80,16 @@ def _feature_reason(x: dict) -> str | None:
     for name, value in x.items():
         if isinstance(value, (str, bytes)) or not isinstance(value, numbers.Real):
             return (
-                f"feature {name!r} has value {value!r} of type {type(value).__name__}: "
-                "expected a finite real number"
+                f"feature {_short(name)} has value {_short(value)} of type "
+                f"{type(value).__name__}: expected a finite real number"
             )
         try:
             as_float = float(value)
         except OverflowError:
-            return f"feature {name!r} has value {value!r}: too large for a float64"
+            return f"feature {_short(name)} has value {_short(value)}: too large for a float64"
         if not math.isfinite(as_float):
-            return f"feature {name!r} has value {value!r}: expected a finite real number"
+            return (f"feature {_short(name)} has value {_short(value)}: expected a finite real "
+                    "number")
     return None
 
 
@@ -109,7 +119,7 @@ def _label(y: typing.Any) -> bool | None:
         if y == 0 or y == -1:
             return False
     raise DeadLetter(
-        f"unknown label {y!r}: a binary model takes true/false, 1/0 or 1/-1"
+        f"unknown label {_short(y)}: a binary model takes true/false, 1/0 or 1/-1"
     )
 
 
@@ -164,7 +174,7 @@ class JSONCodec:
             raise DeadLetter(f"record is a JSON {type(doc).__name__}, expected an object")
         event_id = doc.get("id")
         if event_id is not None and (type(event_id) is not str and type(event_id) is not int):
-            raise DeadLetter(f"id {event_id!r} must be a string or an integer")
+            raise DeadLetter(f"id {_short(event_id)} must be a string or an integer")
         y = doc.get("y")
         if y is not True and y is not False and y is not None:
             y = _label(y)
@@ -176,7 +186,7 @@ class JSONCodec:
                 raise DeadLetter("label record without an id: cannot join it to an event")
             return event_id, None, y
         if type(x) is not dict:
-            raise DeadLetter(f"x must be a JSON object of feature values, got {x!r:.80}")
+            raise DeadLetter(f"x must be a JSON object of feature values, got {_short(x, 80)}")
         _check_features(x)
         return event_id, x, y
 
@@ -278,3 +288,4 @@ def install_fast_crc32c() -> str:
         crc32c(b"warm up the compiled function")
         default_records.calc_crc32c = crc32c
     return "numba"
+

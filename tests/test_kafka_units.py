@@ -69,6 +69,16 @@ def test_codec_turns_bad_records_into_dead_letters_with_a_reason(value, reason):
     assert reason in str(raised.value)
 
 
+def test_codec_reasons_quote_names_and_values_in_bounded_length():
+    name = "n" * 100_000
+    for value in [f'{{"x": {{"{name}": "v"}}}}', f'{{"x": {{"a": "{name}"}}}}',
+                  f'{{"x": {{"a": 1}}, "y": "{name}"}}', f'{{"x": {{"a": 1}}, "id": ["{name}"]}}',
+                  f'{{"x": ["{name}"]}}']:
+        with pytest.raises(codec.DeadLetter) as raised:
+            codec.JSONCodec().decode(value.encode())
+        assert len(str(raised.value)) < 400 and "characters)" in str(raised.value)
+
+
 def test_codec_rejects_integers_beyond_float64():
     big = b'{"x": {"g": 2.0, "f": 1' + b"0" * 400 + b"}}"
     with pytest.raises(codec.DeadLetter, match="feature 'f' has value 1000.* too large"):
