@@ -289,3 +289,105 @@ def install_fast_crc32c() -> str:
         default_records.calc_crc32c = crc32c
     return "numba"
 
+
+# Record batches the client cannot decode ----------------------------------------------------------
+
+# Kafka's compression codes and what kafka-python needs installed to read each.
+CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+CODEC_PACKAGES = {"snappy": "python-snappy", "lz4": "lz4", "zstd": "zstandard"}
+
+
+class UndecodableBatch(Exception):
+    """A record batch of a partition that the Kafka client cannot decode.
+
+    Raised out of `KafkaConsumer.poll` once `install_batch_errors()` has run. kafka-python's own
+    errors here (`UnsupportedCodecError` for a missing codec library, `CorruptRecordError`, or
+    whatever a decompressor raises on corrupt data) name neither the partition nor the offsets;
+    this one does. `first_offset` is the first offset the consumer has not returned (its position
+    for the partition), `next_offset` the offset after the batch (`None` when the batch header
+    itself is unreadable), `codec` the batch's compression, `cause` the client's error.
+    """
+
+    def __init__(self, topic: str, partition: int, first_offset: int, next_offset: int | None,
+                 codec: str, cause: BaseException):
+        self.topic = topic
+        self.partition = partition
+        self.first_offset = first_offset
+        self.next_offset = next_offset
+        self.codec = codec
+        self.cause = cause
+        last = "?" if next_offset is None else next_offset - 1
+        super().__init__(
+            f"cannot decode the {codec} record batch of {topic}/{partition} at offsets "
+            f"{first_offset}-{last}: {type(cause).__name__}: {str(cause)[:300]}"
+        )
+
+    @property
+    def missing_library(self) -> bool:
+        """True when the client lacks the codec's library (not corrupt data)."""
+        from kafka.errors import UnsupportedCodecError
+
+        return isinstance(self.cause, (UnsupportedCodecError, NotImplementedError))
+
+    def fix(self) -> str:
+        """What a person can do about it."""
+        if self.missing_library:
+            package = CODEC_PACKAGES.get(self.codec, self.codec)
+            return (f"install the {self.codec} library ({package}; `pip install "
+                    "'streammargin[kafka]'` installs every codec) and restart")
+        return ("the batch is corrupt or uses a codec this client cannot read: restart with "
+                "--on-undecodable skip to dead-letter it and go on")
+
+
+class _TrackedRecords:
+    """A fetched `MemoryRecords` that remembers the last batch handed out."""
+
+    __slots__ = ("records", "batch")
+
+    def __init__(self, records: typing.Any):
+        self.records = records
+        self.batch: typing.Any = None
+
+    def next_batch(self) -> typing.Any:
+        self.batch = self.records.next_batch()
+        return self.batch
+
+    def __getattr__(self, name: str) -> typing.Any:
+        return getattr(self.records, name)
+
+
+def install_batch_errors() -> None:
+    """Make kafka-python raise `UndecodableBatch` for a fetched batch it cannot decode.
+
+    Without it, the client raises an error that names no partition or offset and, on the next
+    `poll`, spins forever on the dead batch (kafka-python 3.0: a `PartitionRecords` whose
+    iterator died is never drained). The wrapper around the fetcher's batch parser drains the
+    partition's records, then raises with the partition, the offsets and the codec; the
+    consumer's position stays at the first offset not returned, so the caller can fail, or seek
+    past the batch. Idempotent.
+    """
+    from kafka.consumer.fetcher import Fetcher
+
+    partition_records = Fetcher.PartitionRecords
+    original = partition_records._unpack_records
+    if getattr(original, "_streammargin", False):
+        return
+
+    def _unpack_records(self, tp, records, *args, **kwargs):
+        tracked = _TrackedRecords(records)
+        try:
+            yield from original(self, tp, tracked, *args, **kwargs)
+        except Exception as error:
+            first = max(self.next_fetch_offset, self.fetch_offset)
+            batch = tracked.batch
+            next_offset = getattr(batch, "next_offset", None) if batch is not None else None
+            if next_offset is not None and next_offset <= first:
+                next_offset = None  # the failure came before any batch header covering `first`
+            codec = CODEC_NAMES.get(getattr(batch, "compression_type", -1), "unknown")
+            # Done with these records: without this the fetcher keeps taking nothing from them.
+            self.drain()
+            raise UndecodableBatch(tp.topic, tp.partition, first, next_offset, codec,
+                                   error) from error
+
+    _unpack_records._streammargin = True  # type: ignore[attr-defined]
+    partition_records._unpack_records = _unpack_records

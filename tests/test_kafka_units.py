@@ -112,6 +112,82 @@ def test_install_fast_crc32c_replaces_the_pure_python_checksum():
     assert codec.install_fast_crc32c() == which  # idempotent
 
 
+# Record batches the client cannot decode ----------------------------------------------------------
+
+
+def batch_bytes(values, compression: int, offset: int) -> bytes:
+    """One record batch as kafka-python writes it (compression: Kafka's code, 0-4)."""
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(magic=2, compression_type=compression, batch_size=1 << 20,
+                                   offset=offset)
+    for value in values:
+        builder.append(timestamp=0, key=None, value=value)
+    builder.close()
+    return bytes(builder.buffer())
+
+
+def fetched(data: bytes, fetch_offset: int = 0):
+    """The records of a fetch response as kafka-python's fetcher unpacks them."""
+    from kafka import TopicPartition
+    from kafka.consumer.fetcher import Fetcher
+    from kafka.record.memory_records import MemoryRecords
+
+    return Fetcher.PartitionRecords(fetch_offset, TopicPartition("t", 3), MemoryRecords(data))
+
+
+VALUES = [b'{"x": {"a": 1.0}, "y": true}' * 4] * 10
+
+
+def test_a_corrupt_batch_raises_undecodable_batch_naming_partition_offsets_and_codec(monkeypatch):
+    from kafka.record import default_records
+
+    codec.install_batch_errors()
+    codec.install_batch_errors()  # idempotent
+    plain = batch_bytes(VALUES[:5], 0, offset=0)
+    with monkeypatch.context() as patch:
+        patch.setattr(default_records, "gzip_encode", lambda payload, **_: b"not gzip" * 8)
+        corrupt = batch_bytes(VALUES, 1, offset=5)
+    after = batch_bytes(VALUES[:5], 0, offset=15)
+    records = fetched(plain + corrupt + after)
+    assert [r.offset for r in records.take(100)] == [0, 1, 2, 3, 4]
+    with pytest.raises(codec.UndecodableBatch) as raised:
+        records.take(100)
+    error = raised.value
+    assert (error.topic, error.partition, error.first_offset, error.next_offset, error.codec) == (
+        "t", 3, 5, 15, "gzip"
+    )
+    assert not error.missing_library and "--on-undecodable skip" in error.fix()
+    assert str(error).startswith("cannot decode the gzip record batch of t/3 at offsets 5-14")
+    # The dead records are drained: kafka-python moves on instead of spinning on them.
+    assert not records
+    # A fetch that starts inside the batch (a seek to a checkpoint's offset) reports from there.
+    with pytest.raises(codec.UndecodableBatch) as raised:
+        fetched(corrupt + after, fetch_offset=9).take(100)
+    assert (raised.value.first_offset, raised.value.next_offset) == (9, 15)
+
+
+@pytest.mark.parametrize(("code", "name", "module"), [(2, "snappy", "snappy"),
+                                                      (3, "lz4", "lz4"),
+                                                      (4, "zstd", "zstd")])
+def test_a_missing_codec_library_is_named_with_the_package_to_install(monkeypatch, code, name,
+                                                                      module):
+    from kafka import codec as kafka_codec
+
+    codec.install_batch_errors()
+    data = batch_bytes(VALUES, code, offset=40)
+    monkeypatch.setattr(kafka_codec, module, None)
+    if name == "lz4":
+        monkeypatch.setattr(kafka_codec, "lz4f", None)
+        monkeypatch.setattr(kafka_codec, "lz4framed", None)
+    with pytest.raises(codec.UndecodableBatch) as raised:
+        fetched(data, fetch_offset=40).take(100)
+    error = raised.value
+    assert (error.first_offset, error.next_offset, error.codec) == (40, 50, name)
+    assert error.missing_library
+    assert codec.CODEC_PACKAGES[name] in error.fix() and "streammargin[kafka]" in error.fix()
+
+
 # Metrics ------------------------------------------------------------------------------------------
 
 
