@@ -3,7 +3,9 @@ model registry, command line."""
 
 from __future__ import annotations
 
+import pathlib
 import random
+import re
 
 import pytest
 from river import drift, metrics, utils
@@ -16,6 +18,7 @@ from streammargin import state
 
 # Codec --------------------------------------------------------------------------------------------
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 JSON = codec.JSONCodec(max_record_bytes=300)
 
 
@@ -186,6 +189,21 @@ def test_a_missing_codec_library_is_named_with_the_package_to_install(monkeypatc
     assert (error.first_offset, error.next_offset, error.codec) == (40, 50, name)
     assert error.missing_library
     assert codec.CODEC_PACKAGES[name] in error.fix() and "streammargin[kafka]" in error.fix()
+
+
+def test_the_kafka_extra_installs_every_codec_kafka_python_reads():
+    import tomllib
+
+    from kafka import codec
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["kafka"]
+    [client] = [line for line in extra if line.startswith("kafka-python")]
+    assert {"snappy", "lz4", "zstd"} <= set(re.search(r"\[(.*)\]", client).group(1).split(","))
+    constraints = (ROOT / "constraints.txt").read_text()
+    for package in ("python-snappy", "lz4", "zstandard", "cramjam"):
+        assert re.search(rf"^{package}==", constraints, re.M), package
+    assert codec.has_gzip() and codec.has_snappy() and codec.has_lz4() and codec.has_zstd()
 
 
 # Metrics ------------------------------------------------------------------------------------------
