@@ -21,6 +21,7 @@ import contextlib
 import os
 import pathlib
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -199,6 +200,7 @@ class EmbeddedBroker:
         """Stop the broker (SIGTERM, then SIGKILL after `timeout`); its data is gone."""
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)  # a paused broker cannot act on SIGTERM
             process.terminate()
             try:
                 process.wait(timeout)
@@ -208,6 +210,18 @@ class EmbeddedBroker:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+    def pause(self) -> None:
+        """Freeze the broker process (SIGSTOP): connections stay open, nothing is answered, as
+        in a stalled broker or a network partition. Its data is kept; `resume()` continues."""
+        if not self.running:
+            raise BrokerError("the broker is not running")
+        self._process.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+
+    def resume(self) -> None:
+        """Let a paused broker go on (SIGCONT)."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
