@@ -7,7 +7,8 @@ dashes as underscores): `STREAMMARGIN_BOOTSTRAP_SERVERS=broker:9092`, `STREAMMAR
 
 SIGTERM and SIGINT stop the worker gracefully: it finishes the record in hand, flushes its
 outputs, checkpoints, commits and leaves the group; the exit code is then 0 (also after
-`--idle-timeout`), 1 on an error.
+`--idle-timeout`). On an error it exits 1 without committing, after one log line naming the
+cause and the fix (the traceback only with `--log-level DEBUG`); 2 for bad options.
 """
 
 from __future__ import annotations
@@ -48,13 +49,23 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
      " message.max.bytes)"),
     ("--max-checkpoint-bytes", "int", 1 << 30, "larger checkpoints are neither written nor read"),
     ("--idle-timeout", "float", None,
-     "checkpoint, commit and exit 0 after SECONDS without records (default: run forever)"),
+     "checkpoint, commit and exit 0 after SECONDS caught up with the log end of every owned "
+     "partition, as confirmed by the broker (default: run forever)"),
     ("--rolling-window", "int", 1000, "window of the rolling accuracy"),
     ("--drift-detector", "str", "adwin", "River drift detector on the error stream"),
     ("--drift-param", "params", {}, "drift detector parameter key=value (repeatable)"),
     ("--label-store-size", "int", 100_000, "max unlabelled events waiting for their label"),
+    ("--label-store-bytes", "int", 256 << 20,
+     "max bytes of unlabelled events waiting (record bytes + per-feature overhead); the oldest "
+     "are evicted beyond it"),
     ("--label-max-age-records", "int", 1_000_000, "events older than N records expire"),
     ("--label-max-age-seconds", "float", None, "events older than SECONDS (record time) expire"),
+    ("--on-bad-checkpoint", "str", "fail",
+     "a checkpoint that cannot be restored: fail (exit 1, nothing committed) or reset (fresh "
+     "model from the group's committed offset, or --auto-offset-reset)"),
+    ("--on-undecodable", "str", "fail",
+     "a record batch the client cannot decode (missing codec library, corrupt data): fail (exit "
+     "1, nothing committed) or skip (one dead letter for its offsets, then go on after it)"),
     ("--session-timeout-ms", "int", 10_000, "consumer group session timeout"),
     ("--heartbeat-interval-ms", "int", 3_000, "consumer group heartbeat interval"),
     ("--max-poll-records", "int", 5_000, "records per poll"),
@@ -70,8 +81,12 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
     ("--ssl-keyfile", "str", None, "client key file"),
     ("--ssl-password", "str", None, "password of the client key"),
     ("--ssl-check-hostname", "bool", None, "check the broker's host name in its certificate"),
-    ("--consumer-config", "params", {}, "extra KafkaConsumer setting key=value (repeatable)"),
-    ("--producer-config", "params", {}, "extra KafkaProducer setting key=value (repeatable)"),
+    ("--consumer-config", "params", {},
+     "extra KafkaConsumer setting key=value (repeatable); its connection and security settings "
+     "also reach the admin client and the checkpoint reader"),
+    ("--producer-config", "params", {},
+     "extra KafkaProducer setting key=value (repeatable); its connection and security settings "
+     "also reach the admin client"),
     ("--log-level", "str", "INFO", "DEBUG, INFO, WARNING or ERROR"),
 ]
 SECURITY = [
@@ -196,8 +211,11 @@ def config_from_args(args: argparse.Namespace) -> typing.Any:
         drift_detector=args.drift_detector,
         drift_params=args.drift_param,
         label_store_size=args.label_store_size,
+        label_store_bytes=args.label_store_bytes,
         label_max_age_records=args.label_max_age_records,
         label_max_age_seconds=args.label_max_age_seconds,
+        on_bad_checkpoint=args.on_bad_checkpoint,
+        on_undecodable=args.on_undecodable,
         session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms,
         max_poll_records=args.max_poll_records,
@@ -221,6 +239,28 @@ def _log_metrics(record: dict) -> None:
     )
 
 
+def _failure_message(error: BaseException) -> str:
+    """One line: what went wrong and what to do."""
+    return " ".join(_failure_text(error).split())
+
+
+def _failure_text(error: BaseException) -> str:
+    from kafka import errors
+
+    from connectors.task import TaskFailure
+    from connectors.worker import WorkerError
+
+    if isinstance(error, (WorkerError, TaskFailure)):
+        return str(error)  # these name the cause and the fix themselves
+    text = str(error)[:300]
+    if not text.startswith(type(error).__name__):  # kafka-python's errors start with it
+        text = f"{type(error).__name__}: {text}"
+    if isinstance(error, errors.KafkaError):
+        return (f"{text}: a Kafka client error; check the broker and the client settings, "
+                "nothing was committed")
+    return f"{text} (nothing was committed)"
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
@@ -242,6 +282,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"streammargin kafka: {error}", file=sys.stderr)
         return 2
     worker = Worker(config)
+    logger = logging.getLogger("streammargin.kafka")
 
     def stop(signum, frame):  # noqa: ARG001
         logging.getLogger("streammargin.kafka").info(
@@ -255,7 +296,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = worker.run(on_metrics=_log_metrics)
     except Exception as error:
-        logging.getLogger("streammargin.kafka").error("worker failed: %s", error, exc_info=True)
+        # The worker's errors name the cause and the fix; a traceback helps only to debug.
+        debug = logger.isEnabledFor(logging.DEBUG)
+        logger.error("worker failed: %s%s", _failure_message(error),
+                     "" if debug else " (--log-level DEBUG shows the traceback)",
+                     exc_info=debug)
         return 1
     print(json.dumps({k: v for k, v in summary.items() if k != "partitions"}), file=sys.stderr)
     return 0

@@ -1,23 +1,25 @@
-"""The Kafka worker: a model per input partition, predictions, delayed labels, metrics, checkpoints.
+"""The Kafka worker: a consumer-group member that runs one `PartitionTask` per input partition.
 
-`Worker(config).run()` joins a consumer group on the input topics and, for every record of a
-partition it owns, in offset order:
+Everything a record does to a model happens in `connectors.task` (broker-free, deterministic).
+This module is the Kafka adapter around it:
 
-1. decodes and validates it (`connectors.codec`); a bad record goes to the dead-letter topic with
-   its reason and the model is untouched;
-2. predicts with the partition's model and emits one prediction record (with the input
-   topic/partition/offset and the event id, so consumers can dedupe replays);
-3. learns from it if it is labelled (test-then-train), or keeps its features in a bounded store
-   until a label record with the same id arrives (delayed labels);
-4. updates the partition's progressive metrics and drift detector, and emits a metrics record
-   every `metrics_every` records of the partition (and on drift, revocation and exit).
+1. group membership and rebalances: partitions assigned to the worker are paused in the
+   rebalance callback and restored in the main loop (latest checkpoint, seek to its offset);
+   revoked ones are checkpointed first;
+2. poll, feed each partition's records to its task, send the task's output records
+   (predictions, dead letters, metrics);
+3. checkpoints every `checkpoint_every` records of a partition (or `checkpoint_interval`
+   seconds), on revocation and on exit, in this order: flush outputs, write the tasks' states
+   durably (`CheckpointStore.write`: one record, or chunks + a manifest), commit the offsets;
+4. error policies: a refused checkpoint (`on_bad_checkpoint`), a record batch the client cannot
+   decode (`on_undecodable`), a dead letter too large to produce (sent without its value);
+   anything else (a send that fails, a bug in a model) stops the worker with one message naming
+   the cause and the fix, without committing;
+5. idleness (`idle_timeout`): the worker exits only after being caught up with the log end of
+   every partition it owns, confirmed by the broker at the start and the end of the period, so a
+   broker outage is never mistaken for the end of the stream.
 
-State lives in Kafka. Every `checkpoint_every` records (or `checkpoint_interval` seconds), on
-revocation and on exit, a partition's task is checkpointed: outputs flushed, then its whole state
-(model, scaler, metrics, detector, pending labels, next offset) produced to the checkpoint topic
-and flushed, then the offset committed. On assignment the task is restored from its latest
-checkpoint and the consumer seeks to the checkpoint's offset. Since every step is deterministic,
-a worker killed at any point and restarted ends with exactly the state of an uninterrupted run;
+A worker killed at any point and restarted ends with exactly the state of an uninterrupted run;
 records after the last checkpoint are replayed, so their predictions may appear twice
 (at-least-once; dedupe on `(topic, partition, offset)`).
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -40,24 +43,29 @@ import socket
 import threading
 import time
 import typing
-from json.encoder import encode_basestring
 
-import numpy as np
 from kafka import ConsumerRebalanceListener
 
 from connectors import checkpoint as checkpoint_module
-from connectors.codec import DeadLetter, get_codec, install_fast_crc32c
-from connectors.metrics import PartitionMetrics, Throughput, make_detector
-from connectors.models import build_model, model_class, short_name
-from streammargin.scaler import StandardScaler
+from connectors.codec import UndecodableBatch, install_batch_errors, install_fast_crc32c
+from connectors.metrics import Throughput
+from connectors.task import ERROR_HEADER, OutputRecords, PartitionTask, TaskOutput, TaskSettings
+from streammargin.errors import StateError
 
-__all__ = ["WorkerConfig", "Worker", "PartitionTask", "PendingLabels", "WorkerError"]
+__all__ = ["WorkerConfig", "Worker", "WorkerError", "client_settings", "connection_settings",
+           "BAD_CHECKPOINT_POLICIES", "UNDECODABLE_POLICIES"]
 
 log = logging.getLogger(__name__)
 
+BAD_CHECKPOINT_POLICIES = ("fail", "reset")
+UNDECODABLE_POLICIES = ("fail", "skip")
+# A broker round trip of the idle check may take this long before it counts as "not caught up".
+IDLE_CHECK_TIMEOUT_MS = 5_000
+
 
 class WorkerError(RuntimeError):
-    """The worker cannot go on (bad configuration, unusable checkpoint, failed sends)."""
+    """The worker cannot go on (refused checkpoint, undecodable batch, failed sends, ...); the
+    message names the cause and the fix."""
 
 
 @dataclasses.dataclass
@@ -91,16 +99,25 @@ class WorkerConfig:
     # (keep it below the broker's message.max.bytes); larger ones are neither written nor read.
     checkpoint_chunk_bytes: int = checkpoint_module.DEFAULT_CHUNK_BYTES
     max_checkpoint_bytes: int = checkpoint_module.DEFAULT_MAX_CHECKPOINT_BYTES
-    # Checkpoint, commit and return after this many seconds without records (None: run forever).
+    # Checkpoint, commit and return once caught up with every owned partition's log end for this
+    # many seconds (None: run forever).
     idle_timeout: float | None = None
     rolling_window: int = 1000
     drift_detector: str = "adwin"
     drift_params: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
-    # Delayed labels: at most this many unlabelled events wait; an event older than the limits
-    # (in records of its partition, or in seconds of Kafka record timestamps) expires.
+    # Delayed labels: at most this many unlabelled events, of at most this many bytes in all,
+    # wait; an event older than the limits (in records of its partition, or in seconds of Kafka
+    # record timestamps) expires.
     label_store_size: int = 100_000
+    label_store_bytes: int = 256 << 20
     label_max_age_records: int | None = 1_000_000
     label_max_age_seconds: float | None = None
+    # A checkpoint that cannot be restored: "fail" (exit non-zero, nothing committed) or "reset"
+    # (a fresh model from the group's committed offset, or auto_offset_reset).
+    on_bad_checkpoint: str = "fail"
+    # A record batch the client cannot decode: "fail" (exit non-zero, nothing committed) or
+    # "skip" (one dead letter for the batch's offsets, then go on after it).
+    on_undecodable: str = "fail"
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
     # Big polls pay: measured 12.9k -> 14-17k records/s end to end going from 2000 to 5000.
@@ -108,7 +125,8 @@ class WorkerConfig:
     auto_offset_reset: str = "earliest"
     client_id: str | None = None
     create_topics: bool = True
-    # Settings for every client (security: security_protocol, sasl_*, ssl_*), and per client.
+    # Settings for every client (security: security_protocol, sasl_*, ssl_*), and per client;
+    # `client_settings` says which client gets what.
     client_config: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
     consumer_config: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
     producer_config: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
@@ -119,8 +137,7 @@ class WorkerConfig:
         self.topics = list(dict.fromkeys(self.topics))
         if not self.topics:
             raise ValueError("at least one input topic is needed")
-        for name in ("metrics_every", "checkpoint_every", "max_poll_records", "label_store_size",
-                     "predictions_per_message"):
+        for name in ("checkpoint_every", "max_poll_records", "predictions_per_message"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         minimum = checkpoint_module.MIN_CHUNK_BYTES
@@ -133,222 +150,160 @@ class WorkerConfig:
         outputs = [self.predictions_topic, self.metrics_topic, self.dead_letter_topic]
         if set(self.topics) & {self.checkpoint_topic, *[t for t in outputs if t]}:
             raise ValueError("an input topic cannot also be an output or checkpoint topic")
-        model_class(self.model)  # fails early on an unknown model name
-        make_detector(self.drift_detector, self.drift_params)
+        if self.on_bad_checkpoint not in BAD_CHECKPOINT_POLICIES:
+            raise ValueError(f"on_bad_checkpoint must be one of {BAD_CHECKPOINT_POLICIES}, "
+                             f"got {self.on_bad_checkpoint!r}")
+        if self.on_undecodable not in UNDECODABLE_POLICIES:
+            raise ValueError(f"on_undecodable must be one of {UNDECODABLE_POLICIES}, "
+                             f"got {self.on_undecodable!r}")
+        if self.auto_offset_reset not in ("earliest", "latest"):
+            raise ValueError(f"auto_offset_reset must be earliest or latest, "
+                             f"got {self.auto_offset_reset!r}")
+        self.task_settings()  # model, detector, label store and record limits fail early
+        client_settings(self)  # so do client settings that contradict each other
+
+    def task_settings(self) -> TaskSettings:
+        """What each partition task needs of this configuration."""
+        return TaskSettings(
+            group_id=self.group_id,
+            model=self.model,
+            params=dict(self.params),
+            scale=self.scale,
+            codec=self.codec,
+            max_record_bytes=self.max_record_bytes,
+            metrics_every=self.metrics_every,
+            rolling_window=self.rolling_window,
+            drift_detector=self.drift_detector,
+            drift_params=dict(self.drift_params),
+            label_store_size=self.label_store_size,
+            label_store_bytes=self.label_store_bytes,
+            label_max_age_records=self.label_max_age_records,
+            label_max_age_seconds=self.label_max_age_seconds,
+        )
 
 
-# Delayed labels -----------------------------------------------------------------------------------
+# Client settings ----------------------------------------------------------------------------------
+
+# Settings all three kafka-python clients take but that are not about connecting (or are given per
+# client by the worker itself).
+_NOT_CONNECTION = frozenset({
+    "bootstrap_servers", "client_id", "kafka_client", "selector", "metric_reporters",
+    "metrics_num_samples", "metrics_sample_window_ms", "max_in_flight_requests_per_connection",
+    "request_timeout_ms",
+})
 
 
-class PendingLabels:
-    """Unlabelled events waiting for their label: bounded in size and in age.
+@functools.cache
+def connection_settings() -> frozenset[str]:
+    """Names of the connection and security settings: those every kafka-python client takes
+    (consumer, producer, admin), such as `security_protocol`, `ssl_*`, `sasl_*`, `api_version`,
+    `socket_options`, proxies and reconnect back-offs."""
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
-    Entries are kept in arrival order. Ages are measured in records of the partition (offsets)
-    and in Kafka record timestamps, never in wall-clock time, so that a replay makes exactly the
-    same decisions. Timestamps are taken as the running maximum seen on the partition, which only
-    grows: an entry found too old once stays too old, whenever the check happens.
+    shared = (set(KafkaAdminClient.DEFAULT_CONFIG) & set(KafkaConsumer.DEFAULT_CONFIG)
+              & set(KafkaProducer.DEFAULT_CONFIG))
+    return frozenset(shared - _NOT_CONNECTION)
+
+
+def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> dict[str, dict]:
+    """The keyword arguments of each Kafka client of a worker.
+
+    - ``producer`` (outputs and checkpoints): the worker's defaults, then `client_config`, then
+      `producer_config`;
+    - ``consumer`` (the group member): the worker's defaults, then `client_config`, then
+      `consumer_config`;
+    - ``admin`` (creates missing topics): `client_config`, then the connection and security
+      settings (`connection_settings()`) of `consumer_config` and `producer_config`; a setting
+      given in both must have the same value (`ValueError` otherwise);
+    - ``checkpoint_reader`` (a consumer without a group, reading checkpoints back):
+      `client_config`, then the connection and security settings of `consumer_config`, not its
+      group or fetch settings.
+
+    >>> config = WorkerConfig(topics=["t"], consumer_config={"security_protocol": "SSL",
+    ...                       "fetch_min_bytes": 10}, producer_config={"linger_ms": 5})
+    >>> settings = client_settings(config)
+    >>> settings["admin"]["security_protocol"], "fetch_min_bytes" in settings["checkpoint_reader"]
+    ('SSL', False)
     """
-
-    def __init__(
-        self, max_size: int, max_age_records: int | None = None, max_age_ms: int | None = None
-    ):
-        self.max_size = max_size
-        self.max_age_records = max_age_records
-        self.max_age_ms = max_age_ms
-        # id -> (x, offset, timestamp ms, predicted label, p_true)
-        self.entries: dict[typing.Any, tuple] = {}
-        self.max_timestamp = -(1 << 62)
-        self.joined = 0
-        self.expired = 0
-        self.orphans = 0
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def _too_old(self, entry: tuple, offset: int) -> bool:
-        if self.max_age_records is not None and offset - entry[1] > self.max_age_records:
-            return True
-        return self.max_age_ms is not None and self.max_timestamp - entry[2] > self.max_age_ms
-
-    def add(self, event_id: typing.Any, x: dict, offset: int, timestamp: int, y_pred: bool,
-            p_true: float) -> None:
-        if timestamp > self.max_timestamp:
-            self.max_timestamp = timestamp
-        entries = self.entries
-        if event_id in entries:
-            # A second event with the same id supersedes the first, which can no longer be
-            # labelled: count it as expired.
-            del entries[event_id]
-            self.expired += 1
-        entries[event_id] = (x, offset, timestamp, y_pred, p_true)
-        if len(entries) > self.max_size:
-            del entries[next(iter(entries))]
-            self.expired += 1
-        self.sweep(offset)
-
-    def pop(self, event_id: typing.Any, offset: int, timestamp: int) -> tuple | None:
-        """The waiting event of a label record, or None (orphan label, or expired event)."""
-        if timestamp > self.max_timestamp:
-            self.max_timestamp = timestamp
-        entry = self.entries.pop(event_id, None)
-        if entry is None:
-            self.orphans += 1
-            return None
-        if self._too_old(entry, offset):
-            self.expired += 1
-            return None
-        self.joined += 1
-        return entry
-
-    def sweep(self, offset: int) -> None:
-        """Drop the oldest entries while they are too old."""
-        entries = self.entries
-        while entries:
-            oldest_id = next(iter(entries))
-            if not self._too_old(entries[oldest_id], offset):
-                return
-            del entries[oldest_id]
-            self.expired += 1
-
-    def counters(self) -> dict[str, int]:
-        return {
-            "pending": len(self.entries),
-            "joined": self.joined,
-            "expired": self.expired,
-            "orphans": self.orphans,
-        }
-
-    def to_state(self) -> dict:
-        from streammargin.state import encode_name
-
-        entries = list(self.entries.items())
-        return {
-            "ids": [encode_name(event_id) for event_id, _ in entries],
-            "names": [[encode_name(name) for name in e[0]] for _, e in entries],
-            "values": [list(e[0].values()) for _, e in entries],
-            "offsets": np.array([e[1] for _, e in entries], dtype=np.int64),
-            "timestamps": np.array([e[2] for _, e in entries], dtype=np.int64),
-            "y_pred": np.array([e[3] for _, e in entries], dtype=np.bool_),
-            "p_true": np.array([e[4] for _, e in entries], dtype=np.float64),
-            "max_timestamp": self.max_timestamp,
-            "joined": self.joined,
-            "expired": self.expired,
-            "orphans": self.orphans,
-        }
-
-    @classmethod
-    def from_state(cls, data: dict, max_size: int, max_age_records: int | None,
-                   max_age_ms: int | None) -> PendingLabels:
-        from streammargin.state import decode_name
-
-        pending = cls(max_size, max_age_records, max_age_ms)
-        columns = [data[k] for k in ("ids", "names", "values", "offsets", "timestamps", "y_pred",
-                                     "p_true")]
-        if len({len(c) for c in columns}) != 1:
-            raise ValueError("pending label columns have different lengths")
-        for event_id, names, values, offset, timestamp, y_pred, p_true in zip(*columns):
-            x = {decode_name(name): value for name, value in zip(names, values)}
-            pending.entries[decode_name(event_id)] = (
-                x, int(offset), int(timestamp), bool(y_pred), float(p_true)
+    connection = connection_settings()
+    base = {"bootstrap_servers": config.bootstrap_servers, "client_id": client_id,
+            **config.client_config}
+    from_consumer = {k: v for k, v in config.consumer_config.items() if k in connection}
+    from_producer = {k: v for k, v in config.producer_config.items() if k in connection}
+    for key in from_consumer.keys() & from_producer.keys():
+        if from_consumer[key] != from_producer[key]:
+            raise ValueError(
+                f"--consumer-config and --producer-config give different values of {key}: the "
+                "admin client takes the connection settings of both, so give it once (for every "
+                "client) or the same in both"
             )
-        pending.max_timestamp = int(data["max_timestamp"])
-        pending.joined = int(data["joined"])
-        pending.expired = int(data["expired"])
-        pending.orphans = int(data["orphans"])
-        return pending
+    producer = {
+        **base,
+        "linger_ms": 20,
+        "batch_size": 1 << 20,
+        # Checkpoints of big models and dead letters of oversized records are large.
+        "max_request_size": max(64 << 20, 2 * config.max_record_bytes),
+        "metrics_enabled": False,
+        **config.client_config,
+        **config.producer_config,
+    }
+    consumer = {
+        **base,
+        "group_id": config.group_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": config.auto_offset_reset,
+        "session_timeout_ms": config.session_timeout_ms,
+        "heartbeat_interval_ms": config.heartbeat_interval_ms,
+        "max_poll_records": config.max_poll_records,
+        "fetch_max_wait_ms": 100,
+        # Room for a whole poll of one partition in one fetch (the default is 1 MiB).
+        "max_partition_fetch_bytes": max(4 << 20, config.max_record_bytes),
+        "fetch_max_bytes": 64 << 20,
+        "metrics_enabled": False,
+        **config.client_config,
+        **config.consumer_config,
+    }
+    return {
+        "producer": producer,
+        "consumer": consumer,
+        "admin": {**base, **from_consumer, **from_producer},
+        "checkpoint_reader": {**base, "client_id": f"{client_id}-checkpoints", **from_consumer},
+    }
 
 
-# One partition ------------------------------------------------------------------------------------
+def _send_failure(what: str, error: BaseException) -> WorkerError:
+    """The error to stop with when producing failed: the cause and what to do about it."""
+    from kafka import errors
+
+    if isinstance(error, (errors.MessageSizeTooLargeError, errors.RecordListTooLargeError)):
+        fix = ("the record is larger than the producer's max_request_size or the topic's "
+               "max.message.bytes: raise them (--producer-config max_request_size=N, topic "
+               "config max.message.bytes)")
+    elif isinstance(error, (errors.TopicAuthorizationFailedError,
+                            errors.ClusterAuthorizationFailedError)):
+        fix = "grant this client's principal WRITE on the topic"
+    elif isinstance(error, errors.UnknownTopicOrPartitionError):
+        fix = "create the topic, or let the worker create it (--create-topics)"
+    elif isinstance(error, errors.KafkaTimeoutError):
+        fix = ("the broker did not take it in time: check that it is reachable "
+               "(--bootstrap-servers, security settings) and that the topic exists")
+    else:
+        fix = "check the broker, the topic and the producer settings (--producer-config)"
+    return WorkerError(
+        f"producing {what} failed: {type(error).__name__}: {str(error)[:300]}. Fix: {fix}. "
+        "Nothing was committed: a restart replays from the last checkpoint"
+    )
 
 
-def _json_id(event_id: typing.Any) -> str:
-    if type(event_id) is str:
-        return encode_basestring(event_id)
-    if event_id is None:
-        return "null"
-    return json.dumps(event_id)
+def _too_large(error: BaseException) -> bool:
+    from kafka import errors
 
-
-class PartitionTask:
-    """The model of one input partition and everything that goes with it."""
-
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        model: typing.Any,
-        scaler: typing.Any,
-        metrics: PartitionMetrics,
-        pending: PendingLabels,
-        model_name: str,
-        next_offset: int | None = None,
-        counters: dict[str, int] | None = None,
-    ):
-        self.topic = topic
-        self.partition = partition
-        self.model = model
-        self.scaler = scaler
-        self.metrics = metrics
-        self.pending = pending
-        self.model_name = model_name
-        self.next_offset = next_offset
-        self.checkpointed_offset = next_offset
-        counters = counters or {}
-        self.n_records = int(counters.get("records", 0))
-        self.n_predictions = int(counters.get("predictions", 0))
-        self.n_dead_letters = int(counters.get("dead_letters", 0))
-        self.n_unjoinable = int(counters.get("unjoinable", 0))
-        self.since_checkpoint = 0
-        self.last_metrics: dict | None = None
-        self._prefix = (
-            f'{{"topic":{encode_basestring(topic)},"partition":{partition},'
-            f'"model":{encode_basestring(model_name)},"offset":'
-        )
-
-    # Model access (with or without the scaler) ---------------------------------------------
-
-    def learn(self, x: dict, y: bool) -> None:
-        # River's Pipeline order: the unsupervised scaler learns x, then the model learns the
-        # freshly scaled x.
-        if self.scaler is not None:
-            self.scaler.learn_one(x)
-            x = self.scaler.transform_one(x)
-        self.model.learn_one(x, y)
-
-    @property
-    def dirty(self) -> bool:
-        return self.next_offset != self.checkpointed_offset
-
-    def counters(self) -> dict[str, int]:
-        return {
-            "records": self.n_records,
-            "predictions": self.n_predictions,
-            "dead_letters": self.n_dead_letters,
-            "unjoinable": self.n_unjoinable,
-        }
-
-    # Checkpoints ----------------------------------------------------------------------------
-
-    def to_checkpoint(self, group_id: str) -> bytes:
-        return checkpoint_module.encode_checkpoint(
-            {
-                "group": group_id,
-                "topic": self.topic,
-                "partition": self.partition,
-                "next_offset": self.next_offset,
-                "model_name": self.model_name,
-                "model": self.model.to_state(),
-                "scaler": None if self.scaler is None else self.scaler.to_state(),
-                "metrics": self.metrics.to_state(),
-                "pending": self.pending.to_state(),
-                "counters": self.counters(),
-                "written_at": time.time(),
-            }
-        )
+    return isinstance(error, (errors.MessageSizeTooLargeError, errors.RecordListTooLargeError))
 
 
 class _Listener(ConsumerRebalanceListener):
-    """Rebalance callbacks (kafka-python calls them on its IO thread while `poll` blocks)."""
+    """Rebalance callbacks: kafka-python runs them on its IO thread, inside `poll`, and turns an
+    exception into "User rebalance callback throws an error"; these never raise."""
 
     def __init__(self, worker: Worker):
         self.worker = worker
@@ -367,19 +322,21 @@ class _Listener(ConsumerRebalanceListener):
 
 
 class Worker:
-    """A consumer-group member that predicts, learns and checkpoints, one model per partition.
+    """A consumer-group member that predicts, learns and checkpoints, one task per partition.
 
     Parameters
     ----------
     config
-        What to consume, where to write, which model, and the client settings.
+        What to consume, where to write, which model, the policies and the client settings.
 
     """
 
     def __init__(self, config: WorkerConfig):
         self.config = config
-        self.codec = get_codec(config.codec, max_record_bytes=config.max_record_bytes)
-        self.model_name = short_name(model_class(config.model))
+        self.settings = config.task_settings()
+        # One codec for every task (a custom codec may hold a schema registry client).
+        self.codec = self.settings.make_codec()
+        self.model_name = self.settings.model_name
         self.client_id = config.client_id or f"streammargin-{socket.gethostname()}-{os.getpid()}"
         self.tasks: dict[typing.Any, PartitionTask] = {}
         self.throughput = Throughput()
@@ -389,10 +346,21 @@ class Worker:
         self._consumer: typing.Any = None
         self._producer: typing.Any = None
         self._store: checkpoint_module.CheckpointStore | None = None
-        self._sends: list = []  # futures of the sends since the last flush
+        self._sends: list = []  # futures of the output sends since the last flush
+        # Dead letters in flight, kept until they succeed: one too large for the broker is sent
+        # again without its value.
+        self._dead_letter_sends: list[tuple[typing.Any, typing.Any]] = []
         self._prediction_partitions: int = 1
         self._failed = False
-        self._last_activity: float | None = None
+        # Partitions assigned but not restored yet (paused until they are).
+        self._unrestored: set = set()
+        # An error inside a rebalance callback, raised by the main loop.
+        self._callback_error: BaseException | None = None
+        # Idleness: when the worker was last confirmed caught up (None: not confirmed), and
+        # whether it owns its partitions (assigned, and no rebalance under way).
+        self._idle_since: float | None = None
+        self._member = False
+        self._next_idle_check = 0.0
         self._final_metrics: dict[str, dict] = {}
         # Recent checkpoints: partitions, bytes, and the milliseconds spent flushing outputs and
         # writing + flushing the checkpoints + committing.
@@ -411,7 +379,8 @@ class Worker:
     ) -> dict:
         """Consume until stopped (`stop()`, `stop_event`, or the idle timeout); returns a summary.
 
-        `on_metrics` is called with every metrics record (a dict) as it is emitted.
+        `on_metrics` is called with every metrics record (a dict) as it is emitted. Raises
+        `WorkerError` (or `TaskFailure` for a bug in a model or codec) without committing.
         """
         if stop_event is not None:
             self._stop = stop_event
@@ -434,51 +403,34 @@ class Worker:
             "partitions": dict(self._final_metrics),
         }
 
-    def _client_settings(self) -> dict:
-        return {"bootstrap_servers": self.config.bootstrap_servers, **self.config.client_config}
-
     def _connect(self) -> None:
         from kafka import KafkaConsumer, KafkaProducer
 
         config = self.config
         install_fast_crc32c()
-        settings = self._client_settings()
-        producer_settings = {
-            "client_id": self.client_id,
-            "linger_ms": 20,
-            "batch_size": 1 << 20,
-            # Checkpoints of big models and dead letters of oversized records are large.
-            "max_request_size": max(64 << 20, 2 * config.max_record_bytes),
-            "metrics_enabled": False,
-            **settings,
-            **config.producer_config,
-        }
-        self._producer = KafkaProducer(**producer_settings)
-        if config.create_topics:
-            self._create_topics()
-        consumer_settings = {
-            "client_id": self.client_id,
-            "group_id": config.group_id,
-            "enable_auto_commit": False,
-            "auto_offset_reset": config.auto_offset_reset,
-            "session_timeout_ms": config.session_timeout_ms,
-            "heartbeat_interval_ms": config.heartbeat_interval_ms,
-            "max_poll_records": config.max_poll_records,
-            "fetch_max_wait_ms": 100,
-            # Room for a whole poll of one partition in one fetch (the default is 1 MiB).
-            "max_partition_fetch_bytes": max(4 << 20, config.max_record_bytes),
-            "fetch_max_bytes": 64 << 20,
-            "metrics_enabled": False,
-            **settings,
-            **config.consumer_config,
-        }
-        self._consumer = KafkaConsumer(**consumer_settings)
+        install_batch_errors()
+        from kafka.errors import KafkaError
+
+        settings = client_settings(config, self.client_id)
+        try:
+            self._producer = KafkaProducer(**settings["producer"])
+            if config.create_topics:
+                self._create_topics(settings["admin"])
+            self._consumer = KafkaConsumer(**settings["consumer"])
+        except KafkaError as error:
+            raise WorkerError(
+                f"cannot connect to {config.bootstrap_servers}: {type(error).__name__}: "
+                f"{str(error)[:200]}. Fix: check --bootstrap-servers, that the brokers are up, "
+                "and the security settings (--security-protocol, --sasl-*, --ssl-*)"
+            ) from error
+        reader = dict(settings["checkpoint_reader"])
+        reader.pop("bootstrap_servers")
         self._store = checkpoint_module.CheckpointStore(
             config.bootstrap_servers,
             config.checkpoint_topic,
             config.group_id,
             producer=self._producer,
-            reader_config=config.client_config,
+            reader_config=reader,
             chunk_bytes=config.checkpoint_chunk_bytes,
             max_checkpoint_bytes=config.max_checkpoint_bytes,
         )
@@ -486,17 +438,15 @@ class Worker:
             partitions = self._producer.partitions_for(config.predictions_topic)
             self._prediction_partitions = max(1, len(partitions or ()))
         self._consumer.subscribe(config.topics, listener=_Listener(self))
-        # The idle clock starts at the first assignment: joining the group takes a while.
-        self._last_activity = None
 
-    def _create_topics(self) -> None:
+    def _create_topics(self, admin_settings: dict) -> None:
         """Create the missing output topics (as many partitions as the inputs have)."""
         from kafka import KafkaAdminClient
         from kafka.admin import NewTopic
         from kafka.errors import KafkaError, TopicAlreadyExistsError
 
         config = self.config
-        admin = KafkaAdminClient(client_id=self.client_id, **self._client_settings())
+        admin = KafkaAdminClient(**admin_settings)
         try:
             existing = set(admin.list_topics())
             partitions_for = self._producer.partitions_for
@@ -530,29 +480,35 @@ class Worker:
         config = self.config
         consumer = self._consumer
         stop = self._stop
-        throughput = self.throughput
         now = time.monotonic()
         next_metrics = now + config.metrics_interval if config.metrics_interval else None
         next_checkpoint = now + config.checkpoint_interval if config.checkpoint_interval else None
         while not stop.is_set():
-            batches = consumer.poll(timeout_ms=200, max_records=config.max_poll_records)
+            self._raise_callback_error()
+            if self._unrestored:
+                self._restore_assigned()
+            try:
+                batches = consumer.poll(timeout_ms=200, max_records=config.max_poll_records)
+            except UndecodableBatch as error:
+                self._raise_callback_error()
+                self._undecodable(error)
+                continue
+            self._raise_callback_error()
             now = time.monotonic()
             if batches:
-                self._last_activity = now
+                self._idle_since = None
                 for tp, records in batches.items():
                     task = self.tasks.get(tp)
                     if task is None:
-                        log.warning("records of %s, which has no task: skipped", tp)
+                        # Not restored yet (should have been paused): fetch these again later.
+                        consumer.seek(tp, records[0].offset)
+                        self._unrestored.add(tp)
                         continue
-                    throughput.add(self._process(task, records))
+                    self._run_task(task, records)
                     if stop.is_set():
                         break
                 self._check_sends()
-            elif (
-                config.idle_timeout is not None
-                and self._last_activity is not None
-                and now - self._last_activity > config.idle_timeout
-            ):
+            elif config.idle_timeout is not None and self._idle(now):
                 self.exit_reason = "idle"
                 return
             due = [t for t in self.tasks.values() if t.since_checkpoint >= config.checkpoint_every]
@@ -563,9 +519,21 @@ class Worker:
                 self._checkpoint(due, sync_commit=True)
             if next_metrics is not None and now >= next_metrics:
                 for task in self.tasks.values():
-                    self._emit_metrics(task, "interval")
+                    self._publish_metrics(task, task.metrics_event("interval"))
                 next_metrics = now + config.metrics_interval  # type: ignore[operator]
         self.exit_reason = "stopped"
+
+    def _run_task(self, task: PartitionTask, records: list) -> None:
+        """Feed a partition's records to its task and send what comes out."""
+        stop_set = self._stop.is_set
+        start, end = 0, len(records)
+        while start < end:
+            output = task.process(records, start, stop_set)
+            self._send_output(task, output)
+            self.throughput.add(output.processed)
+            start = output.end
+            if stop_set():
+                return
 
     def _close(self, graceful: bool) -> None:
         consumer, producer = self._consumer, self._producer
@@ -573,7 +541,7 @@ class Worker:
             if graceful and consumer is not None:
                 tasks = list(self.tasks.values())
                 for task in tasks:
-                    self._emit_metrics(task, "final")
+                    self._publish_metrics(task, task.metrics_event("final"))
                 self._checkpoint(tasks, sync_commit=True, force_flush=True)
                 # Checkpointed: the revocation callback of close() has nothing left to do.
                 self.tasks.clear()
@@ -596,45 +564,102 @@ class Worker:
                     log.debug("ignored while closing after a failure: %r", error)
             self._consumer = self._producer = self._store = None
 
+    def _raise_callback_error(self) -> None:
+        error, self._callback_error = self._callback_error, None
+        if error is not None:
+            raise error
+
+    # Idleness ---------------------------------------------------------------------------------
+
+    def _idle(self, now: float) -> bool:
+        """After an empty poll: True once the worker has been caught up for `idle_timeout`.
+
+        Caught up is checked against the broker (`_caught_up`) when the idle period starts and
+        again when it ends: records polled, a rebalance or a failed check in between restart it.
+        The log end only grows, so equal positions and ends at both checks mean nothing arrived
+        in between, while a broker that does not answer (an outage) is never idleness.
+        """
+        if self._idle_since is None:
+            if now < self._next_idle_check:
+                return False
+            if self._caught_up():
+                self._idle_since = now
+            else:
+                self._next_idle_check = time.monotonic() + 1.0
+            return False
+        if now - self._idle_since < self.config.idle_timeout:  # type: ignore[operator]
+            return False
+        if self._caught_up():
+            return True
+        self._idle_since = None
+        return False
+
+    def _caught_up(self) -> bool:
+        """Whether every owned partition's position is at its log end, by a broker round trip.
+
+        The log end is the larger of `end_offsets` (which can be short on some brokers, Tansu
+        among them) and the highwater mark of the last fetch.
+        """
+        from kafka.errors import KafkaError
+
+        consumer = self._consumer
+        if not self._member or self._unrestored:
+            return False
+        assigned = sorted(consumer.assignment())
+        try:
+            if not assigned:
+                consumer.topics()  # nothing owned: only the broker must answer
+                return True
+            ends = consumer.end_offsets(assigned, timeout_ms=IDLE_CHECK_TIMEOUT_MS)
+            for tp in assigned:
+                end = max(ends.get(tp) or 0, consumer.highwater(tp) or 0)
+                position = consumer.position(tp, timeout_ms=IDLE_CHECK_TIMEOUT_MS)
+                if tp not in ends or position is None or position < end:
+                    log.debug("not idle: %s at %s of %s", tp, position, end)
+                    return False
+        except KafkaError as error:
+            log.info("not idle: the broker did not confirm the log ends (%s)", error)
+            return False
+        return True
+
     # Rebalance --------------------------------------------------------------------------------
 
     def _on_assigned(self, assigned: typing.Iterable) -> None:
-        self._last_activity = time.monotonic()
-        new = [tp for tp in assigned if tp not in self.tasks]
-        if not new:
-            return
-        started = time.monotonic()
-        store = self._store
-        assert store is not None
-        saved = store.load([(tp.topic, tp.partition) for tp in new])
-        for tp in sorted(new):
-            loaded = saved.get((tp.topic, tp.partition))
-            if isinstance(loaded, checkpoint_module.RefusedCheckpoint):
-                raise WorkerError(str(loaded))
-            task = self._new_task(tp) if loaded is None else self._restore(tp, loaded.payload)
-            self.tasks[tp] = task
-            if task.next_offset is not None:
-                self._consumer.seek(tp, task.next_offset)
-        log.info(
-            "assigned %s (%d restored from checkpoints) in %.0f ms",
-            ", ".join(f"{tp.topic}/{tp.partition}" for tp in sorted(new)),
-            len(saved),
-            1000 * (time.monotonic() - started),
-        )
+        # Restoring reads checkpoints, which blocks and can fail: done by the main loop. Until
+        # then the new partitions are paused, so no record of theirs is fetched.
+        try:
+            new = [tp for tp in assigned if tp not in self.tasks]
+            self._idle_since = None
+            self._member = True
+            if new:
+                self._consumer.pause(*new)
+                self._unrestored.update(new)
+        except Exception as error:  # never into kafka-python
+            self._callback_error = error
 
     def _on_revoked(self, revoked: typing.Iterable, lost: bool) -> None:
-        tasks = [self.tasks[tp] for tp in revoked if tp in self.tasks]
-        if not tasks:
-            return
-        if not lost and not self._failed:
+        self._idle_since = None
+        self._member = False  # until the assignment that follows
+        try:
+            revoked = list(revoked)
+            self._unrestored.difference_update(revoked)
+            tasks = [self.tasks[tp] for tp in revoked if tp in self.tasks]
+            if not tasks:
+                return
+            if not lost and not self._failed:
+                for task in tasks:
+                    self._publish_metrics(task, task.metrics_event("revoked"))
+                # On kafka-python's IO thread: blocking commits are not allowed here, the commit
+                # is sent asynchronously (the checkpoint, already flushed, restores the task).
+                self._checkpoint(tasks, sync_commit=False)
             for task in tasks:
-                self._emit_metrics(task, "revoked")
-            # On kafka-python's IO thread: blocking commits are not allowed here, the commit is
-            # sent asynchronously (the checkpoint, already flushed, is what restores the task).
-            self._checkpoint(tasks, sync_commit=False)
-        for task in tasks:
-            self.tasks.pop((task_tp := self._tp(task)), None)
-            log.info("%s %s", "lost" if lost else "revoked", task_tp)
+                tp = self._tp(task)
+                self.tasks.pop(tp, None)
+                log.info("%s %s", "lost" if lost else "revoked", tp)
+        except Exception as error:  # never into kafka-python
+            self._callback_error = error
+            for tp in revoked:
+                self.tasks.pop(tp, None)
 
     @staticmethod
     def _tp(task: PartitionTask) -> typing.Any:
@@ -642,78 +667,217 @@ class Worker:
 
         return TopicPartition(task.topic, task.partition)
 
+    def _prediction_partition(self, tp: typing.Any) -> int | None:
+        # Predictions of an input partition stay in order in one output partition.
+        if not self.config.predictions_topic:
+            return None
+        return tp.partition % self._prediction_partitions
+
     def _new_task(self, tp: typing.Any) -> PartitionTask:
+        return PartitionTask.new(tp.topic, tp.partition, self.settings, codec=self.codec,
+                                 prediction_partition=self._prediction_partition(tp))
+
+    def _load_checkpoints(self, partitions: list) -> dict[typing.Any, typing.Any]:
+        """The latest checkpoint of each partition that has one, a `LoadedCheckpoint` or a
+        `RefusedCheckpoint` (the one place reading the checkpoint store)."""
+        from kafka import TopicPartition
+
+        store = self._store
+        assert store is not None
+        try:
+            found = store.load([(tp.topic, tp.partition) for tp in partitions])
+        except UndecodableBatch as error:
+            raise WorkerError(
+                f"cannot read the checkpoint topic {self.config.checkpoint_topic!r}: {error}. "
+                f"Fix: {error.fix()}"
+            ) from error
+        except checkpoint_module.CheckpointError as error:
+            raise WorkerError(f"{error}: check the broker and the checkpoint topic") from error
+        return {TopicPartition(topic, partition): loaded
+                for (topic, partition), loaded in found.items()}
+
+    def _restore_assigned(self) -> None:
+        """Restore the tasks of newly assigned partitions, seek to their offsets, resume them."""
+        consumer = self._consumer
+        assigned = consumer.assignment()
+        partitions = sorted(tp for tp in self._unrestored if tp in assigned)
+        self._unrestored.clear()
+        if not partitions:
+            return
+        started = time.monotonic()
+        saved = self._load_checkpoints(partitions)
+        restored = 0
+        for tp in partitions:
+            loaded = saved.get(tp)
+            if loaded is None:
+                # No checkpoint: a fresh model starts where the group's committed offset (if
+                # any) or auto_offset_reset says.
+                task = self._new_task(tp)
+            elif isinstance(loaded, checkpoint_module.RefusedCheckpoint):
+                task = self._bad_checkpoint(tp, str(loaded))
+            else:
+                try:
+                    task = PartitionTask.restore(
+                        loaded.payload, tp.topic, tp.partition, self.settings, codec=self.codec,
+                        prediction_partition=self._prediction_partition(tp),
+                    )
+                    restored += 1
+                except StateError as error:
+                    where = (f"checkpoint {loaded.key} at {loaded.topic}/{loaded.partition}"
+                             f"@{loaded.offset}")
+                    task = self._bad_checkpoint(tp, f"{where} refused: {error}")
+            self.tasks[tp] = task
+            if task.next_offset is not None:
+                consumer.seek(tp, task.next_offset)
+        consumer.resume(*partitions)
+        self._idle_since = None
+        log.info(
+            "assigned %s (%d restored from checkpoints) in %.0f ms",
+            ", ".join(f"{tp.topic}/{tp.partition}" for tp in partitions),
+            restored,
+            1000 * (time.monotonic() - started),
+        )
+
+    def _bad_checkpoint(self, tp: typing.Any, refusal: str) -> PartitionTask:
+        """Apply `on_bad_checkpoint` to a checkpoint that cannot be restored; `refusal` says
+        which record (key, checkpoint-topic partition and offset) and why."""
         config = self.config
-        model = build_model(config.model, config.params)
-        scaler = None
-        if config.scale:
-            scaler = StandardScaler()
-        metrics = PartitionMetrics(
-            config.rolling_window, make_detector(config.drift_detector, config.drift_params)
-        )
-        task = PartitionTask(
-            tp.topic, tp.partition, model, scaler, metrics, self._new_pending(), self.model_name
-        )
-        # No checkpoint: a fresh model starts where the group's committed offset (if any) or
-        # auto_offset_reset says. (Blocking consumer calls such as committed() are not allowed
-        # on the IO thread that runs this callback.)
+        if config.on_bad_checkpoint == "fail":
+            raise WorkerError(
+                f"{refusal}. Nothing was committed. Fix: restart with "
+                f"--on-bad-checkpoint reset to start {tp.topic}/{tp.partition} with a fresh model "
+                "from the group's committed offset (or use another --group-id)"
+            )
+        consumer = self._consumer
+        task = self._new_task(tp)
+        committed = consumer.committed(tp)
+        if committed is not None:
+            consumer.seek(tp, committed)
+            start = f"the group's committed offset {committed}"
+        else:
+            if config.auto_offset_reset == "latest":
+                consumer.seek_to_end(tp)
+            else:
+                consumer.seek_to_beginning(tp)
+            start = f"auto_offset_reset={config.auto_offset_reset} (no committed offset)"
+        log.error("%s. --on-bad-checkpoint reset: %s/%d starts a fresh model at %s",
+                  refusal, tp.topic, tp.partition, start)
         return task
 
-    def _new_pending(self, data: dict | None = None) -> PendingLabels:
-        config = self.config
-        max_age_ms = (
-            None if config.label_max_age_seconds is None
-            else int(config.label_max_age_seconds * 1000)
-        )
-        if data is None:
-            return PendingLabels(config.label_store_size, config.label_max_age_records, max_age_ms)
-        return PendingLabels.from_state(
-            data, config.label_store_size, config.label_max_age_records, max_age_ms
-        )
+    # Undecodable batches ----------------------------------------------------------------------
 
-    def _restore(self, tp: typing.Any, payload: bytes) -> PartitionTask:
-        import streammargin
+    def _undecodable(self, error: UndecodableBatch) -> None:
+        """Apply `on_undecodable` to a record batch the client cannot decode."""
+        from kafka import TopicPartition
 
-        config = self.config
-        where = f"checkpoint of {tp.topic}/{tp.partition} in {config.checkpoint_topic!r}"
+        tp = TopicPartition(error.topic, error.partition)
+        task = self.tasks.get(tp)
+        if self.config.on_undecodable == "fail" or task is None:
+            fix = error.fix()
+            if error.missing_library:
+                fix += " (or --on-undecodable skip to dead-letter such batches)"
+            raise WorkerError(f"{error}. Fix: {fix}. Nothing was committed") from error
+        first = error.first_offset
+        next_offset = error.next_offset if error.next_offset is not None else first + 1
+        highwater = self._consumer.highwater(tp)
+        if highwater is not None and next_offset > highwater:
+            # A batch header that claims more than the log holds is corrupt too.
+            next_offset = max(first + 1, highwater)
+        dead = task.skip(first, next_offset, str(error), [("codec", error.codec.encode())])
+        self._send_dead_letters(dead)
+        self._consumer.seek(tp, next_offset)
+        log.warning("skipped offsets %d-%d of %s/%d (--on-undecodable skip, dead letter sent): %s",
+                    first, next_offset - 1, tp.topic, tp.partition, error)
+
+    # Sending ----------------------------------------------------------------------------------
+
+    def _send_output(self, task: PartitionTask, output: TaskOutput) -> None:
+        if output.predictions.values:
+            self._send_predictions(output.predictions)
+        if output.dead_letters.values:
+            self._send_dead_letters(output.dead_letters)
+        for record in output.metrics:
+            self._publish_metrics(task, record)
+
+    def _send_predictions(self, records: OutputRecords) -> None:
+        from kafka.errors import KafkaError
+
+        topic = self.config.predictions_topic
+        if not topic:
+            return
+        send = self._producer.send
+        remember = self._sends.append
+        partition = records.partition
+        values = records.values
+        per_message = self.config.predictions_per_message
         try:
-            fields = checkpoint_module.decode_checkpoint(payload)
-            if (fields["group"], fields["topic"], fields["partition"]) != (
-                config.group_id, tp.topic, tp.partition
-            ):
-                raise ValueError("its key fields name another group, topic or partition")
-            model = streammargin.from_state(fields["model"])
-            scaler = (
-                None if fields["scaler"] is None else StandardScaler.from_state(fields["scaler"])
-            )
-            metrics = PartitionMetrics.from_state(fields["metrics"])
-            pending = self._new_pending(fields["pending"])
-            next_offset = int(fields["next_offset"])
-        except (KeyError, TypeError, ValueError) as error:
-            raise WorkerError(f"unusable {where}: {error}") from error
-        if type(model) is not model_class(config.model):
-            raise WorkerError(
-                f"the {where} holds a {type(model).__name__}, not a "
-                f"{model_class(config.model).__name__}: use another --group-id to start afresh"
-            )
-        if (scaler is not None) != config.scale:
-            raise WorkerError(
-                f"the {where} was written {'with' if scaler is not None else 'without'} --scale:"
-                " use the same setting, or another --group-id to start afresh"
-            )
-        saved_params = fields["model"]["params"]
-        differing = {k: v for k, v in config.params.items() if saved_params.get(k, v) != v}
-        if differing:
-            log.warning(
-                "%s keeps its saved parameters %s (asked for %s)",
-                where, {k: saved_params.get(k) for k in differing}, differing,
-            )
-        return PartitionTask(
-            tp.topic, tp.partition, model, scaler, metrics, pending, self.model_name,
-            next_offset=next_offset, counters=fields.get("counters"),
-        )
+            if records.keys is not None or records.headers is not None or (
+                    records.timestamps is not None):
+                for record in records:
+                    remember(send(topic, record.value, key=record.key, headers=record.headers,
+                                  timestamp_ms=record.timestamp_ms, partition=partition))
+            elif per_message == 1:
+                for value in values:
+                    remember(send(topic, value, partition=partition))
+            else:
+                # JSON Lines: N predictions per Kafka message, for consumers that can split them.
+                for start in range(0, len(values), per_message):
+                    remember(send(topic, b"\n".join(values[start:start + per_message]),
+                                  partition=partition))
+        except KafkaError as error:
+            raise _send_failure(f"predictions to {topic!r}", error) from error
 
-    # Checkpoints ------------------------------------------------------------------------------
+    def _send_dead_letters(self, records: OutputRecords) -> None:
+        topic = self.config.dead_letter_topic
+        if not topic:
+            return
+        for record in records:
+            self._send_dead_letter(topic, record)
+        if len(self._dead_letter_sends) > 1000:
+            self._settle_dead_letters(wait=False)
+
+    def _send_dead_letter(self, topic: str, record: typing.Any) -> None:
+        from kafka.errors import KafkaError
+
+        try:
+            future = self._producer.send(topic, record.value, key=record.key,
+                                         headers=record.headers, timestamp_ms=record.timestamp_ms)
+        except KafkaError as error:
+            if not _too_large(error) or not record.value:
+                raise _send_failure(f"a dead letter to {topic!r}", error) from error
+            self._send_dead_letter(topic, self._without_value(record, error))
+            return
+        self._dead_letter_sends.append((future, record))
+
+    @staticmethod
+    def _without_value(record: typing.Any, error: BaseException) -> typing.Any:
+        """A dead letter too large to produce, without its value: the reason, the coordinates
+        and the key stay, a header says how many bytes were dropped."""
+        log.warning("dead letter of %d bytes too large to produce (%s): sent without its value",
+                    len(record.value), type(error).__name__)
+        headers = [*(record.headers or []),
+                   (ERROR_HEADER + "value_dropped", str(len(record.value)).encode())]
+        return record._replace(value=b"", headers=headers)
+
+    def _settle_dead_letters(self, wait: bool) -> None:
+        """Forget the dead letters delivered; send again without their value those the broker
+        found too large; raise for other failures. `wait`: all are done (after a flush)."""
+        topic = self.config.dead_letter_topic
+        pending = []
+        retry = []
+        for future, record in self._dead_letter_sends:
+            if not future.is_done:
+                pending.append((future, record))
+            elif future.failed():
+                if not _too_large(future.exception) or not record.value:
+                    raise _send_failure(f"a dead letter to {topic!r}", future.exception)
+                retry.append(self._without_value(record, future.exception))
+        self._dead_letter_sends = pending
+        for record in retry:
+            self._send_dead_letter(topic, record)  # type: ignore[arg-type]
+        if wait and retry:
+            self._producer.flush()
+            self._settle_dead_letters(wait=True)
 
     def _check_sends(self) -> None:
         """Raise if a send failed; forget the ones that completed."""
@@ -723,19 +887,30 @@ class Worker:
         self._sends = [f for f in sends if not f.is_done]
         for future in sends:
             if future.is_done and future.failed():
-                raise WorkerError(f"a send failed: {future.exception!r}")
+                raise _send_failure("outputs", future.exception)
 
     def _flush(self) -> None:
+        """Make every output sent so far durable (or raise)."""
         self._producer.flush()
+        self._settle_dead_letters(wait=True)
         sends, self._sends = self._sends, []
         for future in sends:
             if future.failed():
-                raise WorkerError(f"a send failed: {future.exception!r}")
+                raise _send_failure("outputs", future.exception)
+
+    # Checkpoints ------------------------------------------------------------------------------
+
+    def _save_checkpoints(self, payloads: dict[tuple[str, int], bytes]) -> None:
+        """Write the tasks' checkpoints, durably (the one place writing to the checkpoint store)."""
+        try:
+            self._store.write(payloads)  # type: ignore[union-attr]
+        except checkpoint_module.CheckpointError as error:
+            raise WorkerError(f"{error} (while writing checkpoints)") from error
 
     def _checkpoint(
         self, tasks: list[PartitionTask], sync_commit: bool, force_flush: bool = False
     ) -> None:
-        """Flush outputs, write the tasks' checkpoints, flush them, commit their offsets."""
+        """Flush outputs, write the tasks' checkpoints durably, commit their offsets."""
         from kafka.structs import OffsetAndMetadata
 
         dirty = [t for t in tasks if t.dirty and t.next_offset is not None]
@@ -748,16 +923,12 @@ class Worker:
         # have its prediction durable.
         self._flush()
         flushed = time.perf_counter()
-        payloads = {(t.topic, t.partition): t.to_checkpoint(self.config.group_id) for t in dirty}
+        payloads = {(t.topic, t.partition): t.to_checkpoint() for t in dirty}
         size = sum(len(payload) for payload in payloads.values())
-        try:
-            self._store.write(payloads)  # type: ignore[union-attr]
-        except checkpoint_module.CheckpointError as error:
-            raise WorkerError(str(error)) from error
+        self._save_checkpoints(payloads)
         offsets = {self._tp(t): OffsetAndMetadata(t.next_offset, "", -1) for t in dirty}
         for task in dirty:
-            task.checkpointed_offset = task.next_offset
-            task.since_checkpoint = 0
+            task.mark_checkpointed()
         if sync_commit:
             try:
                 self._consumer.commit(offsets)
@@ -779,164 +950,34 @@ class Worker:
 
     # Metrics ----------------------------------------------------------------------------------
 
-    def _emit_metrics(self, task: PartitionTask, event: str) -> dict:
+    def _publish_metrics(self, task: PartitionTask, record: dict) -> dict:
+        """Complete a task's metrics event with what only the process knows (worker, rates,
+        lag, time), send it and hand it to `on_metrics`."""
         overall, recent = self.throughput.rates()
         lag = None
         if self._consumer is not None and task.next_offset is not None:
             highwater = self._consumer.highwater(self._tp(task))
             if highwater is not None:
                 lag = max(0, highwater - task.next_offset)
-        model = task.model
-        record = {
-            "type": "metrics",
-            "event": event,
-            "group": self.config.group_id,
-            "worker": self.client_id,
-            "topic": task.topic,
-            "partition": task.partition,
-            "next_offset": task.next_offset,
-            "model": task.model_name,
-            **task.counters(),
-            **task.metrics.summary(),
-            "labels": {**task.pending.counters(), "unjoinable": task.n_unjoinable},
-            "model_counters": dict(getattr(model, "counters", {}) or {}),
-            "records_per_s": round(overall, 1),
-            "records_per_s_recent": round(recent, 1),
-            "lag": lag,
-            "time": time.time(),
-        }
-        task.last_metrics = record
+        record.update(
+            worker=self.client_id,
+            records_per_s=round(overall, 1),
+            records_per_s_recent=round(recent, 1),
+            lag=lag,
+            time=time.time(),
+        )
         self._final_metrics[f"{task.topic}/{task.partition}"] = record
         topic = self.config.metrics_topic
         if topic and self._producer is not None:
+            from kafka.errors import KafkaError
+
             key = checkpoint_module.checkpoint_key(self.config.group_id, task.topic, task.partition)
-            self._sends.append(
-                self._producer.send(topic, json.dumps(record).encode(), key=key)
-            )
+            try:
+                self._sends.append(
+                    self._producer.send(topic, json.dumps(record).encode(), key=key)
+                )
+            except KafkaError as error:
+                raise _send_failure(f"metrics to {topic!r}", error) from error
         if self._on_metrics is not None:
             self._on_metrics(record)
         return record
-
-    # The hot loop -----------------------------------------------------------------------------
-
-    def _dead_letter(self, task: PartitionTask, record: typing.Any, reason: str) -> None:
-        task.n_dead_letters += 1
-        log.debug("dead letter %s/%d@%d: %s", record.topic, record.partition, record.offset, reason)
-        topic = self.config.dead_letter_topic
-        if not topic:
-            return
-        value = record.value if record.value is not None else b""
-        headers = [
-            ("streammargin.error.reason", reason.encode()),
-            ("streammargin.error.topic", record.topic.encode()),
-            ("streammargin.error.partition", str(record.partition).encode()),
-            ("streammargin.error.offset", str(record.offset).encode()),
-            ("streammargin.error.group", self.config.group_id.encode()),
-        ]
-        if record.value is None:
-            headers.append(("streammargin.error.null_value", b"true"))
-        self._sends.append(
-            self._producer.send(topic, value=value, key=record.key, headers=headers)
-        )
-
-    def _process(self, task: PartitionTask, records: list) -> int:
-        """Run the records of one partition through its task; returns how many were processed.
-
-        The hot loop: per record one decode, one predict, one learn, a few counters and an
-        f-string; the predictions go to the producer after the loop.
-        """
-        config = self.config
-        decode = self.codec.decode
-        stop_set = self._stop.is_set
-        out: list[bytes] = []
-        emit = out.append
-        prefix = task._prefix
-        model = task.model
-        scaler = task.scaler
-        # The label is predict_one's and the probability predict_proba_one's, as in River's
-        # progressive validation: a model's decision rule need not be the argmax of its
-        # probabilities (ours may pick the raw score's sign). The second call reuses the
-        # feature encoding cached by the first.
-        predict = model.predict_one
-        predict_proba = model.predict_proba_one
-        learn = model.learn_one if scaler is None else task.learn
-        update_metrics = task.metrics.update
-        pending = task.pending
-        metrics_every = config.metrics_every
-        next_offset = task.next_offset
-        n_records = task.n_records
-        n_predictions = task.n_predictions
-        n_done = 0
-        for record in records:
-            offset = record.offset
-            if next_offset is not None and offset < next_offset:
-                continue  # already processed (stale fetch data after a seek)
-            if stop_set():
-                break
-            try:
-                event_id, x, y = decode(record.value)
-                drift = False
-                if x is None:
-                    entry = pending.pop(event_id, offset, record.timestamp)
-                    if entry is not None:
-                        learn(entry[0], y)
-                        drift = update_metrics(y, entry[3], entry[4], offset)
-                else:
-                    scaled = x if scaler is None else scaler.transform_one(x)
-                    y_pred = predict(scaled)
-                    p_true = predict_proba(scaled).get(True, 0.0)
-                    if y is not None:
-                        learn(x, y)
-                        drift = update_metrics(y, y_pred, p_true, offset)
-                    elif event_id is not None:
-                        pending.add(event_id, x, offset, record.timestamp, y_pred, p_true)
-                    else:
-                        task.n_unjoinable += 1
-                    n_predictions += 1
-                    id_json = (
-                        encode_basestring(event_id) if type(event_id) is str
-                        else _json_id(event_id)
-                    )
-                    emit((
-                        f'{prefix}{offset},"id":{id_json},'
-                        f'"y_pred":{"true" if y_pred else "false"},"p_true":{float(p_true)!r},'
-                        f'"y":{"null" if y is None else "true" if y else "false"}}}'
-                    ).encode())
-                if drift:
-                    task.next_offset = offset + 1
-                    task.n_records, task.n_predictions = n_records + 1, n_predictions
-                    self._emit_metrics(task, "drift")
-            except DeadLetter as error:
-                self._dead_letter(task, record, str(error))
-            except ValueError as error:
-                # The model refused the record (it is left untouched): a dead letter too.
-                self._dead_letter(task, record, f"rejected by the model: {error}")
-            next_offset = offset + 1
-            n_done += 1
-            n_records += 1
-            if n_records % metrics_every == 0:
-                task.next_offset = next_offset
-                task.n_records, task.n_predictions = n_records, n_predictions
-                self._emit_metrics(task, "periodic")
-        task.next_offset = next_offset
-        task.n_records, task.n_predictions = n_records, n_predictions
-        task.since_checkpoint += n_done
-        if out and config.predictions_topic:
-            self._send_predictions(task, out)
-        return n_done
-
-    def _send_predictions(self, task: PartitionTask, values: list[bytes]) -> None:
-        topic = self.config.predictions_topic
-        send = self._producer.send
-        remember = self._sends.append
-        # Predictions of an input partition stay in order in one output partition.
-        partition = task.partition % self._prediction_partitions
-        per_message = self.config.predictions_per_message
-        if per_message == 1:
-            for value in values:
-                remember(send(topic, value, partition=partition))
-        else:
-            # JSON Lines: N predictions per Kafka message, for consumers that can split them.
-            for start in range(0, len(values), per_message):
-                remember(send(topic, b"\n".join(values[start:start + per_message]),
-                              partition=partition))

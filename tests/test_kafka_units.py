@@ -1,5 +1,5 @@
-"""The Kafka connector's parts that need no broker: codec, metrics, checkpoint state, label store,
-model registry, command line."""
+"""The Kafka connector's parts that need no broker: codec, undecodable batches, metrics, checkpoint
+state, model registry, client settings, command line. (The partition task: tests/test_task.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from river import drift, metrics, utils
 import streammargin
 from connectors import checkpoint, codec, kafka_command, models
 from connectors.metrics import PartitionMetrics, make_detector
-from connectors.worker import PendingLabels, WorkerConfig
+from connectors.worker import WorkerConfig, client_settings, connection_settings
 from streammargin import state
 
 # Codec --------------------------------------------------------------------------------------------
@@ -291,40 +291,6 @@ def test_checkpoint_bytes_round_trip_and_reject_other_data():
     assert checkpoint.checkpoint_key("g", "t", 3) == b"g/t/3"
 
 
-# Delayed labels -----------------------------------------------------------------------------------
-
-
-def test_pending_labels_join_expire_by_size_and_age_and_count_orphans():
-    pending = PendingLabels(max_size=3, max_age_records=10, max_age_ms=5_000)
-    for i in range(4):  # the fourth evicts the first (size)
-        pending.add(f"e{i}", {"a": i}, offset=i, timestamp=1000 * i, y_pred=True, p_true=0.7)
-    assert list(pending.entries) == ["e1", "e2", "e3"] and pending.expired == 1
-    assert pending.pop("e0", 4, 4000) is None and pending.orphans == 1
-    entry = pending.pop("e2", 5, 5000)
-    assert entry == ({"a": 2}, 2, 2000, True, 0.7) and pending.joined == 1
-    # Age in records: e1 (offset 1) is too old at offset 12.
-    assert pending.pop("e1", 12, 5000) is None and pending.expired == 2
-    # Age in record time: e3 (t=3000 ms) is too old once 9000 ms has been seen.
-    pending.add("e9", {"a": 9}, offset=13, timestamp=9000, y_pred=False, p_true=0.2)
-    assert "e3" not in pending.entries and pending.expired == 3
-    # A second event with a pending id supersedes the first.
-    pending.add("e9", {"a": 10}, offset=14, timestamp=9000, y_pred=False, p_true=0.1)
-    assert pending.entries["e9"][0] == {"a": 10} and pending.expired == 4
-    twin = PendingLabels.from_state(round_trip(pending.to_state()), 3, 10, 5_000)
-    assert twin.entries == pending.entries
-    assert twin.counters() == pending.counters() == {
-        "pending": 1, "joined": 1, "expired": 4, "orphans": 1
-    }
-
-
-def test_pending_labels_keep_names_and_ids_of_any_safe_type():
-    pending = PendingLabels(max_size=10)
-    pending.add(5, {"a": 1, 3: 2.5, ("t", 1): True}, offset=0, timestamp=0, y_pred=True,
-                p_true=0.6)
-    twin = PendingLabels.from_state(round_trip(pending.to_state()), 10, None, None)
-    assert twin.entries == {5: ({"a": 1, 3: 2.5, ("t", 1): True}, 0, 0, True, 0.6)}
-
-
 # Models and command line --------------------------------------------------------------------------
 
 
@@ -372,8 +338,12 @@ def test_command_options_come_from_the_command_line_and_the_environment(monkeypa
             "STREAMMARGIN_SASL_PLAIN_PASSWORD": "secret",
             "STREAMMARGIN_DRIFT_PARAM": "delta=0.01",
             "STREAMMARGIN_CREATE_TOPICS": "false",
+            "STREAMMARGIN_ON_UNDECODABLE": "skip",
+            "STREAMMARGIN_LABEL_STORE_BYTES": "5000",
         },
     )
+    assert config.on_undecodable == "skip" and config.on_bad_checkpoint == "fail"
+    assert config.label_store_bytes == 5000
     assert config.topics == ["t3"]  # the command line replaces the environment's list
     assert config.bootstrap_servers == "b:9093"
     assert config.params == {"p": 3, "alpha": 0.7}
@@ -385,6 +355,51 @@ def test_command_options_come_from_the_command_line_and_the_environment(monkeypa
     assert config.drift_params == {"delta": 0.01}
     config = parse_command([], monkeypatch, env={"STREAMMARGIN_TOPIC": "t1,t2"})
     assert config.topics == ["t1", "t2"]
+    config = parse_command(["--topic", "t", "--on-bad-checkpoint", "reset", "--on-undecodable",
+                            "fail", "--label-store-bytes", "7000"], monkeypatch)
+    assert (config.on_bad_checkpoint, config.on_undecodable) == ("reset", "fail")
+    assert config.task_settings().label_store_bytes == 7000
+
+
+def test_client_settings_say_which_client_gets_which_setting():
+    config = WorkerConfig(
+        topics=["t"],
+        bootstrap_servers="b:1",
+        group_id="g",
+        client_config={"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN"},
+        consumer_config={"sasl_plain_username": "u", "sasl_plain_password": "p",
+                         "fetch_min_bytes": 7, "ssl_cafile": "/ca", "reconnect_backoff_ms": 77},
+        producer_config={"ssl_cafile": "/ca", "linger_ms": 3, "sasl_kerberos_service_name": "k",
+                         "max_request_size": 1000},
+    )
+    settings = client_settings(config, "cid")
+    security = {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
+                "sasl_plain_username": "u", "sasl_plain_password": "p", "ssl_cafile": "/ca",
+                "reconnect_backoff_ms": 77}
+    # The admin client: common settings plus the connection settings of both clients.
+    assert settings["admin"] == {"bootstrap_servers": "b:1", "client_id": "cid", **security,
+                                 "sasl_kerberos_service_name": "k"}
+    # The checkpoint reader: a consumer, with the consumer's connection settings only.
+    assert settings["checkpoint_reader"] == {"bootstrap_servers": "b:1",
+                                             "client_id": "cid-checkpoints", **security}
+    consumer, producer = settings["consumer"], settings["producer"]
+    assert consumer["group_id"] == "g" and consumer["fetch_min_bytes"] == 7
+    assert {("security_protocol", "SASL_SSL"), ("sasl_mechanism", "PLAIN"),
+            ("ssl_cafile", "/ca")} <= producer.items()
+    assert not {"sasl_plain_username", "fetch_min_bytes", "reconnect_backoff_ms"} & producer.keys()
+    assert producer["linger_ms"] == 3 and producer["max_request_size"] == 1000
+    # Every client takes every setting it is given.
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+
+    for name, cls in [("admin", KafkaAdminClient), ("checkpoint_reader", KafkaConsumer),
+                      ("consumer", KafkaConsumer), ("producer", KafkaProducer)]:
+        assert settings[name].keys() <= cls.DEFAULT_CONFIG.keys(), name
+    names = connection_settings()
+    assert {"security_protocol", "ssl_cafile", "sasl_plain_password", "socket_options"} <= names
+    assert not {"group_id", "linger_ms", "fetch_min_bytes", "bootstrap_servers"} & names
+    with pytest.raises(ValueError, match="different values of ssl_cafile"):
+        WorkerConfig(topics=["t"], consumer_config={"ssl_cafile": "/a"},
+                     producer_config={"ssl_cafile": "/b"})
 
 
 def test_worker_config_fails_early_on_bad_settings():
@@ -396,6 +411,12 @@ def test_worker_config_fails_early_on_bad_settings():
         WorkerConfig(topics=["t"], drift_detector="nope")
     with pytest.raises(ValueError, match="input topic cannot also be an output"):
         WorkerConfig(topics=["t"], predictions_topic="t")
+    with pytest.raises(ValueError, match="on_bad_checkpoint must be one of"):
+        WorkerConfig(topics=["t"], on_bad_checkpoint="ignore")
+    with pytest.raises(ValueError, match="on_undecodable must be one of"):
+        WorkerConfig(topics=["t"], on_undecodable="ignore")
+    with pytest.raises(ValueError, match="label_store_bytes must be an integer >= 1"):
+        WorkerConfig(topics=["t"], label_store_bytes=0)
     assert WorkerConfig(topics="t").topics == ["t"]
 
 
@@ -405,7 +426,10 @@ def test_command_exit_codes(monkeypatch, capsys):
     assert main(["kafka", "--list-models"]) == 0
     assert "alma" in capsys.readouterr().out
     monkeypatch.delenv("STREAMMARGIN_TOPIC", raising=False)
+    monkeypatch.delenv("STREAMMARGIN_ON_UNDECODABLE", raising=False)
     assert main(["kafka"]) == 2  # no input topic
+    assert main(["kafka", "--topic", "t", "--on-undecodable", "ignore"]) == 2
+    assert "on_undecodable must be one of ('fail', 'skip')" in capsys.readouterr().err
 
 
 def test_checkpoint_size_options_reach_the_worker_config(monkeypatch):
@@ -420,3 +444,21 @@ def test_checkpoint_size_options_reach_the_worker_config(monkeypatch):
         WorkerConfig(topics=["t"], checkpoint_chunk_bytes=100)
     with pytest.raises(ValueError, match="max_checkpoint_bytes must be >= 1"):
         WorkerConfig(topics=["t"], max_checkpoint_bytes=0)
+
+
+
+def test_command_failures_are_one_line_naming_the_cause_and_the_fix():
+    from kafka import errors
+
+    from connectors.task import TaskFailure
+    from connectors.worker import WorkerError
+
+    message = kafka_command._failure_message(errors.KafkaTimeoutError("slow"))
+    assert message == ("KafkaTimeoutError: slow: a Kafka client error; check the broker and the "
+                       "client settings, nothing was committed")
+    assert kafka_command._failure_message(WorkerError("cause. Fix: this")) == (
+        "cause. Fix: this")
+    failure = TaskFailure("t", 0, 7, ValueError("bug"))
+    assert kafka_command._failure_message(failure).startswith(
+        "record t/0@7 made the model or codec fail with ValueError: bug")
+    assert "\n" not in kafka_command._failure_message(RuntimeError("x\n" * 1000))[:400]

@@ -137,17 +137,11 @@ def labelled_stream(n: int, seed: int = 7):
     return [(x, bool(y)) for x, y in synth.Agrawal(classification_function=2, seed=seed).take(n)]
 
 
-def worded_stream(n: int, seed: int, vocabulary: int):
-    """Agrawal records plus one of `vocabulary` word features each: the model's state, and so
-    its checkpoint, grows with the words seen."""
-    return [({**x, f"w{i * 7919 % vocabulary}": 1.0}, y)
-            for i, (x, y) in enumerate(labelled_stream(n, seed=seed))]
-
-
 def latest_checkpoint(bootstrap: str, cfg: WorkerConfig, partition: int):
+    """The partition's latest checkpoint as the store reads it (None: there is none)."""
     store = checkpoint.CheckpointStore(bootstrap, cfg.checkpoint_topic, cfg.group_id)
     try:
-        return store.load([(cfg.topics[0], partition)])[(cfg.topics[0], partition)]
+        return store.load([(cfg.topics[0], partition)]).get((cfg.topics[0], partition))
     finally:
         store.close()
 
@@ -159,199 +153,15 @@ def event(i, x, y=None) -> bytes:
     return json.dumps(record).encode()
 
 
+
+def worded_stream(n: int, seed: int, vocabulary: int):
+    """Agrawal records plus one of `vocabulary` word features each: the model's state, and so
+    its checkpoint, grows with the words seen."""
+    return [({**x, f"w{i * 7919 % vocabulary}": 1.0}, y)
+            for i, (x, y) in enumerate(labelled_stream(n, seed=seed))]
+
+
 # In-process worker --------------------------------------------------------------------------------
-
-
-def test_every_record_gets_one_prediction_and_the_metrics_equal_rivers_progressive_validation(
-    kafka_broker,
-):
-    bootstrap = kafka_broker.bootstrap_servers
-    name = fresh("pv")
-    create_topics(bootstrap, [name], partitions=2)
-    data = labelled_stream(10_000)
-    produce(bootstrap, name, [(i % 2, event(i, x, y)) for i, (x, y) in enumerate(data)])
-    cfg = config(bootstrap, name, metrics_every=2_000, checkpoint_every=3_000)
-    summary = Worker(cfg).run()
-    assert summary["reason"] == "idle" and summary["records"] == 10_000
-
-    predictions = [json.loads(r.value) for r in read_all(bootstrap, cfg.predictions_topic)]
-    assert len(predictions) == 10_000
-    assert len({(p["partition"], p["offset"]) for p in predictions}) == 10_000
-    tasks = saved_tasks(bootstrap, cfg, [0, 1])
-    for partition in (0, 1):
-        events = data[partition::2]
-        # River's own progressive validation of the same model on the same records.
-        accuracy, log_loss = progressive(events, streammargin.ALMAClassifier)
-        final = summary["partitions"][f"{name}/{partition}"]
-        assert final["event"] == "final" and final["records"] == 5_000
-        assert final["accuracy"] == accuracy and final["log_loss"] == log_loss
-        assert final["labelled"] == final["predictions"] == 5_000
-        # Each prediction record carries exactly the probability the model served.
-        model, served = straight_run(events, streammargin.ALMAClassifier())
-        mine = sorted((p for p in predictions if p["partition"] == partition),
-                      key=lambda p: p["offset"])
-        assert [p["p_true"] for p in mine] == [p_true for _, p_true in served]
-        assert [p["y_pred"] for p in mine] == [y_pred for y_pred, _ in served]
-        assert [p["id"] for p in mine] == [f"e{i}" for i in range(partition, 10_000, 2)]
-        assert all(p["topic"] == name and p["model"] == "alma" for p in mine)
-        assert tasks[partition]["next_offset"] == 5_000
-        assert saved_model_bytes(tasks[partition]) == model_bytes(model)
-    records = [json.loads(r.value) for r in read_all(bootstrap, cfg.metrics_topic)]
-    periodic = [r for r in records if r["event"] == "periodic"]
-    assert sorted((r["partition"], r["records"]) for r in periodic) == [
-        (p, n) for p in (0, 1) for n in (2_000, 4_000)
-    ]
-    assert all(r["model_counters"]["trials"] == r["labelled"] for r in records)
-
-
-def test_scaler_in_front_matches_rivers_pipeline_and_survives_a_restart(kafka_broker):
-    bootstrap = kafka_broker.bootstrap_servers
-    name = fresh("scaled")
-    create_topics(bootstrap, [name])
-    # SEA's feature names are ints; they arrive as JSON object keys, i.e. strings.
-    data = [({str(k): v for k, v in x.items()}, bool(y)) for x, y in synth.SEA(seed=3).take(4_000)]
-    produce(bootstrap, name, [(0, event(i, x, y)) for i, (x, y) in enumerate(data[:2_500])])
-    cfg = config(bootstrap, name, scale=True, params={"alpha": 0.8})
-    Worker(cfg).run()
-    produce(bootstrap, name, [(0, event(i, x, y)) for i, (x, y) in enumerate(data[2_500:], 2_500)])
-    summary = Worker(cfg).run()  # restores the scaler and the model from the checkpoint
-
-    def make_pipeline():
-        return preprocessing.StandardScaler() | streammargin.ALMAClassifier(alpha=0.8)
-
-    final = summary["partitions"][f"{name}/0"]
-    assert (final["accuracy"], final["log_loss"]) == progressive(data, make_pipeline)
-    pipeline, _ = straight_run(data, make_pipeline())
-    fields = saved_tasks(bootstrap, cfg, [0])[0]
-    assert saved_model_bytes(fields) == model_bytes(pipeline["ALMAClassifier"])
-    scaler = streammargin.StandardScaler.from_state(fields["scaler"])
-    river_scaler = pipeline["StandardScaler"]
-    assert (scaler.counts, scaler.means, scaler.vars) == (
-        dict(river_scaler.counts), dict(river_scaler.means), dict(river_scaler.vars)
-    )
-
-
-def test_bad_records_become_dead_letters_and_leave_the_model_untouched(kafka_broker):
-    bootstrap = kafka_broker.bootstrap_servers
-    name = fresh("dead")
-    create_topics(bootstrap, [name])
-    good = labelled_stream(300, seed=2)
-    bad = [
-        (b"not json", b"k1", "bad JSON"),
-        (b'{"x": {"age": NaN}, "y": true}', None, "non-finite number NaN"),
-        (b'{"x": {"age": 1e999}, "y": true}', None, "feature 'age' has value inf"),
-        (b'{"x": {"age": "old"}, "y": true}', None, "feature 'age' has value 'old' of type str"),
-        (b'{"y": true}', None, "label record without an id"),
-        (b'{"id": "z"}', None, "missing x"),
-        (b'{"x": {"age": 3}, "y": "spam"}', None, "unknown label 'spam'"),
-        (b'{"x": [1, 2], "y": true}', None, "x must be a JSON object"),
-        (b'{"x": {"age": 1}, "y": 1}' + b" " * 3_000, None, "oversized record"),
-        (b"\xff\xfe\x00", None, "bad JSON"),
-        (None, b"tombstone", "empty record"),
-    ]
-    items, bad_offsets, good_events = [], {}, []
-    for i, (x, y) in enumerate(good):
-        items.append((0, event(i, x, y)))
-        good_events.append((x, y))
-        if i % 25 == 10 and bad:
-            value, key, reason = bad.pop(0)
-            bad_offsets[len(items)] = (value, key, reason)
-            items.append((0, value, key))
-    assert not bad
-    produce(bootstrap, name, items)
-    cfg = config(bootstrap, name, max_record_bytes=2_000)
-    summary = Worker(cfg).run()
-
-    dead = read_all(bootstrap, cfg.dead_letter_topic)
-    assert len(dead) == len(bad_offsets)
-    for record in dead:
-        headers = {k: v.decode() for k, v in record.headers}
-        offset = int(headers["streammargin.error.offset"])
-        value, key, reason = bad_offsets[offset]
-        assert reason in headers["streammargin.error.reason"]
-        assert headers["streammargin.error.topic"] == name
-        assert headers["streammargin.error.partition"] == "0"
-        assert record.value == (value if value is not None else b"")
-        assert record.key == key
-    predictions = [json.loads(r.value) for r in read_all(bootstrap, cfg.predictions_topic)]
-    assert sorted(p["offset"] for p in predictions) == sorted(
-        set(range(len(items))) - set(bad_offsets)
-    )
-    final = summary["partitions"][f"{name}/0"]
-    assert final["dead_letters"] == len(bad_offsets) and final["records"] == len(items)
-    model, _ = straight_run(good_events, streammargin.ALMAClassifier())
-    assert saved_model_bytes(saved_tasks(bootstrap, cfg, [0])[0]) == model_bytes(model)
-
-
-def test_delayed_labels_join_their_events_expire_and_orphans_are_counted(kafka_broker):
-    bootstrap = kafka_broker.bootstrap_servers
-    name = fresh("delayed")
-    create_topics(bootstrap, [name])
-    pool = iter(labelled_stream(2_000, seed=5))
-    items: list[bytes] = []
-    # The reference replays the policy: a prediction when the event comes, learning and the
-    # metric when its label comes.
-    reference = streammargin.ALMAClassifier()
-    accuracy = metrics.Accuracy()
-    n_labelled = 0
-    waiting: dict[str, tuple] = {}
-
-    def unlabelled(event_id):
-        x, y = next(pool)
-        items.append(json.dumps({"id": event_id, "x": x}).encode())
-        waiting[event_id] = (x, y, reference.predict_one(x))
-
-    def label(event_id, joins=True):
-        x, y, y_pred = waiting.pop(event_id, (None, True, None))
-        items.append(json.dumps({"id": event_id, "y": y}).encode())
-        if joins:
-            nonlocal n_labelled
-            n_labelled += 1
-            accuracy.update(y, y_pred)
-            reference.learn_one(x, y)
-
-    def labelled():
-        nonlocal n_labelled
-        n_labelled += 1
-        x, y = next(pool)
-        items.append(json.dumps({"x": x, "y": y}).encode())
-        accuracy.update(y, reference.predict_one(x))
-        reference.learn_one(x, y)
-
-    for block in range(5):  # 20 events, 10 labelled records, then their labels, out of order
-        ids = [f"b{block}-{i}" for i in range(20)]
-        for event_id in ids:
-            unlabelled(event_id)
-        for _ in range(10):
-            labelled()
-        for event_id in reversed(ids):
-            label(event_id)
-    for i in range(3):  # orphans
-        label(f"nobody-{i}", joins=False)
-    ids = [f"big-{i}" for i in range(60)]  # 60 waiting > label_store_size=50: 10 evicted
-    for event_id in ids:
-        unlabelled(event_id)
-    for event_id in ids:
-        label(event_id, joins=event_id not in ids[:10])
-    unlabelled("late")  # its label comes 120 records later > label_max_age_records=100
-    for _ in range(119):
-        labelled()
-    label("late", joins=False)
-    produce(bootstrap, name, [(0, value) for value in items])
-    cfg = config(bootstrap, name, label_store_size=50, label_max_age_records=100)
-    summary = Worker(cfg).run()
-
-    final = summary["partitions"][f"{name}/0"]
-    # Expired: 10 evicted by the size limit, 1 by age. Orphans: 3 unknown ids, and the labels of
-    # the 10 evicted events (nothing waits for them any more).
-    assert final["labels"] == {"pending": 0, "joined": 150, "expired": 11, "orphans": 13,
-                               "unjoinable": 0}
-    assert final["labelled"] == n_labelled == 319
-    assert final["accuracy"] == accuracy.get()
-    assert saved_model_bytes(saved_tasks(bootstrap, cfg, [0])[0]) == model_bytes(reference)
-    predictions = [json.loads(r.value) for r in read_all(bootstrap, cfg.predictions_topic)]
-    n_events = sum(1 for value in items if b'"x"' in value)
-    assert len(predictions) == final["predictions"] == n_events
 
 
 def test_a_stop_finishes_the_record_in_hand_and_a_restart_continues_exactly(kafka_broker):
@@ -406,26 +216,32 @@ def test_a_checkpoint_larger_than_a_producer_request_is_chunked_and_restores_exa
     assert saved_model_bytes(saved_tasks(bootstrap, cfg, [0])[0]) == model_bytes(model)
 
 
-def test_an_abrupt_concept_change_is_detected_shortly_after_the_change_point(kafka_broker):
+def test_scaler_in_front_matches_rivers_pipeline_and_survives_a_restart(kafka_broker):
     bootstrap = kafka_broker.bootstrap_servers
-    name = fresh("drift")
+    name = fresh("scaled")
     create_topics(bootstrap, [name])
-    change = 3_000
-    # SEA, then the same concept with every label flipped: the error rate jumps at `change`.
-    data = [(x, bool(y) != (i >= change))
-            for i, (x, y) in enumerate(synth.SEA(seed=1).take(2 * change))]
-    produce(bootstrap, name, [(0, event(i, x, y)) for i, (x, y) in enumerate(data)])
-    cfg = config(bootstrap, name, scale=True)
-    seen = []
-    summary = Worker(cfg).run(on_metrics=seen.append)
+    # SEA's feature names are ints; they arrive as JSON object keys, i.e. strings.
+    data = [({str(k): v for k, v in x.items()}, bool(y)) for x, y in synth.SEA(seed=3).take(4_000)]
+    produce(bootstrap, name, [(0, event(i, x, y)) for i, (x, y) in enumerate(data[:2_500])])
+    cfg = config(bootstrap, name, scale=True, params={"alpha": 0.8})
+    Worker(cfg).run()
+    produce(bootstrap, name, [(0, event(i, x, y)) for i, (x, y) in enumerate(data[2_500:], 2_500)])
+    summary = Worker(cfg).run()  # restores the scaler and the model from the checkpoint
+
+    def make_pipeline():
+        return preprocessing.StandardScaler() | streammargin.ALMAClassifier(alpha=0.8)
 
     final = summary["partitions"][f"{name}/0"]
-    offsets = final["drift"]["recent_detection_offsets"]
-    after = [o for o in offsets if o >= change]
-    assert after and after[0] < change + 300, offsets
-    assert final["drift"]["detector"] == "ADWIN"
-    drift_events = [r["next_offset"] - 1 for r in seen if r["event"] == "drift"]
-    assert drift_events == offsets  # each detection was also reported as it happened
+    assert (final["accuracy"], final["log_loss"]) == progressive(data, make_pipeline)
+    pipeline, _ = straight_run(data, make_pipeline())
+    fields = saved_tasks(bootstrap, cfg, [0])[0]
+    assert saved_model_bytes(fields) == model_bytes(pipeline["ALMAClassifier"])
+    scaler = streammargin.StandardScaler.from_state(fields["scaler"])
+    river_scaler = pipeline["StandardScaler"]
+    assert (scaler.counts, scaler.means, scaler.vars) == (
+        dict(river_scaler.counts), dict(river_scaler.means), dict(river_scaler.vars)
+    )
+
 
 
 # Worker processes ---------------------------------------------------------------------------------
@@ -626,3 +442,353 @@ def test_predictions_can_be_batched_as_json_lines(kafka_broker):
     _, served = straight_run(data, streammargin.ALMAClassifier())
     assert [p["offset"] for p in lines] == list(range(1_000))
     assert [(p["y_pred"], p["p_true"]) for p in lines] == served
+
+
+def committed(bootstrap: str, cfg: WorkerConfig, partition: int = 0):
+    """The group's committed offset of an input partition (None: nothing committed)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=cfg.group_id,
+                             enable_auto_commit=False)
+    try:
+        return consumer.committed(TopicPartition(cfg.topics[0], partition))
+    finally:
+        consumer.close()
+
+
+def latest_checkpoint_offset(bootstrap: str, cfg: WorkerConfig, partition: int = 0):
+    loaded = latest_checkpoint(bootstrap, cfg, partition)
+    return None if loaded is None else checkpoint.decode_checkpoint(loaded.payload)["next_offset"]
+
+
+def produce_compressed(bootstrap: str, topic: str, partition: int, values, codec,
+                       corrupt: bool = False) -> None:
+    """One producer per call, `codec` compression; `corrupt` replaces the gzip payload by bytes
+    that are not gzip (the batch CRC is computed over them, so only decompression fails)."""
+    from kafka import KafkaProducer
+    from kafka.record import default_records
+
+    real = default_records.gzip_encode
+    if corrupt:
+        default_records.gzip_encode = lambda payload, **_: b"not gzip at all " * 4
+    try:
+        producer = KafkaProducer(bootstrap_servers=bootstrap, compression_type=codec,
+                                 linger_ms=100, batch_size=1 << 20)
+        for value in values:
+            producer.send(topic, value, partition=partition)
+        producer.flush()
+        producer.close()
+    finally:
+        default_records.gzip_encode = real
+
+
+def batch_codecs(bootstrap: str, topic: str, partitions) -> dict[int, set[int]]:
+    """The compression codes of the record batches stored in each partition (read raw)."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.consumer.fetcher import Fetcher
+
+    seen: dict[int, set[int]] = {p: set() for p in partitions}
+    original = Fetcher.PartitionRecords._unpack_records
+
+    def observe(self, tp, records, *args):
+        class Observed:
+            def next_batch(self_):
+                batch = records.next_batch()
+                if batch is not None:
+                    seen[tp.partition].add(batch.compression_type)
+                return batch
+
+        yield from original(self, tp, Observed(), *args)
+
+    Fetcher.PartitionRecords._unpack_records = observe
+    try:
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                 enable_auto_commit=False, fetch_max_wait_ms=20)
+        tps = [TopicPartition(topic, p) for p in partitions]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(
+            consumer.highwater(tp) is not None and consumer.position(tp) >= consumer.highwater(tp)
+            for tp in tps
+        ):
+            consumer.poll(timeout_ms=200)
+        consumer.close()
+    finally:
+        Fetcher.PartitionRecords._unpack_records = original
+    return seen
+
+
+# Codecs -------------------------------------------------------------------------------------------
+
+
+def test_topics_compressed_with_every_codec_are_consumed(kafka_broker):
+    bootstrap = kafka_broker.bootstrap_servers
+    name = fresh("codecs")
+    codecs = [None, "gzip", "snappy", "lz4", "zstd"]
+    create_topics(bootstrap, [name], partitions=len(codecs))
+    data = labelled_stream(300 * len(codecs), seed=23)
+    for partition, codec in enumerate(codecs):
+        values = [event(i, x, y) for i, (x, y) in enumerate(data[partition::len(codecs)])]
+        produce_compressed(bootstrap, name, partition, values, codec)
+    # The batches on the broker really are compressed, one codec per partition.
+    assert batch_codecs(bootstrap, name, range(len(codecs))) == {p: {p} for p in range(5)}
+    cfg = config(bootstrap, name)
+    summary = Worker(cfg).run()
+    assert summary["reason"] == "idle" and summary["records"] == len(data)
+    tasks = saved_tasks(bootstrap, cfg, range(len(codecs)))
+    for partition in range(len(codecs)):
+        model, _ = straight_run(data[partition::len(codecs)], streammargin.ALMAClassifier())
+        assert saved_model_bytes(tasks[partition]) == model_bytes(model)
+
+
+def test_a_batch_the_client_cannot_decode_fails_clearly_or_is_skipped(kafka_broker, monkeypatch):
+    from kafka import codec as kafka_codec
+
+    from connectors.worker import WorkerError
+
+    bootstrap = kafka_broker.bootstrap_servers
+    name = fresh("undecodable")
+    create_topics(bootstrap, [name], partitions=2)
+    data = labelled_stream(900, seed=29)
+    values = [event(i, x, y) for i, (x, y) in enumerate(data)]
+    # Partition 0: plain, snappy (its library will be "missing"), plain. Partition 1: plain,
+    # a corrupt gzip batch, plain.
+    produce_compressed(bootstrap, name, 0, values[:100], None)
+    produce_compressed(bootstrap, name, 0, values[100:300], "snappy")
+    produce_compressed(bootstrap, name, 0, values[300:400], None)
+    produce_compressed(bootstrap, name, 1, values[400:500], None)
+    produce_compressed(bootstrap, name, 1, values[500:800], "gzip", corrupt=True)
+    produce_compressed(bootstrap, name, 1, values[800:], None)
+    monkeypatch.setattr(kafka_codec, "snappy", None)  # as if python-snappy were not installed
+    cfg = config(bootstrap, name, checkpoint_every=50)
+
+    with pytest.raises(WorkerError) as raised:
+        Worker(cfg).run()
+    message = str(raised.value)
+    assert re.search(rf"cannot decode the (snappy record batch of {name}/0 at offsets 100-299|"
+                     rf"gzip record batch of {name}/1 at offsets 100-399)", message), message
+    assert "Fix:" in message and "Nothing was committed" in message
+    if "snappy" in message:
+        assert "install the snappy library (python-snappy" in message
+    # The records before the batch were checkpointed, the batch itself was not passed.
+    for partition in (0, 1):
+        assert committed(bootstrap, cfg, partition) in (None, 50, 100)
+
+    cfg.on_undecodable = "skip"
+    summary = Worker(cfg).run()
+    assert summary["reason"] == "idle"
+    finals = summary["partitions"]
+    assert [finals[f"{name}/{p}"]["undecodable"] for p in (0, 1)] == [200, 300]
+    dead = read_all(bootstrap, cfg.dead_letter_topic)
+    assert len(dead) == 2
+    for record in dead:
+        headers = {k: v.decode() for k, v in record.headers}
+        partition = int(headers["streammargin.error.partition"])
+        assert (headers["streammargin.error.offset"], headers["streammargin.error.last_offset"],
+                headers["streammargin.error.codec"]) == (
+            ("100", "299", "snappy") if partition == 0 else ("100", "399", "gzip")
+        )
+        assert record.value == b"" and "cannot decode" in headers["streammargin.error.reason"]
+    predictions = {(json.loads(r.value)["partition"], json.loads(r.value)["offset"])
+                   for r in read_all(bootstrap, cfg.predictions_topic)}
+    assert predictions == {(0, o) for o in [*range(100), *range(300, 400)]} | {
+        (1, o) for o in [*range(100), *range(400, 500)]}
+    assert [latest_checkpoint_offset(bootstrap, cfg, p) for p in (0, 1)] == [400, 500]
+
+
+# Idleness and broker outages ----------------------------------------------------------------------
+
+
+def test_a_broker_stall_is_not_idleness_and_the_worker_exits_once_caught_up(tmp_path):
+    from connectors.broker import EmbeddedBroker
+
+    with EmbeddedBroker(log_path=tmp_path / "broker.log") as broker:
+        bootstrap = broker.bootstrap_servers
+        name = fresh("stall")
+        create_topics(bootstrap, [name])
+        data = labelled_stream(3_000, seed=31)
+        produce(bootstrap, name, [(0, event(i, x, y)) for i, (x, y) in enumerate(data)])
+        # Small fetches, so most records are still on the broker when it stalls.
+        cfg = config(bootstrap, name, idle_timeout=2.0, metrics_every=100, max_poll_records=50,
+                     session_timeout_ms=20_000, heartbeat_interval_ms=2_000,
+                     consumer_config={"max_partition_fetch_bytes": 4096,
+                                      "fetch_max_bytes": 4096})
+        started = threading.Event()
+        outcome = {}
+
+        def on_metrics(record):
+            if record["event"] == "periodic" and record["records"] >= 300:
+                started.set()
+
+        def work():
+            try:
+                outcome["summary"] = Worker(cfg).run(on_metrics=on_metrics)
+            except BaseException as error:  # reported by the assertions below
+                outcome["error"] = error
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        try:
+            assert started.wait(60), "the worker did not start consuming"
+            broker.pause()
+            time.sleep(6)  # three idle timeouts without an answer from the broker
+        finally:
+            broker.resume()
+        thread.join(120)
+        assert not thread.is_alive()
+        assert "error" not in outcome, outcome.get("error")
+        summary = outcome["summary"]
+        # Still idle in the end, but only once every record was consumed.
+        assert summary["reason"] == "idle" and summary["records"] == 3_000
+        assert latest_checkpoint_offset(bootstrap, cfg) == 3_000
+
+
+# Checkpoints that cannot be restored --------------------------------------------------------------
+
+
+def test_the_admin_client_and_the_checkpoint_reader_get_the_connection_settings(
+    kafka_broker, monkeypatch
+):
+    import kafka
+
+    bootstrap = kafka_broker.bootstrap_servers
+    name = fresh("settings")
+    create_topics(bootstrap, [name])
+    admins = []
+
+    class RecordingAdmin(kafka.KafkaAdminClient):  # the real client, its settings kept
+        def __init__(self, **settings):
+            super().__init__(**settings)
+            admins.append(self.config)
+
+    monkeypatch.setattr(kafka, "KafkaAdminClient", RecordingAdmin)
+    cfg = config(bootstrap, name, consumer_config={"reconnect_backoff_ms": 77,
+                                                   "fetch_min_bytes": 3},
+                 producer_config={"retry_backoff_ms": 33})
+    worker = Worker(cfg)
+    worker._connect()
+    try:
+        reader = worker._store._reader_consumer()
+        assert reader.config["reconnect_backoff_ms"] == 77
+        assert reader.config["retry_backoff_ms"] != 33 and reader.config["fetch_min_bytes"] != 3
+    finally:
+        worker._close(graceful=False)
+    [admin] = admins
+    assert (admin["reconnect_backoff_ms"], admin["retry_backoff_ms"]) == (77, 33)
+
+
+def test_a_bad_checkpoint_fails_without_touching_offsets_or_resets_when_asked(kafka_broker, caplog):
+    from connectors.worker import WorkerError
+
+    bootstrap = kafka_broker.bootstrap_servers
+    name = fresh("badckpt")
+    create_topics(bootstrap, [name])
+    data = labelled_stream(1_000, seed=37)
+    produce(bootstrap, name, [(0, event(i, x, y)) for i, (x, y) in enumerate(data[:600])])
+    cfg = config(bootstrap, name)
+    Worker(cfg).run()
+    assert committed(bootstrap, cfg) == 600
+    # Someone writes garbage as the partition's latest checkpoint.
+    key = checkpoint.checkpoint_key(cfg.group_id, name, 0)
+    produce(bootstrap, cfg.checkpoint_topic, [(0, b"SMSTATE1 not a checkpoint", key)])
+    produce(bootstrap, name, [(0, event(i, x, y)) for i, (x, y) in enumerate(data[600:], 600)])
+
+    with pytest.raises(WorkerError) as raised:
+        Worker(cfg).run()
+    message = str(raised.value)
+    # Which record (key, checkpoint-topic partition and offset), and why.
+    assert re.search(
+        rf"checkpoint {cfg.group_id}/{name}/0 at {cfg.checkpoint_topic}/0@\d+ refused: \S", message
+    ), message
+    assert "--on-bad-checkpoint reset" in message and "Nothing was committed" in message
+    assert committed(bootstrap, cfg) == 600
+    assert len(read_all(bootstrap, cfg.predictions_topic)) == 600
+
+    cfg.on_bad_checkpoint = "reset"
+    with caplog.at_level("ERROR", logger="connectors.worker"):
+        summary = Worker(cfg).run()
+    assert f"{name}/0 starts a fresh model at the group's committed offset 600" in caplog.text
+    final = summary["partitions"][f"{name}/0"]
+    assert final["records"] == 400 and summary["records"] == 400
+    model, _ = straight_run(data[600:], streammargin.ALMAClassifier())
+    assert saved_model_bytes(saved_tasks(bootstrap, cfg, [0])[0]) == model_bytes(model)
+    assert committed(bootstrap, cfg) == latest_checkpoint_offset(bootstrap, cfg) == 1_000
+
+
+# Failures ---------------------------------------------------------------------------------------
+
+
+def test_a_bug_in_the_model_stops_the_worker_without_committing(kafka_broker, monkeypatch):
+    from connectors.task import TaskFailure
+
+    bootstrap = kafka_broker.bootstrap_servers
+    name = fresh("modelbug")
+    create_topics(bootstrap, [name])
+    data = labelled_stream(600, seed=41)
+    produce(bootstrap, name, [(0, event(i, x, y)) for i, (x, y) in enumerate(data[:300])])
+    cfg = config(bootstrap, name, checkpoint_every=100)
+    Worker(cfg).run()
+    assert committed(bootstrap, cfg) == 300
+    learn = streammargin.ALMAClassifier.learn_one
+
+    def learn_one(self, x, y):
+        if "boom" in x:
+            raise ValueError("a bug, not a rejection")
+        return learn(self, x, y)
+
+    monkeypatch.setattr(streammargin.ALMAClassifier, "learn_one", learn_one)
+    cfg.checkpoint_every = 10_000  # no checkpoint before the failing record
+    items = [(0, event(i, x, y)) for i, (x, y) in enumerate(data[300:], 300)]
+    items.insert(250, (0, event(-1, {"boom": 1.0}, True)))  # offset 550
+    produce(bootstrap, name, items)
+    with pytest.raises(TaskFailure, match=rf"{name}/0@550 made the model or codec fail with "
+                                          "ValueError: a bug, not a rejection"):
+        Worker(cfg).run()
+    # Nothing of the failed run was committed, and nothing went to the dead letters.
+    assert committed(bootstrap, cfg) == latest_checkpoint_offset(bootstrap, cfg) == 300
+    assert read_all(bootstrap, cfg.dead_letter_topic) == []
+
+
+def test_a_dead_letter_too_large_to_produce_is_sent_without_its_value(kafka_broker):
+    bootstrap = kafka_broker.bootstrap_servers
+    name = fresh("bigdead")
+    create_topics(bootstrap, [name])
+    data = labelled_stream(200, seed=43)
+    items = [(0, event(i, x, y)) for i, (x, y) in enumerate(data)]
+    big = b"{" + b"x" * 80_000  # bad JSON, below max_record_bytes
+    items.insert(100, (0, big, b"big-key"))
+    produce(bootstrap, name, items)
+    # The producer refuses records above 60 kB: the dead letter of `big` is one.
+    cfg = config(bootstrap, name, max_record_bytes=100_000,
+                 producer_config={"max_request_size": 60_000})
+    summary = Worker(cfg).run()
+    assert summary["reason"] == "idle" and summary["records"] == 201
+    [dead] = read_all(bootstrap, cfg.dead_letter_topic)
+    headers = {k: v.decode() for k, v in dead.headers}
+    assert dead.value == b"" and dead.key == b"big-key"
+    assert headers["streammargin.error.value_dropped"] == str(len(big))
+    assert headers["streammargin.error.offset"] == "100"
+    assert headers["streammargin.error.reason"].startswith("bad JSON")
+    assert latest_checkpoint_offset(bootstrap, cfg) == 201
+
+
+def test_any_other_send_failure_is_one_line_naming_cause_and_fix(kafka_broker, tmp_path):
+    bootstrap = kafka_broker.bootstrap_servers
+    name = fresh("sendfail")
+    create_topics(bootstrap, [name])
+    data = labelled_stream(300, seed=47)
+    produce(bootstrap, name, [(0, event(i, x, y)) for i, (x, y) in enumerate(data)])
+    cfg = config(bootstrap, name, checkpoint_every=100)
+    log_path = tmp_path / "worker.log"
+    # 200 predictions per message cannot fit in 5 kB requests.
+    process = start_worker(cfg, log_path, "--predictions-per-message", "200", "--producer-config",
+                           "max_request_size=5000", "--idle-timeout", "1")
+    assert reap(process, log_path, timeout=60) == 1
+    text = log_path.read_text()
+    [line] = [line for line in text.splitlines() if "worker failed" in line]
+    assert (f"producing predictions to '{cfg.predictions_topic}' failed: "
+            "MessageSizeTooLargeError") in line
+    assert "Fix: the record is larger than the producer's max_request_size" in line
+    assert "Traceback" not in text
+    assert committed(bootstrap, cfg) is None

@@ -1,0 +1,656 @@
+"""The partition task without a broker: records in, predictions, dead letters and metrics out.
+
+Records are plain named tuples with kafka-python's ConsumerRecord fields. Reference results come
+from River itself (`evaluate.progressive_val_score`) or from the model run straight over the
+same events.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from river import evaluate, metrics, preprocessing
+from river.datasets import synth
+
+import streammargin
+from connectors import checkpoint
+from connectors.task import (
+    ENTRY_BYTES,
+    FEATURE_BYTES,
+    MAX_REASON_CHARS,
+    OutputRecords,
+    PartitionTask,
+    PendingLabels,
+    TaskFailure,
+    TaskSettings,
+    pending_entry_bytes,
+)
+from streammargin import state
+from streammargin.errors import InvalidInput, StateError
+
+Record = collections.namedtuple("Record", "topic partition offset timestamp key value headers")
+
+
+def as_records(values, topic="events", partition=0, start=0, timestamps=None, keys=None):
+    return [
+        Record(topic, partition, start + i, 0 if timestamps is None else timestamps[i],
+               None if keys is None else keys[i], value, [])
+        for i, value in enumerate(values)
+    ]
+
+
+def event(i, x, y=None) -> bytes:
+    record = {"id": f"e{i}", "x": x}
+    if y is not None:
+        record["y"] = y
+    return json.dumps(record).encode()
+
+
+def labelled_stream(n: int, seed: int = 7):
+    return [(x, bool(y)) for x, y in synth.Agrawal(classification_function=2, seed=seed).take(n)]
+
+
+Collected = collections.namedtuple("Collected", "predictions dead_letters metrics outputs")
+
+
+def run(task, records) -> Collected:
+    """Every output of the records, as the adapter would see them (process until the end)."""
+    outputs, start = [], 0
+    while start < len(records):
+        output = task.process(records, start)
+        assert output.end > start
+        outputs.append(output)
+        start = output.end
+    return Collected(
+        [p for o in outputs for p in o.predictions.values],
+        [d for o in outputs for d in o.dead_letters],
+        [m for o in outputs for m in o.metrics],
+        outputs,
+    )
+
+
+def predictions(collected: Collected) -> list[dict]:
+    return [json.loads(value) for value in collected.predictions]
+
+
+def straight_run(events, model):
+    """The model run over (x, y) in order as the task does: predict, then learn."""
+    served = []
+    for x, y in events:
+        served.append((model.predict_one(x), model.predict_proba_one(x)[True]))
+        model.learn_one(x, y)
+    return model, served
+
+
+def progressive(events, make_model):
+    accuracy = evaluate.progressive_val_score(events, make_model(), metrics.Accuracy())
+    log_loss = evaluate.progressive_val_score(events, make_model(), metrics.LogLoss())
+    return accuracy.get(), log_loss.get()
+
+
+def model_bytes(model) -> bytes:
+    return state.dumps(model.to_state())
+
+
+def headers_of(dead) -> dict[str, str]:
+    return {k: v.decode() for k, v in dead.headers}
+
+
+# Predictions and metrics --------------------------------------------------------------------------
+
+
+def test_every_record_gets_one_prediction_and_the_metrics_equal_rivers_progressive_validation():
+    data = labelled_stream(5_000)
+    task = PartitionTask.new("events", 3, TaskSettings(metrics_every=2_000),
+                             prediction_partition=1)
+    out = run(task, as_records([event(i, x, y) for i, (x, y) in enumerate(data)], partition=3))
+
+    accuracy, log_loss = progressive(data, streammargin.ALMAClassifier)
+    final = task.metrics_event("final")
+    assert final["accuracy"] == accuracy and final["log_loss"] == log_loss
+    assert final["records"] == final["labelled"] == final["predictions"] == 5_000
+    model, served = straight_run(data, streammargin.ALMAClassifier())
+    mine = predictions(out)
+    assert [p["offset"] for p in mine] == list(range(5_000))
+    assert [(p["y_pred"], p["p_true"]) for p in mine] == served
+    assert [p["id"] for p in mine] == [f"e{i}" for i in range(5_000)]
+    assert [p["y"] for p in mine] == [y for _, y in data]
+    assert all(p["topic"] == "events" and p["partition"] == 3 and p["model"] == "alma"
+               for p in mine)
+    assert all(o.predictions.partition == 1 for o in out.outputs)
+    assert model_bytes(task.model) == model_bytes(model)
+    assert task.next_offset == 5_000 and not out.dead_letters
+    # Metrics events at deterministic points, each returned right after its record.
+    assert [(m["event"], m["records"], m["next_offset"]) for m in out.metrics] == [
+        ("periodic", 2_000, 2_000), ("periodic", 4_000, 4_000)
+    ]
+    assert all(m["model_counters"]["trials"] == m["labelled"] for m in out.metrics)
+
+
+def test_a_scaler_in_front_matches_rivers_pipeline():
+    # SEA's feature names are ints; they arrive as JSON object keys, i.e. strings.
+    data = [({str(k): v for k, v in x.items()}, bool(y)) for x, y in synth.SEA(seed=3).take(3_000)]
+    task = PartitionTask.new("events", 0, TaskSettings(scale=True, params={"alpha": 0.8}))
+    run(task, as_records([event(i, x, y) for i, (x, y) in enumerate(data)]))
+
+    def make_pipeline():
+        return preprocessing.StandardScaler() | streammargin.ALMAClassifier(alpha=0.8)
+
+    final = task.metrics_event("final")
+    assert (final["accuracy"], final["log_loss"]) == progressive(data, make_pipeline)
+    pipeline, _ = straight_run(data, make_pipeline())
+    assert model_bytes(task.model) == model_bytes(pipeline["ALMAClassifier"])
+    assert task.scaler.means == pipeline["StandardScaler"].means
+
+
+# Dead letters and failures ------------------------------------------------------------------------
+
+
+def test_bad_records_become_dead_letters_with_reasons_and_leave_the_model_untouched():
+    good = labelled_stream(300, seed=2)
+    bad = [
+        (b"not json", b"k1", "bad JSON"),
+        (b'{"x": {"age": NaN}, "y": true}', None, "non-finite number NaN"),
+        (b'{"x": {"age": 1e999}, "y": true}', None, "feature 'age' has value inf"),
+        (b'{"x": {"age": "old"}, "y": true}', None, "feature 'age' has value 'old' of type str"),
+        (b'{"y": true}', None, "label record without an id"),
+        (b'{"id": "z"}', None, "missing x"),
+        (b'{"x": {"age": 3}, "y": "spam"}', None, "unknown label 'spam'"),
+        (b'{"x": [1, 2], "y": true}', None, "x must be a JSON object"),
+        (b'{"x": {"age": 1}, "y": 1}' + b" " * 3_000, None, "oversized record"),
+        (b"\xff\xfe\x00", None, "bad JSON"),
+        (None, b"tombstone", "empty record"),
+    ]
+    values, keys, bad_offsets, good_events = [], [], {}, []
+    for i, (x, y) in enumerate(good):
+        values.append(event(i, x, y))
+        keys.append(None)
+        good_events.append((x, y))
+        if i % 25 == 10 and bad:
+            value, key, reason = bad.pop(0)
+            bad_offsets[len(values)] = (value, key, reason)
+            values.append(value)
+            keys.append(key)
+    assert not bad
+    task = PartitionTask.new("events", 2, TaskSettings(group_id="g", max_record_bytes=2_000))
+    out = run(task, as_records(values, partition=2, keys=keys))
+
+    assert len(out.dead_letters) == len(bad_offsets)
+    for dead in out.dead_letters:
+        headers = headers_of(dead)
+        offset = int(headers["streammargin.error.offset"])
+        value, key, reason = bad_offsets[offset]
+        assert reason in headers["streammargin.error.reason"]
+        assert (headers["streammargin.error.topic"], headers["streammargin.error.partition"],
+                headers["streammargin.error.group"]) == ("events", "2", "g")
+        assert dead.value == (value if value is not None else b"") and dead.key == key
+        assert ("streammargin.error.null_value" in headers) == (value is None)
+    assert [p["offset"] for p in predictions(out)] == sorted(
+        set(range(len(values))) - set(bad_offsets)
+    )
+    counters = task.counters()
+    assert counters["dead_letters"] == len(bad_offsets) and counters["records"] == len(values)
+    model, _ = straight_run(good_events, streammargin.ALMAClassifier())
+    assert model_bytes(task.model) == model_bytes(model)
+
+
+def test_the_models_documented_rejection_is_a_dead_letter(monkeypatch):
+    task = PartitionTask.new("events", 0, TaskSettings())
+    learn = task.model.learn_one
+
+    def learn_one(x, y):
+        if "refuse" in x:
+            raise InvalidInput("feature 'refuse' is not welcome " + "!" * 5_000)
+        learn(x, y)
+
+    monkeypatch.setattr(task.model, "learn_one", learn_one)
+    values = [event(0, {"a": 1.0}, True), event(1, {"refuse": 1.0}, True), event(2, {"a": 2.0}, 0)]
+    out = run(task, as_records(values))
+    assert [p["offset"] for p in predictions(out)] == [0, 2]
+    [dead] = out.dead_letters
+    reason = headers_of(dead)["streammargin.error.reason"]
+    assert reason.startswith("rejected by the model: feature 'refuse' is not welcome")
+    # Bounded, however long the model's message (it may quote names and values).
+    assert len(reason) <= MAX_REASON_CHARS + 40 and "characters)" in reason
+
+
+@pytest.mark.parametrize("error", [ValueError("a bug in the update rule"), ZeroDivisionError(),
+                                   KeyError("weights"), StateError("not a rejection")])
+def test_anything_else_a_model_raises_is_a_failure_not_a_dead_letter(monkeypatch, error):
+    task = PartitionTask.new("events", 4, TaskSettings())
+    learn = task.model.learn_one
+
+    def learn_one(x, y):
+        if x["a"] == 2.0:
+            raise error
+        learn(x, y)
+
+    monkeypatch.setattr(task.model, "learn_one", learn_one)
+    values = [event(i, {"a": float(i)}, True) for i in range(4)]
+    with pytest.raises(TaskFailure, match=r"events/4@2 made the model or codec fail with "
+                                          + type(error).__name__) as raised:
+        task.process(as_records(values, partition=4))
+    assert raised.value.offset == 2 and raised.value.error is error
+
+
+@pytest.mark.parametrize("p_true", [math.nan, math.inf, -0.5, 1.5])
+def test_a_non_finite_or_impossible_probability_fails_instead_of_writing_bad_json(
+    monkeypatch, p_true
+):
+    task = PartitionTask.new("events", 0, TaskSettings())
+    monkeypatch.setattr(task.model, "predict_proba_one", lambda x: {True: p_true})
+    with pytest.raises(TaskFailure, match="the model gave the probability"):
+        task.process(as_records([event(0, {"a": 1.0}, True)]))
+
+
+def test_dead_letter_reasons_stay_bounded_whatever_the_feature_names():
+    name = "n" * (1 << 20)  # a 1 MB feature name
+    values = [
+        json.dumps({"x": {name: "text"}}).encode(),
+        json.dumps({"x": {name: 1.0}, "y": "x" * 100_000}).encode(),
+        json.dumps({"id": [name], "x": {"a": 1}}).encode(),
+    ]
+    task = PartitionTask.new("events", 0, TaskSettings(max_record_bytes=4 << 20))
+    out = run(task, as_records(values))
+    reasons = [headers_of(d)["streammargin.error.reason"] for d in out.dead_letters]
+    assert len(reasons) == 3
+    assert all(len(r) < 500 for r in reasons), [len(r) for r in reasons]
+    assert reasons[0].startswith("feature 'nnnn") and "characters)" in reasons[0]
+
+
+# Delayed labels -----------------------------------------------------------------------------------
+
+
+def test_delayed_labels_join_their_events_expire_and_orphans_are_counted():
+    pool = iter(labelled_stream(2_000, seed=5))
+    items: list[bytes] = []
+    # The reference replays the policy: a prediction when the event comes, learning and the
+    # metric when its label comes.
+    reference = streammargin.ALMAClassifier()
+    accuracy = metrics.Accuracy()
+    n_labelled = 0
+    waiting: dict[str, tuple] = {}
+
+    def unlabelled(event_id):
+        x, y = next(pool)
+        items.append(json.dumps({"id": event_id, "x": x}).encode())
+        waiting[event_id] = (x, y, reference.predict_one(x))
+
+    def label(event_id, joins=True):
+        x, y, y_pred = waiting.pop(event_id, (None, True, None))
+        items.append(json.dumps({"id": event_id, "y": y}).encode())
+        if joins:
+            nonlocal n_labelled
+            n_labelled += 1
+            accuracy.update(y, y_pred)
+            reference.learn_one(x, y)
+
+    def labelled():
+        nonlocal n_labelled
+        n_labelled += 1
+        x, y = next(pool)
+        items.append(json.dumps({"x": x, "y": y}).encode())
+        accuracy.update(y, reference.predict_one(x))
+        reference.learn_one(x, y)
+
+    for block in range(5):  # 20 events, 10 labelled records, then their labels, out of order
+        ids = [f"b{block}-{i}" for i in range(20)]
+        for event_id in ids:
+            unlabelled(event_id)
+        for _ in range(10):
+            labelled()
+        for event_id in reversed(ids):
+            label(event_id)
+    for i in range(3):  # orphans
+        label(f"nobody-{i}", joins=False)
+    ids = [f"big-{i}" for i in range(60)]  # 60 waiting > label_store_size=50: 10 evicted
+    for event_id in ids:
+        unlabelled(event_id)
+    for event_id in ids:
+        label(event_id, joins=event_id not in ids[:10])
+    unlabelled("late")  # its label comes 120 records later > label_max_age_records=100
+    for _ in range(119):
+        labelled()
+    label("late", joins=False)
+    task = PartitionTask.new("events", 0, TaskSettings(label_store_size=50,
+                                                       label_max_age_records=100))
+    out = run(task, as_records(items))
+
+    final = task.metrics_event("final")
+    # Evicted: 10 by the size limit; expired: 1 by age. Orphans: 3 unknown ids, and the labels of
+    # the 10 evicted events (nothing waits for them any more).
+    assert final["labels"] == {"pending": 0, "pending_bytes": 0, "joined": 150, "expired": 1,
+                               "evicted": 10, "superseded": 0, "orphans": 13, "unjoinable": 0}
+    assert final["labelled"] == n_labelled == 319
+    assert final["accuracy"] == accuracy.get()
+    assert model_bytes(task.model) == model_bytes(reference)
+    n_events = sum(1 for value in items if b'"x"' in value)
+    assert len(out.predictions) == final["predictions"] == n_events
+
+
+def test_the_label_store_is_bounded_in_bytes():
+    limit = 20_000
+    task = PartitionTask.new("events", 0, TaskSettings(label_store_bytes=limit))
+    rng = np.random.default_rng(0)
+    values = []
+    for i in range(200):
+        n = int(rng.integers(1, 40))
+        values.append(json.dumps({"id": i, "x": {f"feature-{j}": 1.0 for j in range(n)}}).encode())
+    huge = json.dumps({"id": "huge", "x": {f"f{j}": 1.0 for j in range(500)}}).encode()
+    values.append(huge)
+    sizes = []
+    for record in as_records(values):
+        task.process([record])
+        sizes.append(task.pending.n_bytes)
+    pending = task.pending
+    assert max(sizes) <= limit
+    assert pending.n_bytes == sum(entry[5] for entry in pending.entries.values())
+    expected = [pending_entry_bytes(v, json.loads(v)["x"]) for v in values]
+    assert expected[-1] > limit and "huge" not in pending.entries  # never stored
+    # The newest entries that fit are kept, the older ones were evicted and counted.
+    kept, total = 0, 0
+    for size in reversed(expected[:-1]):
+        if total + size > limit:
+            break
+        total += size
+        kept += 1
+    assert len(pending) == kept and pending.evicted == len(values) - kept
+    assert list(pending.entries) == list(range(200 - kept, 200))
+
+
+def test_pending_labels_join_expire_by_size_and_age_and_count_orphans():
+    pending = PendingLabels(max_size=3, max_age_records=10, max_age_ms=5_000)
+    for i in range(4):  # the fourth evicts the first (size)
+        pending.add(f"e{i}", {"a": i}, offset=i, timestamp=1000 * i, y_pred=True, p_true=0.7,
+                    size=100)
+    assert list(pending.entries) == ["e1", "e2", "e3"] and pending.evicted == 1
+    assert pending.pop("e0", 4, 4000) is None and pending.orphans == 1
+    entry = pending.pop("e2", 5, 5000)
+    assert entry == ({"a": 2}, 2, 2000, True, 0.7, 100) and pending.joined == 1
+    # Age in records: e1 (offset 1) is too old at offset 12.
+    assert pending.pop("e1", 12, 5000) is None and pending.expired == 1
+    # Age in record time: e3 (t=3000 ms) is too old once 9000 ms has been seen.
+    pending.add("e9", {"a": 9}, offset=13, timestamp=9000, y_pred=False, p_true=0.2, size=100)
+    assert "e3" not in pending.entries and pending.expired == 2
+    # A second event with a pending id supersedes the first.
+    pending.add("e9", {"a": 10}, offset=14, timestamp=9000, y_pred=False, p_true=0.1, size=150)
+    assert pending.entries["e9"][0] == {"a": 10} and pending.superseded == 1
+    twin = PendingLabels.from_state(round_trip(pending.to_state()), 3, 1000, 10, 5_000)
+    assert twin.entries == pending.entries
+    assert twin.counters() == pending.counters() == {
+        "pending": 1, "pending_bytes": 150, "joined": 1, "expired": 2, "evicted": 1,
+        "superseded": 1, "orphans": 1,
+    }
+    # Restored under smaller limits: the oldest entries are evicted.
+    smaller = PendingLabels.from_state(round_trip(pending.to_state()), 3, 100, 10, 5_000)
+    assert len(smaller) == 0 and smaller.evicted == 2
+
+
+def test_pending_labels_keep_names_and_ids_of_any_safe_type():
+    pending = PendingLabels(max_size=10)
+    pending.add(5, {"a": 1, 3: 2.5, ("t", 1): True}, offset=0, timestamp=0, y_pred=True,
+                p_true=0.6, size=10)
+    twin = PendingLabels.from_state(round_trip(pending.to_state()), 10)
+    assert twin.entries == {5: ({"a": 1, 3: 2.5, ("t", 1): True}, 0, 0, True, 0.6, 10)}
+
+
+def round_trip(tree):
+    return state.loads(state.dumps({"tree": tree}))["tree"]
+
+
+def pending_state():
+    pending = PendingLabels(max_size=10)
+    for i in range(3):
+        pending.add(f"e{i}", {"a": float(i), "b": i}, offset=i, timestamp=i, y_pred=bool(i % 2),
+                    p_true=0.25 * i, size=50)
+    return round_trip(pending.to_state())
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda s: s.update(ids=s["ids"][:2]), "different lengths"),
+        (lambda s: s.update(offsets=s["offsets"][::-1].copy()), "arrival order"),
+        (lambda s: s.update(offsets=s["offsets"] - 5), "negative"),
+        (lambda s: s.update(p_true=np.array([0.1, math.nan, 0.2])), r"outside \[0, 1\]"),
+        (lambda s: s.update(p_true=np.array([0.1, 1.5, 0.2])), r"outside \[0, 1\]"),
+        (lambda s: s.update(sizes=np.array([1, -1, 1])), "negative"),
+        (lambda s: s.update(sizes=s["sizes"].astype(np.float64)), "int64"),
+        (lambda s: s.update(y_pred=np.array([1, 0, 1])), "bool"),
+        (lambda s: s["values"].__setitem__(1, [1.0, "x"]), "not a finite real number"),
+        (lambda s: s["values"].__setitem__(1, [1.0, 10 ** 400]), "not a finite real number"),
+        (lambda s: s["values"].__setitem__(1, [1.0]), "names and values do not match"),
+        (lambda s: s["names"].__setitem__(1, ["a", "a"]), "names a feature twice"),
+        (lambda s: s["ids"].__setitem__(1, "e0"), "id twice"),
+        (lambda s: s["ids"].__setitem__(1, {"bytes": "x"}), "bad event id"),
+        (lambda s: s.update(joined=-1), "joined"),
+        (lambda s: s.update(orphans=True), "orphans"),
+        (lambda s: s.update(max_timestamp=2 ** 70), "max_timestamp"),
+        (lambda s: s.pop("evicted"), "evicted"),
+        (lambda s: s.update(names="abc"), "not a list"),
+    ],
+)
+def test_pending_labels_refuse_malformed_state_with_state_error(change, reason):
+    data = pending_state()
+    change(data)
+    with pytest.raises(StateError, match=reason):
+        PendingLabels.from_state(data, 10)
+
+
+# Drift --------------------------------------------------------------------------------------------
+
+
+def test_an_abrupt_concept_change_is_detected_shortly_after_the_change_point():
+    change = 3_000
+    # SEA, then the same concept with every label flipped: the error rate jumps at `change`.
+    data = [(x, bool(y) != (i >= change))
+            for i, (x, y) in enumerate(synth.SEA(seed=1).take(2 * change))]
+    task = PartitionTask.new("events", 0, TaskSettings(scale=True))
+    out = run(task, as_records([event(i, x, y) for i, (x, y) in enumerate(data)]))
+
+    final = task.metrics_event("final")
+    offsets = final["drift"]["recent_detection_offsets"]
+    after = [o for o in offsets if o >= change]
+    assert after and after[0] < change + 300, offsets
+    assert final["drift"]["detector"] == "ADWIN"
+    drift_events = [m for m in out.metrics if m["event"] == "drift"]
+    # Each detection was reported as it happened: process returned right after its record.
+    assert [m["next_offset"] - 1 for m in drift_events] == offsets
+    for output in out.outputs:
+        if any(m["event"] == "drift" for m in output.metrics):
+            assert json.loads(output.predictions.values[-1])["offset"] == output.end - 1
+
+
+# Stopping, skipping, outputs ----------------------------------------------------------------------
+
+
+def test_a_stop_request_finishes_the_record_in_hand_and_processing_continues_exactly():
+    data = labelled_stream(500, seed=3)
+    records = as_records([event(i, x, y) for i, (x, y) in enumerate(data)])
+    whole = PartitionTask.new("events", 0, TaskSettings())
+    expected = run(whole, records)
+    calls = 0
+
+    def stop():
+        nonlocal calls
+        calls += 1
+        return calls > 120
+
+    task = PartitionTask.new("events", 0, TaskSettings())
+    first = task.process(records, 0, stop)
+    assert first.end == first.processed == 120 and task.next_offset == 120
+    rest = run(task, records[first.end:])
+    assert first.predictions.values + rest.predictions == expected.predictions
+    assert model_bytes(task.model) == model_bytes(whole.model)
+    # Records before the task's offset are stale data: skipped.
+    assert task.process(records).processed == 0
+
+
+def test_an_undecodable_batch_is_skipped_with_one_dead_letter():
+    task = PartitionTask.new("events", 1, TaskSettings(group_id="g"))
+    task.process(as_records([event(0, {"a": 1.0}, True)], partition=1))
+    dead = task.skip(1, 11, "cannot decode the snappy batch", [("codec", b"snappy")])
+    [record] = dead
+    headers = headers_of(record)
+    assert record.value == b"" and headers["streammargin.error.reason"].startswith("cannot decode")
+    assert (headers["streammargin.error.offset"], headers["streammargin.error.last_offset"],
+            headers["streammargin.error.codec"]) == ("1", "10", "snappy")
+    assert task.next_offset == 11 and task.dirty
+    assert task.counters()["undecodable"] == 10 and task.counters()["dead_letters"] == 1
+    # Offsets already processed are not skipped twice.
+    assert len(task.skip(5, 11, "again")) == 0 and task.counters()["undecodable"] == 10
+    out = task.process(as_records([event(11, {"a": 2.0}, False)], partition=1, start=11))
+    assert out.processed == 1 and task.next_offset == 12
+
+
+def test_output_records_keep_their_columns_aligned():
+    records = OutputRecords(partition=2)
+    records.values.append(b"plain")  # the hot loop's way
+    records.append(b"keyed", key=b"k")
+    records.append(b"with headers", headers=[("h", b"1")], timestamp_ms=5)
+    records.append(b"plain again")
+    assert list(records) == [
+        (b"plain", None, None, None, 2),
+        (b"keyed", b"k", None, None, 2),
+        (b"with headers", None, [("h", b"1")], 5, 2),
+        (b"plain again", None, None, None, 2),
+    ]
+
+
+# Checkpoints --------------------------------------------------------------------------------------
+
+
+def mixed_stream(n: int, seed: int = 9) -> list[bytes]:
+    """Labelled events, events whose labels come later, bad records."""
+    values = []
+    waiting = []
+    for i, (x, y) in enumerate(labelled_stream(n, seed=seed)):
+        if i % 7 == 3:
+            values.append(json.dumps({"id": f"w{i}", "x": x}).encode())
+            waiting.append((f"w{i}", y))
+        elif i % 97 == 5:
+            values.append(b'{"x": {"bad": "value"}}')
+        else:
+            values.append(event(i, x, y))
+        if len(waiting) > 5:
+            event_id, label = waiting.pop(0)
+            values.append(json.dumps({"id": event_id, "y": label}).encode())
+    return values
+
+
+def settings_for_checkpoints(**options) -> TaskSettings:
+    return TaskSettings(group_id="g", scale=True, metrics_every=300, label_store_size=4,
+                        **options)
+
+
+def test_checkpoint_and_restore_give_exactly_the_outputs_of_an_uninterrupted_task():
+    records = as_records(mixed_stream(2_000), partition=5)
+    cut = 1_234
+    uninterrupted = PartitionTask.new("events", 5, settings_for_checkpoints())
+    expected = run(uninterrupted, records)
+
+    first = PartitionTask.new("events", 5, settings_for_checkpoints())
+    before = run(first, records[:cut])
+    payload = first.to_checkpoint()
+    restored = PartitionTask.restore(payload, "events", 5, settings_for_checkpoints())
+    assert restored.next_offset == cut and not restored.dirty
+    # The replay starts before the checkpoint's offset: those records are skipped.
+    after = run(restored, records[cut - 100:])
+
+    assert before.predictions + after.predictions == expected.predictions
+    assert before.dead_letters + after.dead_letters == expected.dead_letters
+    assert before.metrics + after.metrics == expected.metrics
+    assert restored.metrics_event("final") == uninterrupted.metrics_event("final")
+    assert model_bytes(restored.model) == model_bytes(uninterrupted.model)
+    assert restored.pending.entries == uninterrupted.pending.entries
+
+
+def saved_fields(**settings) -> tuple[dict, TaskSettings]:
+    task_settings = settings_for_checkpoints(**settings)
+    task = PartitionTask.new("events", 5, task_settings)
+    run(task, as_records(mixed_stream(200), partition=5))
+    return checkpoint.decode_checkpoint(task.to_checkpoint()), task_settings
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda f: f.update(group="other"), "belongs to group/topic/partition 'other/events/5'"),
+        (lambda f: f.update(partition=6), "not g/events/5"),
+        (lambda f: f.update(partition=True), "'partition' has type bool"),
+        (lambda f: f.update(next_offset=-1), "next_offset"),
+        (lambda f: f.update(next_offset=1.5), "next_offset"),
+        (lambda f: f.update(next_offset=2 ** 64), "next_offset"),
+        (lambda f: f.pop("model"), "lacks the field 'model'"),
+        (lambda f: f.update(model=streammargin.MPUClassifier().to_state()),
+         "holds a MPUClassifier, not the ALMAClassifier"),
+        (lambda f: f["model"].update(model="Nope"), "model: unknown model"),
+        (lambda f: f.update(scaler=None), "written without --scale"),
+        (lambda f: f["metrics"].pop("window"), "metrics:"),
+        (lambda f: f["metrics"].update(rolling_window="big"), "metrics:"),
+        (lambda f: f["pending"].update(ids=[]), "pending labels"),
+        (lambda f: f["counters"].update(records=-3), "counter 'records'"),
+        (lambda f: f.update(counters=[1, 2]), "'counters' has type list"),
+    ],
+)
+def test_restore_refuses_bad_checkpoints_with_one_state_error(change, reason):
+    fields, task_settings = saved_fields()
+    change(fields)
+    payload = checkpoint.encode_checkpoint({k: v for k, v in fields.items() if k != "format"})
+    with pytest.raises(StateError, match=reason):
+        PartitionTask.restore(payload, "events", 5, task_settings)
+
+
+def test_restore_refuses_a_checkpoint_written_without_the_scaler_when_one_is_asked_for():
+    task = PartitionTask.new("events", 5, TaskSettings(group_id="g"))
+    task.process(as_records([event(0, {"a": 1.0}, True)], partition=5))
+    with pytest.raises(StateError, match="written without --scale"):
+        PartitionTask.restore(task.to_checkpoint(), "events", 5,
+                              TaskSettings(group_id="g", scale=True))
+
+
+@pytest.mark.parametrize("payload", [b"", b"\x80\x04pickle", b"SMSTATE1" + b"\xff" * 40,
+                                     state.dumps({"format": "other"})])
+def test_restore_refuses_unreadable_bytes_with_state_error(payload):
+    with pytest.raises(StateError):
+        PartitionTask.restore(payload, "events", 5, TaskSettings(group_id="g"))
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2 ** 70), 2 ** 70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner,
+                                                                max_size=4),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(part=st.sampled_from(["pending", "counters", "metrics", "top"]), data=st.data())
+def test_restore_of_mutated_checkpoints_raises_state_error_and_nothing_else(part, data):
+    fields, task_settings = saved_fields()
+    target = fields if part == "top" else fields[part]
+    key = data.draw(st.sampled_from(sorted(target)))
+    target[key] = data.draw(JSON_VALUES)
+    payload = checkpoint.encode_checkpoint({k: v for k, v in fields.items() if k != "format"})
+    try:
+        task = PartitionTask.restore(payload, "events", 5, task_settings)
+    except StateError:
+        return
+    # Accepted: then it works.
+    run(task, as_records(mixed_stream(50), partition=5, start=task.next_offset))
+    task.to_checkpoint()
+
+
+def test_pending_entry_bytes_follow_the_documented_formula():
+    value = b'{"id": "a", "x": {"f": 1.0, "g": 2.0}}'
+    assert pending_entry_bytes(value, {"f": 1.0, "g": 2.0}) == (
+        len(value) + 2 * FEATURE_BYTES + ENTRY_BYTES
+    )
