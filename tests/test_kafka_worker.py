@@ -773,6 +773,39 @@ def test_a_dead_letter_too_large_to_produce_is_sent_without_its_value(kafka_brok
     assert latest_checkpoint_offset(bootstrap, cfg) == 201
 
 
+def test_a_dead_letter_the_broker_refuses_as_too_large_is_sent_again_without_its_value(
+    kafka_broker,
+):
+    # Tansu enforces no max.message.bytes: the broker's answer is put into the send's future
+    # (a real kafka-python future), where the producer would put it.
+    from kafka import errors
+    from kafka.future import Future
+
+    from connectors.task import OutputRecord
+    from connectors.worker import WorkerError
+
+    bootstrap = kafka_broker.bootstrap_servers
+    name = fresh("refused")
+    create_topics(bootstrap, [name])
+    worker = Worker(config(bootstrap, name))
+    worker._connect()
+    try:
+        record = OutputRecord(b"v" * 5_000, b"key", [("streammargin.error.offset", b"7")])
+        worker._dead_letter_sends.append(
+            (Future().failure(errors.MessageSizeTooLargeError("too big")), record))
+        worker._flush()
+        [dead] = read_all(bootstrap, worker.config.dead_letter_topic)
+        assert dead.value == b"" and dead.key == b"key"
+        assert dict(dead.headers) == {"streammargin.error.offset": b"7",
+                                      "streammargin.error.value_dropped": b"5000"}
+        worker._dead_letter_sends.append(
+            (Future().failure(errors.TopicAuthorizationFailedError()), record))
+        with pytest.raises(WorkerError, match="grant this client's principal WRITE"):
+            worker._flush()
+    finally:
+        worker._close(graceful=False)
+
+
 def test_any_other_send_failure_is_one_line_naming_cause_and_fix(kafka_broker, tmp_path):
     bootstrap = kafka_broker.bootstrap_servers
     name = fresh("sendfail")
