@@ -816,7 +816,7 @@ def test_any_other_send_failure_is_one_line_naming_cause_and_fix(kafka_broker, t
     log_path = tmp_path / "worker.log"
     # 200 predictions per message cannot fit in 5 kB requests.
     process = start_worker(cfg, log_path, "--predictions-per-message", "200", "--producer-config",
-                           "max_request_size=5000", "--idle-timeout", "1")
+                           "max_request_size=8000", "--idle-timeout", "1")
     assert reap(process, log_path, timeout=60) == 1
     text = log_path.read_text()
     [line] = [line for line in text.splitlines() if "worker failed" in line]
