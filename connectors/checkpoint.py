@@ -70,7 +70,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FORMAT = "streammargin.checkpoint/1"
+# /2: explicit detector and scaler state (no object graph), pending labels with sizes.
+CHECKPOINT_FORMAT = "streammargin.checkpoint/2"
 
 # Checkpoint records -------------------------------------------------------------------------------
 #
@@ -136,8 +137,11 @@ def encode_checkpoint(fields: dict) -> bytes:
 def decode_checkpoint(data: bytes) -> dict:
     """Read checkpoint bytes back; never executes code. Raises `StateError` when unreadable."""
     fields = state_module.loads(data)
-    if fields.get("format") != CHECKPOINT_FORMAT:
-        raise state_module.StateError(f"not a streammargin checkpoint: {fields.get('format')!r}")
+    found = fields.get("format")
+    if found != CHECKPOINT_FORMAT:
+        raise state_module.StateError(
+            f"checkpoint format {str(found)[:40]!r}, this worker reads {CHECKPOINT_FORMAT!r}"
+        )
     return fields
 
 

@@ -622,6 +622,14 @@ def test_restore_refuses_unreadable_bytes_with_state_error(payload):
         PartitionTask.restore(payload, "events", 5, TaskSettings(group_id="g"))
 
 
+def test_restore_refuses_a_checkpoint_of_the_previous_format_naming_both_formats():
+    fields, task_settings = saved_fields()
+    fields["format"] = "streammargin.checkpoint/1"
+    with pytest.raises(StateError, match="'streammargin.checkpoint/1', this worker reads "
+                                         "'streammargin.checkpoint/2'"):
+        PartitionTask.restore(state.dumps(fields), "events", 5, task_settings)
+
+
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(2 ** 70), 2 ** 70)
     | st.floats(allow_nan=False, allow_infinity=False)
