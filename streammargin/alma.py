@@ -8,7 +8,13 @@ import typing
 import numpy as np
 
 from streammargin import state
-from streammargin.base import InfiniteEntry, MarginClassifier, binary_target, grown
+from streammargin.base import (
+    InfiniteEntry,
+    MarginClassifier,
+    binary_target,
+    check_max_features,
+    grown,
+)
 from streammargin.jit import alma as alma_jit
 from streammargin.jit.entry import lazy_entry_point
 
@@ -108,6 +114,13 @@ class ALMAClassifier(MarginClassifier):
         breast cancer) and raises the accuracy after an abrupt change (`streammargin demo
         --stream hyperplane`: 0.67 -> 0.79 on the second half); 1,000-3,000 adapts faster still
         (0.92) at a small cost on stationary streams.
+    max_features
+        The bound on feature columns (see `streammargin.features`): the first 7/8 of them go to
+        the first names learnt, one each; later names (and names longer than 128 bytes) share the
+        last eighth by a stable hash of the name, and are not stored. Memory stays below
+        `streammargin.memory.memory_bound` (24 bytes a column, plus at most 129 bytes a stored
+        name: 8.6 MiB at the default 65,536 whatever the stream).
+
     Attributes
     ----------
     weights : dict
@@ -160,6 +173,7 @@ class ALMAClassifier(MarginClassifier):
         intercept_scale: float = 1.0,
         average: bool = True,
         average_window: int | None = 10_000,
+        max_features: int = 2**16,
     ):
         if not p >= 2.0 or not math.isfinite(p):
             raise ValueError(f"p must be a finite number >= 2, got {p!r}")
@@ -184,6 +198,7 @@ class ALMAClassifier(MarginClassifier):
         self.intercept_scale = intercept_scale
         self.average = average
         self.average_window = average_window
+        self.max_features = check_max_features(max_features)
         self._reset()
 
     def _hyper_values(self) -> tuple[float, ...]:
@@ -200,7 +215,7 @@ class ALMAClassifier(MarginClassifier):
 
     def _reset(self) -> None:
         super()._reset()
-        self._weight_table = np.zeros((8, alma_jit.N_COLUMNS))
+        self._weight_table = np.zeros((min(8, self._max_columns), alma_jit.N_COLUMNS))
         self._scalars = alma_jit.new_state(*self._hyper_values())
         # learn_one's trial, deferred to the next call that reads the state (see learn_one).
         self._pending: tuple[np.ndarray, bytes, float] | None = None
@@ -223,13 +238,14 @@ class ALMAClassifier(MarginClassifier):
         yield {}
         yield {"p": 3.0, "alpha": 0.8, "average_window": None}
         yield {"alpha": 1.0, "fit_intercept": False, "average": False}
+        yield {"max_features": 4}  # three names of their own, then one hashed column
 
     # Numeric core ---------------------------------------------------------------------------------
 
     def _reserve(self, n_columns: int) -> None:
         if n_columns > self._weight_table.shape[0]:
             # A deferred trial indexes columns the old table already had: it runs on the copy.
-            self._weight_table = grown(self._weight_table, n_columns)
+            self._weight_table = grown(self._weight_table, n_columns, self._max_columns)
 
     # The per-record path, written out: ALMA is the model people run at the highest rates, and at
     # 10 features a numba dispatch costs as much as the rest of a predict + learn. learn_one only
@@ -320,7 +336,9 @@ class ALMAClassifier(MarginClassifier):
             raise InfiniteEntry(*divmod(bad, X.shape[1]))
 
     def _check_restored(self) -> None:
-        if self._vectors.shape[1] != alma_jit.N_COLUMNS or self._vectors.shape[0] < self._features.n_columns:
+        rows, columns = self._vectors.shape
+        fits = self._features.n_columns <= rows <= self._max_columns
+        if columns != alma_jit.N_COLUMNS or not fits:
             raise state.StateError("ALMA weight arrays do not match its feature space")
         if self._st.shape != (alma_jit.STATE_SIZE,):
             raise state.StateError("ALMA state array has the wrong size")
@@ -353,4 +371,8 @@ class ALMAClassifier(MarginClassifier):
     @property
     def counters(self) -> dict[str, int]:
         """Counters a monitoring process reports (the Kafka worker's metrics)."""
-        return {"corrections": self.n_corrections, "trials": self.n_trials}
+        return {
+            "corrections": self.n_corrections,
+            "trials": self.n_trials,
+            **self._feature_counters(),
+        }

@@ -17,7 +17,7 @@ from river import base
 
 from streammargin import state as state_module
 from streammargin.errors import InvalidInput
-from streammargin.features import FeatureSpace, validate_value
+from streammargin.features import MAX_MAX_FEATURES, FeatureSpace, validate_value
 from streammargin.jit import calibration
 
 __all__ = [
@@ -25,8 +25,10 @@ __all__ = [
     "MarginClassifier",
     "binary_target",
     "binary_targets",
+    "check_max_features",
     "frame_values",
     "grown",
+    "merge_shared_columns",
 ]
 
 
@@ -67,14 +69,28 @@ def binary_targets(y: typing.Any) -> np.ndarray:
     return np.array([binary_target(label) for label in labels], dtype=np.float64)
 
 
-def grown(array: np.ndarray, n_rows: int) -> np.ndarray:
-    """`array` with room for at least `n_rows` rows (zero-filled), doubling its capacity."""
+def grown(array: np.ndarray, n_rows: int, limit: int) -> np.ndarray:
+    """`array` with room for at least `n_rows` rows (zero-filled), doubling its capacity, never
+    beyond `limit` rows (the model's bound; n_rows <= limit)."""
     if array.shape[0] >= n_rows:
         return array
-    capacity = max(n_rows, 2 * array.shape[0], 8)
+    capacity = min(max(n_rows, 2 * array.shape[0], 8), limit)
     bigger = np.zeros((capacity, *array.shape[1:]), dtype=array.dtype)
     bigger[: array.shape[0]] = array
     return bigger
+
+
+def check_max_features(max_features: typing.Any) -> int:
+    """`max_features` as an int, or a `ValueError` saying what it must be."""
+    if not (
+        isinstance(max_features, (int, np.integer))
+        and not isinstance(max_features, bool)
+        and 1 <= max_features <= MAX_MAX_FEATURES
+    ):
+        raise ValueError(
+            f"max_features must be an integer in [1, {MAX_MAX_FEATURES}], got {max_features!r}"
+        )
+    return int(max_features)
 
 
 class InfiniteEntry(ValueError):
@@ -116,6 +132,60 @@ def frame_values(X: typing.Any, check_infinite: bool = True) -> np.ndarray:
     return values
 
 
+def merge_shared_columns(
+    X: typing.Any, values: np.ndarray, cols: np.ndarray, check_infinite: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """`(values, cols)` of a frame with the frame columns that map to one model column (hashed
+    names, see `streammargin.features`) summed into one, NaN where all of them are absent: the
+    numba loops expect distinct columns. The sums run left to right, as `learn_one` adds up the
+    names of a dict. Usually nothing repeats and the arrays come back as they are.
+
+    `check_infinite`: the frame has not been checked for infinities yet (the model's loop finds
+    them, but in merged columns it could no longer name the frame's column): when columns merge,
+    check the frame here. A sum beyond float64's range raises `InvalidInput`.
+    """
+    known = cols[cols >= 0]
+    if np.unique(known).shape[0] == known.shape[0]:
+        return values, cols
+    if check_infinite and np.isinf(values).any():  # the first in row order, as the loop finds it
+        rows, columns = np.nonzero(np.isinf(values))
+        raise infinite_entry_error(X, values, rows[0], columns[0])
+    groups: dict[int, list[int]] = {}
+    for position, column in enumerate(cols.tolist()):
+        groups.setdefault(column if column >= 0 else -1 - position, []).append(position)
+    merged = np.empty((values.shape[0], len(groups)), order="F")
+    out_cols = np.empty(len(groups), dtype=np.int64)
+    for j, (column, positions) in enumerate(groups.items()):
+        out_cols[j] = max(column, -1)
+        block = values[:, positions]
+        total = block[:, 0].copy()
+        with np.errstate(over="ignore"):  # an overflow raises below, naming the columns
+            for k in range(1, len(positions)):
+                entry = block[:, k]
+                total = np.where(
+                    np.isnan(total), entry, np.where(np.isnan(entry), total, total + entry)
+                )
+        if len(positions) > 1 and np.isinf(total).any() and not np.isinf(block).any():
+            names = ", ".join(repr(X.columns[p]) for p in positions)
+            raise InvalidInput(
+                f"features {names:.200} share hashed column {column} and their values add up "
+                "beyond float64's range"
+            )
+        merged[:, j] = total
+    return merged, out_cols
+
+
+class LearningFrame(typing.NamedTuple):
+    """A frame ready to learn: merged (values, cols), the frame as read (raw, raw_cols) and the
+    feature space's mark before it grew."""
+
+    values: np.ndarray
+    cols: np.ndarray
+    raw: np.ndarray
+    raw_cols: np.ndarray
+    mark: tuple
+
+
 class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
     """Base class of the binary margin classifiers.
 
@@ -133,9 +203,17 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
     # the frame.
     _rows_check_infinite: bool = False
 
+    # The model's bound on feature columns (a constructor param of every model).
+    max_features: int
+
     def _reset(self) -> None:
         """Create the learnt state of a fresh model (called by the subclass' __init__)."""
-        self._features = FeatureSpace(first_column=self._first_column)
+        self._features = FeatureSpace(self._first_column, self.max_features)
+
+    @property
+    def _max_columns(self) -> int:
+        """The most columns the model's arrays ever need: reserved ones plus `max_features`."""
+        return self._first_column + self.max_features
 
     # What a model implements ----------------------------------------------------------------------
 
@@ -146,7 +224,8 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
 
     @abc.abstractmethod
     def _reserve(self, n_columns: int) -> None:
-        """Make the state hold at least `n_columns` feature columns."""
+        """Make the state hold at least `n_columns` feature columns (never more than
+        `_max_columns`: grow with `grown(..., limit=self._max_columns)`)."""
 
     @abc.abstractmethod
     def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
@@ -197,10 +276,12 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         self._learn(idx, val, target)
 
     def _frame(self, X: typing.Any, grow: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The frame's values and model columns, with the columns that map to one model column
+        merged. `grow`: the caller rolls the feature space back if this raises."""
         # validated before the feature space may grow
         values = frame_values(X, check_infinite=not self._rows_check_infinite)
         cols = self._features.encode_columns(X.columns, grow=grow)
-        return values, cols
+        return merge_shared_columns(X, values, cols, self._rows_check_infinite)
 
     def learn_many(self, X: typing.Any, y: typing.Any) -> None:
         """Learn from the rows of a DataFrame in order: the same as `learn_one` row by row.
@@ -211,14 +292,30 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         targets = binary_targets(y)
         if len(targets) != len(X):
             raise InvalidInput(f"X has {len(X)} rows but y has {len(targets)} labels")
-        n_names = len(self._features)
-        values, cols = self._frame(X, grow=True)
+        frame = self._learning_frame(X)
+        values, cols = frame.values, frame.cols
         self._reserve(self._features.n_columns)
         try:
             self._learn_rows(values, cols, targets)
         except InfiniteEntry as bad:  # the model restored its state; forget the new names too
-            self._features.truncate(n_names)
-            raise infinite_entry_error(X, values, bad.row, bad.column) from None
+            self._features.rollback(frame.mark)
+            # (the frame's own columns: a merged frame was checked by merge_shared_columns)
+            raise infinite_entry_error(X, frame.raw, bad.row, bad.column) from None
+        self._features.count_hashed(frame.raw, frame.raw_cols)
+
+    def _learning_frame(self, X: typing.Any) -> LearningFrame:
+        """`_frame(X, grow=True)` that leaves the feature space as it was if it raises, with what
+        `learn_many` needs to undo it later (`mark`) or count the hashed entries (`raw`)."""
+        features = self._features
+        mark = features.mark()
+        raw = frame_values(X, check_infinite=not self._rows_check_infinite)
+        raw_cols = features.encode_columns(X.columns, grow=True, values=raw)
+        try:
+            values, cols = merge_shared_columns(X, raw, raw_cols, self._rows_check_infinite)
+        except InvalidInput:
+            features.rollback(mark)
+            raise
+        return LearningFrame(values, cols, raw, raw_cols, mark)
 
     def decision_many(self, X: typing.Any) -> np.ndarray:
         values, cols = self._frame(X, grow=False)
@@ -265,7 +362,9 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
                 f"state of {state.get('model')!r} cannot restore a {cls.__name__}"
             )
         model = cls(**state["params"])
-        model._features = FeatureSpace.from_state(state["features"])
+        model._features = FeatureSpace.from_state(
+            state.get("features"), cls._first_column, model.max_features
+        )
         arrays = state["arrays"]
         for name in cls._state_arrays:
             fresh = getattr(model, name)
@@ -286,5 +385,10 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
 
     @property
     def n_features(self) -> int:
-        """Number of feature names the model has learnt from."""
+        """Number of feature names the model keeps (names with an exact column)."""
         return len(self._features)
+
+    def _feature_counters(self) -> dict[str, int]:
+        """The feature space's counters, for every model's `counters`: names kept, and feature
+        occurrences learnt through a hashed column (how often the `max_features` bound acted)."""
+        return {"features": len(self._features), "features_hashed": self._features.features_hashed}

@@ -186,6 +186,7 @@ class BudgetKernelClassifier(ServedRow, KernelClassifier):
             "evictions": int(self._st[bjit.EVICTIONS]),
             "merges": int(self._st[bjit.MERGES]),
             "projections": int(self._st[bjit.PROJECTIONS]),
+            **self._feature_counters(),
         }
 
     @property

@@ -79,6 +79,14 @@ class BudgetPerceptron(BudgetKernelClassifier):
     seed
         Seed of the random stream of `eviction="random"`; `None` draws fresh entropy.
 
+    max_features
+        The bound on feature columns (see `streammargin.features`): the first 7/8 of them go to
+        the first names learnt, one each; later names (and names longer than 128 bytes) share the
+        last eighth by a stable hash of the name, and are not stored. Every support vector is a
+        dense row of these columns, so memory stays below `streammargin.memory.memory_bound`:
+        budget x max_features x 8 bytes plus budget-sized slots (and the
+        Projectron's budget x budget inverse Gram matrix), 3.4 MiB at the defaults.
+
     Attributes
     ----------
     support_size : int
@@ -135,6 +143,7 @@ class BudgetPerceptron(BudgetKernelClassifier):
         projection_threshold: float = 0.1,
         average: bool = False,
         seed: int | None = None,
+        max_features: int = 2048,
     ):
         self.kernel = kernel
         self.gamma = gamma
@@ -145,13 +154,14 @@ class BudgetPerceptron(BudgetKernelClassifier):
         self.projection_threshold = projection_threshold
         self.average = average
         self.seed = seed
+        self.max_features = max_features
         self._reset()
 
     @classmethod
     def _unit_test_params(cls) -> typing.Iterator[dict]:
         yield {}
         yield {"eviction": "random", "budget": 3, "seed": 7}
-        yield {"eviction": "oldest", "budget": 4}
+        yield {"eviction": "oldest", "budget": 4, "max_features": 4}
         yield {"eviction": "smallest", "budget": 4, "kernel": "poly", "gamma": 0.5}
         yield {"eviction": "merge", "budget": 4, "average": True}
         yield {"eviction": "project", "budget": 4, "kernel": "linear", "projection_threshold": 0.3}

@@ -79,6 +79,14 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
     tol
         Optimality tolerance on the gradient gap.
 
+    max_features
+        The bound on feature columns (see `streammargin.features`): the first 7/8 of them go to
+        the first names learnt, one each; later names (and names longer than 128 bytes) share the
+        last eighth by a stable hash of the name, and are not stored. Every cached example is a
+        dense row of these columns, so memory stays below `streammargin.memory.memory_bound`:
+        (budget + 1) x max_features x 8 bytes plus the (budget + 1)^2 Gram
+        matrix, 3.7 MiB at the defaults.
+
     Attributes
     ----------
     support_size : int
@@ -129,6 +137,7 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
         prune: str = "oldest",
         smo_steps: int = 4,
         tol: float = 1e-3,
+        max_features: int = 2048,
     ):
         if prune not in svm_jit.PRUNES:
             raise ValueError(f"prune must be one of {list(svm_jit.PRUNES)}, got {prune!r}")
@@ -148,6 +157,7 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
         self.prune = prune
         self.smo_steps = smo_steps
         self.tol = tol
+        self.max_features = max_features
         self._reset()
 
     def _hyper_values(self) -> dict[int, float]:
@@ -179,7 +189,9 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
     def _unit_test_params(cls) -> typing.Iterator[dict]:
         yield {}
         yield {"budget": 4, "kernel": "poly", "gamma": 0.5, "C": 10.0}
-        yield {"budget": 3, "kernel": "linear", "smo_steps": 1, "prune": "smallest"}
+        yield {
+            "budget": 3, "kernel": "linear", "smo_steps": 1, "prune": "smallest", "max_features": 3
+        }
 
     # Inspection -----------------------------------------------------------------------------------
 
@@ -210,6 +222,7 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
             "added": int(st[svm_jit.ADDED]),
             "pruned": int(st[svm_jit.PRUNED]),
             "released": int(st[svm_jit.RELEASED]),
+            **self._feature_counters(),
             "smo_steps": int(st[svm_jit.SMO_STEPS]),
         }
 

@@ -9,7 +9,7 @@ import typing
 import numpy as np
 
 from streammargin import state
-from streammargin.base import MarginClassifier, grown
+from streammargin.base import MarginClassifier, check_max_features, grown
 from streammargin.errors import InvalidInput
 from streammargin.jit import convex_polytope as cpm_jit
 from streammargin.jit.entry import lazy_entry_point
@@ -122,6 +122,10 @@ class ConvexPolytopeClassifier(MarginClassifier):
         unitary component"). Like every weight it is regularised.
     intercept_scale
         Value of the constant feature.
+    max_features
+        The bound on feature columns (see `streammargin.features`): the first 7/8 of them go to
+        the first names learnt, one each; later names (and names longer than 128 bytes) share the
+        last eighth by a stable hash of the name, and are not stored.
 
     Attributes
     ----------
@@ -184,6 +188,7 @@ class ConvexPolytopeClassifier(MarginClassifier):
         seed: int = 0,
         fit_intercept: bool = True,
         intercept_scale: float = 1.0,
+        max_features: int = 2048,
     ):
         if not (isinstance(n_faces, numbers.Integral) and not isinstance(n_faces, bool)):
             raise ValueError(f"n_faces must be a positive integer, got {n_faces!r}")
@@ -215,6 +220,7 @@ class ConvexPolytopeClassifier(MarginClassifier):
         self.seed = int(seed)
         self.fit_intercept = fit_intercept
         self.intercept_scale = intercept_scale
+        self.max_features = check_max_features(max_features)
         self._reset()
 
     @property
@@ -237,8 +243,9 @@ class ConvexPolytopeClassifier(MarginClassifier):
         super()._reset()
         self._one = self.polytopes == "one"
         n_poly = 1 if self._one else 0
-        self._weights = np.zeros((8, n_poly * self.n_faces))
-        self._window = np.zeros((self.window if self.steps > 1 else 0, 8))
+        first = min(8, self._max_columns)
+        self._weights = np.zeros((first, n_poly * self.n_faces))
+        self._window = np.zeros((self.window if self.steps > 1 else 0, first))
         self._st = np.zeros(cpm_jit.CLASSES + n_poly * cpm_jit.block_size(self.n_faces))
         self._st[cpm_jit.N_FACES : cpm_jit.SEED + 1] = self._hyper_values()
         for p in range(n_poly):
@@ -254,6 +261,7 @@ class ConvexPolytopeClassifier(MarginClassifier):
         yield {"polytopes": "separate", "n_faces": 2, "steps": 2, "window": 7, "l2": 0.1}
         yield {"n_faces": 1, "steps": 1, "fit_intercept": False}
         yield {"polytopes": "one", "n_faces": 5, "entropy": 0.9, "l2": 1e-5, "window": 5}
+        yield {"n_faces": 2, "window": 6, "max_features": 4}
 
     # Labels ---------------------------------------------------------------------------------------
 
@@ -283,10 +291,11 @@ class ConvexPolytopeClassifier(MarginClassifier):
         return self._st[block.start + self.n_faces + cpm_jit.PLATT : block.stop]
 
     def _reserve(self, n_columns: int) -> None:
+        limit = self._max_columns
         if n_columns > self._weights.shape[0]:
-            self._weights = grown(self._weights, n_columns)
+            self._weights = grown(self._weights, n_columns, limit)
         if n_columns > self._window.shape[1]:
-            self._window = grown_columns(self._window, self._weights.shape[0])
+            self._window = grown_columns(self._window, self._weights.shape[0], limit)
 
     def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
         out = np.empty(1)
@@ -360,13 +369,14 @@ class ConvexPolytopeClassifier(MarginClassifier):
         labels = [_plain_label(label) for label in y]  # validated before anything changes
         if len(labels) != len(X):
             raise InvalidInput(f"X has {len(X)} rows but y has {len(labels)} labels")
-        values, cols = self._frame(X, grow=True)
+        frame = self._learning_frame(X)
         for label in labels:
             if label not in self._label_index:
                 self._add_label(label)
         codes = np.array([self._label_index[label] for label in labels], dtype=np.int64)
         self._reserve(self._features.n_columns)
-        cpm_jit.learn_rows(self._weights, self._st, self._window, values, cols, codes)
+        cpm_jit.learn_rows(self._weights, self._st, self._window, frame.values, frame.cols, codes)
+        self._features.count_hashed(frame.raw, frame.raw_cols)
 
     def predict_proba_many(self, X: typing.Any) -> typing.Any:
         import pandas as pd
@@ -418,7 +428,9 @@ class ConvexPolytopeClassifier(MarginClassifier):
             raise state.StateError("CPM state array does not match its faces or classes")
         if (
             self._weights.shape[1] != n_poly * K
-            or self._weights.shape[0] < self._features.n_columns
+            or not self._features.n_columns <= self._weights.shape[0] <= self._max_columns
+            or self._window.shape[0] != (self.window if self.steps > 1 else 0)
+            or not self._features.n_columns <= self._window.shape[1] <= self._max_columns
         ):
             raise state.StateError("CPM weights do not match its faces, classes or features")
         if not self._one and self._st[cpm_jit.N_ACTIVE] != len(labels):
@@ -460,5 +472,10 @@ class ConvexPolytopeClassifier(MarginClassifier):
         n_poly = 1 if self._one else len(self._labels)
         counts = [self._st[self._block(c)][: self.n_faces] for c in range(n_poly)]
         active_faces = sum(int(np.count_nonzero(c > 1.0)) for c in counts)
-        return {"trials": self.n_trials, "classes": len(self.classes), "active_faces": active_faces}
+        return {
+            "trials": self.n_trials,
+            "classes": len(self.classes),
+            "active_faces": active_faces,
+            **self._feature_counters(),
+        }
 

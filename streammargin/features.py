@@ -1,10 +1,20 @@
-"""Feature mapping: River dicts <-> columns of contiguous float64 vectors.
+"""Feature mapping: River dicts <-> columns of contiguous float64 vectors, within a bound.
 
-A `FeatureSpace` gives every feature name a column the first time a model learns from it, so the
-space grows as new names appear and a name keeps its column for ever. Features may be absent from
-any dict (a sparse dict is a vector with zeros elsewhere). Values must be finite real numbers
-(`bool` counts as 0/1); anything else raises `InvalidInput` (a `ValueError`) that names the feature, before any
-state is touched.
+A `FeatureSpace` gives a feature name a column the first time a model learns from it, and the name
+keeps that column for ever. Features may be absent from any dict (a sparse dict is a vector with
+zeros elsewhere). Values must be finite real numbers (`bool` counts as 0/1); anything else raises
+`InvalidInput` (a `ValueError`) that names the feature, before any state is touched.
+
+The space is bounded: `max_features` columns for names (columns reserved by the model, such as an
+intercept's, come on top). The first `max_features - n_hashed` names get a column of their own
+(*exact* columns); every later name, and every name whose JSON encoding in a saved state would be
+longer than `MAX_NAME_BYTES`, is *hashed* into one of the last `n_hashed` columns by the CRC-32 of
+that encoding (stable across processes and platforms, unlike Python's salted `hash`), and is never
+stored. So a model's memory is bounded by its parameters whatever the stream (see
+`streammargin.memory`), names seen early (usually the stable schema) keep exact columns, and names
+beyond the bound still carry signal. Names that share a hashed column in one record add up their
+values. `features_hashed` counts the feature occurrences learnt through a hashed column: how often
+the bound acted.
 
 The per-record path is the hot path of every model in this package, so it is written for speed:
 the previous dict's names, columns and values are cached with an `operator.itemgetter` of its
@@ -13,22 +23,54 @@ names, which reads the values of a dict with the same names in the cached order 
 costs one getter call and a tuple comparison); new values are packed as float64 by one
 `struct.pack` (which also refuses strings, None and containers; 2x faster than `np.fromiter` at
 100 features), handed over as those bytes (`encode_packed`) or viewed by numpy without a copy
-(`encode`, read-only), and finiteness costs one builtin `sum`.
+(`encode`, read-only), and finiteness costs one builtin `sum`. Hashing costs only when a record has
+names without an exact column; such a record is not cached.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import operator
 import struct
 import typing
+import zlib
+from json.encoder import encode_basestring_ascii as _json_str
 
 import numpy as np
 
 from streammargin.errors import InvalidInput, StateError
 
-__all__ = ["FeatureSpace", "validate_value", "describe_bad_values"]
+__all__ = [
+    "DEFAULT_MAX_FEATURES",
+    "FeatureSpace",
+    "MAX_NAME_BYTES",
+    "describe_bad_values",
+    "hashed_columns",
+    "name_json",
+    "validate_value",
+]
+
+# The longest name a space stores, in bytes of its JSON encoding (what a saved state holds: a plain
+# ASCII name of up to 126 characters). Longer names are hashed.
+MAX_NAME_BYTES = 128
+# The default bound of a space, for linear models (24 bytes a column for ALMA).
+DEFAULT_MAX_FEATURES = 2**16
+# The largest bound a model accepts (a column index must stay far from int64's range, and a bound
+# this large is not a bound); `streammargin.memory` refuses states whose bound implies too many
+# bytes.
+MAX_MAX_FEATURES = 2**30
+
+
+def hashed_columns(max_features: int) -> int:
+    """How many of `max_features` columns take the hashed names: an eighth (at least one).
+
+    An eighth keeps 7/8 of the columns exact (names that come early, usually the schema, never
+    collide) and leaves enough hashed columns that names beyond the bound rarely share one
+    (`benchmarks/feature_bound_accuracy.py` compares 1/16, 1/8, 1/4 and 1/2).
+    """
+    return max(1, max_features // 8)
 
 
 def validate_value(name: typing.Hashable, value: typing.Any) -> float:
@@ -54,14 +96,37 @@ def describe_bad_values(x: dict) -> np.ndarray:
     return values
 
 
+def name_json(name: typing.Any) -> str:
+    """The JSON text a saved state holds for a feature name (`streammargin.state.encode_name`,
+    ASCII): its size is what storing the name costs, its CRC-32 places a hashed name.
+
+    Raises `InvalidInput` for a name that has no safe state (a type other than str, int, float,
+    bool, None or tuples of them, or a NaN/infinite float).
+    """
+    if isinstance(name, str):
+        return _json_str(name)
+    from streammargin import state
+
+    try:
+        return json.dumps(state.encode_name(name), allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        raise InvalidInput(
+            f"feature name {name!r:.80} of type {type(name).__name__} cannot be saved: names must "
+            "be str, int, finite float, bool, None or tuples of them"
+        ) from None
+
+
 _PACKERS: dict[int, struct.Struct] = {}
+_MAX_CACHED_PACKER = 4096  # longer records build their struct each time: the cache stays bounded
 
 
 def _packer(n: int) -> struct.Struct:
     """struct.Struct for n native float64 values (cached: streams repeat their lengths)."""
     packer = _PACKERS.get(n)
     if packer is None:
-        packer = _PACKERS[n] = struct.Struct(f"{n}d")
+        packer = struct.Struct(f"{n}d")
+        if n <= _MAX_CACHED_PACKER:
+            _PACKERS[n] = packer
     return packer
 
 
@@ -72,23 +137,28 @@ _frombuffer = np.frombuffer
 # NamedTuple costs more to build than the rest of a cache hit): its number of features n (-1:
 # fewer than 2, not cached), an `itemgetter` of its names, the names, their columns (-1: unknown),
 # whether all are known, the values the getter read, those values as native float64 bytes, and
-# the struct that packs n values.
+# the struct that packs n values. A record with a hashed name is never cached (its columns are not
+# one per name, and learning it must count it).
 _NO_ENCODING: tuple = (-1, None, None, None, False, None, None, None)
 
 
 class FeatureSpace:
-    """Names of features and the vector columns they map to.
+    """Names of features and the vector columns they map to, at most `max_features` columns.
 
     Parameters
     ----------
     first_column
         Column of the first feature name. Models reserve the columns before it (e.g. column 0 for
         the intercept's constant feature).
+    max_features
+        Columns for names (reserved columns not counted). The first `max_features - n_hashed`
+        names get their own column; later names, and names longer than `MAX_NAME_BYTES` in
+        JSON, share the last `n_hashed` columns (`hashed_columns(max_features)`) by a stable hash.
 
     Examples
     --------
 
-    >>> space = FeatureSpace(first_column=1)
+    >>> space = FeatureSpace(first_column=1, max_features=4)
     >>> idx, val = space.encode({"a": 1.0, "b": 2}, grow=True)
     >>> idx.tolist(), val.tolist()
     ([1, 2], [1.0, 2.0])
@@ -110,13 +180,44 @@ class FeatureSpace:
     >>> space.n_columns
     3
 
+    Three exact columns and one hashed column: "c" takes the last exact column, "d" and "e" share
+    the hashed one, their values added up, and neither is stored.
+
+    >>> idx, val = space.encode({"c": 1.0, "d": 2.0, "e": 0.5}, grow=True)
+    >>> idx.tolist(), val.tolist()
+    ([3, 4], [1.0, 2.5])
+    >>> space.names, space.n_columns, space.features_hashed
+    (['a', 'b', 'c'], 5, 2)
+
+    Once the exact columns are full, prediction maps an unknown name to its hashed column:
+
+    >>> space.encode({"z": 1.0}, grow=False)[0].tolist()
+    [4]
+
     """
 
-    def __init__(self, first_column: int = 0):
+    def __init__(self, first_column: int = 0, max_features: int = DEFAULT_MAX_FEATURES):
+        if not (
+            isinstance(max_features, numbers.Integral)
+            and not isinstance(max_features, bool)
+            and 1 <= max_features <= MAX_MAX_FEATURES
+        ):
+            raise ValueError(
+                f"max_features must be an integer in [1, {MAX_MAX_FEATURES}], got {max_features!r}"
+            )
         self.first_column = first_column
-        self.n_columns = first_column  # columns in use, reserved ones included
+        self.max_features = int(max_features)
+        self.n_hashed = hashed_columns(self.max_features)
+        self.n_exact = self.max_features - self.n_hashed
+        self.hashed_start = first_column + self.n_exact  # the first hashed column
         self.names: list[typing.Hashable] = []
         self.index: dict[typing.Hashable, int] = {}
+        # Whether the hashed columns are in use (n_columns covers them): from the first hashed
+        # name or once the exact columns are full, whichever comes first.
+        self.hashing = self.n_exact == 0
+        # columns in use, reserved ones included
+        self.n_columns = first_column + (self.max_features if self.hashing else 0)
+        self.features_hashed = 0
         self._forget_cache()
 
     def _forget_cache(self) -> None:
@@ -126,26 +227,131 @@ class FeatureSpace:
     def __len__(self) -> int:
         return len(self.names)
 
-    def _add(self, name: typing.Hashable) -> int:
-        column = self.n_columns
-        self.names.append(name)
-        self.index[name] = column
-        self.n_columns += 1
-        return column
+    @property
+    def full(self) -> bool:
+        """Whether every exact column has its name (new names are hashed)."""
+        return len(self.names) >= self.n_exact
 
-    def columns(self, keys: tuple) -> tuple[np.ndarray, bool]:
-        """Columns of `keys` (-1 for unknown names) and whether all of them are known."""
-        get = self.index.get
-        cols = [get(k, -1) for k in keys]
-        return np.array(cols, dtype=np.int64), -1 not in cols
+    def _hashed_column(self, text: str) -> int:
+        """The hashed column of a name whose JSON encoding is `text`."""
+        return self.hashed_start + zlib.crc32(text.encode("ascii")) % self.n_hashed
+
+    # Placing names --------------------------------------------------------------------------------
+
+    def _place(self, keys: typing.Sequence, cols: list[int]) -> tuple[list, int]:
+        """Columns for the unknown names of `keys` (entries -1 of `cols`, filled in place), as
+        learning would give them, without changing the space: returns the names that get exact
+        columns, in order, and the number of entries hashed. Raises `InvalidInput` for a name that
+        cannot be saved.
+
+        When a record brings more new names than there are exact columns left, the names that
+        come first in the order of their JSON text get them, not those that come first in the
+        dict: the model must not depend on the order of a dict's keys (River's checker shuffles
+        them)."""
+        texts: dict = {}  # unknown name -> its JSON text (a frame may repeat a column name)
+        for j, name in enumerate(keys):
+            if cols[j] < 0 and name not in texts:
+                texts[name] = name_json(name)
+        room = self.n_exact - len(self.names)
+        fits = [name for name, text in texts.items() if len(text) <= MAX_NAME_BYTES]
+        if len(fits) > room:
+            chosen = set(sorted(fits, key=texts.__getitem__)[:room])
+            fits = [name for name in fits if name in chosen]
+        column = self.first_column + len(self.names)
+        placed: dict = {}
+        for name in fits:
+            placed[name] = column
+            column += 1
+        hashed = 0
+        for j, name in enumerate(keys):
+            if cols[j] >= 0:
+                continue
+            column = placed.get(name, -1)
+            if column < 0:
+                column = placed[name] = self._hashed_column(texts[name])
+            if column >= self.hashed_start:
+                hashed += 1
+            cols[j] = column
+        return fits, hashed
+
+    def _commit(self, new_names: list, hashed: int) -> None:
+        """Add the names `_place` gave exact columns; open the hashed columns if needed."""
+        index, names = self.index, self.names
+        column = self.first_column + len(names)
+        for name in new_names:
+            names.append(name)
+            index[name] = column
+            column += 1
+        if hashed or len(names) >= self.n_exact:
+            self.hashing = True
+        self.n_columns = self.first_column + (self.max_features if self.hashing else len(names))
+
+    def _lookup(self, keys: typing.Sequence, cols: list[int]) -> bool:
+        """Prediction's columns for the unknown names of `keys` (entries -1 of `cols`): their hashed
+        column where learning would hash them and the hashed columns are in use, else -1 (the name
+        has no weight yet, but its value still counts in norms and kernels). Returns whether any
+        name was hashed."""
+        if not self.hashing:
+            return False
+        full = self.full
+        hashed = False
+        for j, name in enumerate(keys):
+            if cols[j] >= 0:
+                continue
+            try:
+                text = name_json(name)
+            except InvalidInput:  # learning refuses it: no column
+                continue
+            if full or len(text) > MAX_NAME_BYTES:
+                cols[j] = self._hashed_column(text)
+                hashed = True
+        return hashed
+
+    def _merged(
+        self, keys: typing.Sequence, cols: list[int], floats: typing.Sequence[float]
+    ) -> tuple[np.ndarray, bytes]:
+        """(idx, packed) with the entries that share a hashed column summed into one (the model's
+        numba code expects distinct columns), in order of first appearance."""
+        start = self.hashed_start
+        out_cols: list[int] = []
+        out_vals: list[float] = []
+        position: dict[int, int] = {}
+        shared: list[int] = []
+        for column, value in zip(cols, floats):
+            if column >= start:
+                at = position.get(column, -1)
+                if at >= 0:
+                    out_vals[at] += value
+                    shared.append(at)
+                    continue
+                position[column] = len(out_cols)
+            out_cols.append(column)
+            out_vals.append(value)
+        for at in shared:
+            if not math.isfinite(out_vals[at]):
+                sources = [
+                    (name, value) for name, column, value in zip(keys, cols, floats)
+                    if column == out_cols[at]
+                ]
+                if all(math.isfinite(value) for _, value in sources):  # else the caller's check
+                    names = ", ".join(repr(name) for name, _ in sources)
+                    raise InvalidInput(
+                        f"features {names:.200} share hashed column {out_cols[at]} and their "
+                        "values add up beyond float64's range"
+                    )
+        return np.array(out_cols, dtype=np.int64), _packer(len(out_vals)).pack(*out_vals)
+
+    # Encoding -------------------------------------------------------------------------------------
 
     def encode(self, x: dict, grow: bool) -> tuple[np.ndarray, np.ndarray]:
         """Columns and float64 values of the features in `x`, in `x`'s order.
 
-        With `grow=True` (learning) unknown names get new columns; the values are validated first,
-        so a bad dict leaves the space unchanged. With `grow=False` (prediction) unknown names get
-        column -1: they carry no weight, but kernels and norms still see their values. The value
-        array is read-only.
+        With `grow=True` (learning) unknown names get new columns, or their hashed column beyond
+        the bound; the values and names are validated first, so a bad dict leaves the space
+        unchanged. With `grow=False` (prediction) unknown names get column -1 (they carry no
+        weight, but kernels and norms still see their values) until the exact columns are full,
+        then the hashed column they would learn into. Names that share a hashed column come as
+        one entry, their values summed. The value array is read-only.
         """
         idx, packed = self.encode_packed(x, grow)
         val = self._cached_val
@@ -182,7 +388,13 @@ class FeatureSpace:
             except Exception:  # a missing name (KeyError) or a bad value
                 return self._encode_in_order(x, grow, check_finite)
             if grow and not all_known:
-                idx, all_known = self._grow(keys)
+                # A prediction left names unknown: learning places them (this may hash).
+                cols = idx.tolist()
+                new_names, hashed = self._place(keys, cols)
+                if hashed:
+                    return self._learn_hashed(keys, cols, packer.unpack(packed), new_names, hashed)
+                self._commit(new_names, 0)
+                idx, all_known = np.array(cols, dtype=np.int64), True
             self._cache = (n, getter, keys, idx, all_known, values, packed, packer)
             self._cached_val = None
             return idx, packed
@@ -191,7 +403,9 @@ class FeatureSpace:
     def _encode_in_order(self, x: dict, grow: bool, check_finite: bool) -> tuple[np.ndarray, bytes]:
         """`encode_packed` of a dict with other names than the last one: x's own key order."""
         keys = tuple(x)
-        idx, all_known = self.columns(keys)
+        get = self.index.get
+        cols = [get(k, -1) for k in keys]
+        all_known = -1 not in cols
         values = tuple(x.values())
         n = len(keys)
         packer = _packer(n)
@@ -209,18 +423,32 @@ class FeatureSpace:
         if not finite:
             packed = describe_bad_values(x).tobytes()
             values = tuple(np.frombuffer(packed).tolist())
-        if grow and not all_known:
-            idx, all_known = self._grow(keys)
+        if not all_known:
+            if grow:
+                new_names, hashed = self._place(keys, cols)  # raises before changing anything
+                if hashed:
+                    return self._learn_hashed(keys, cols, packer.unpack(packed), new_names, hashed)
+                self._commit(new_names, 0)
+                all_known = True
+            elif self._lookup(keys, cols):
+                self._forget_cache()
+                return self._merged(keys, cols, packer.unpack(packed))
+        idx = np.array(cols, dtype=np.int64)
         getter = operator.itemgetter(*keys) if n >= 2 else None  # (returns a tuple for n >= 2)
         self._cache = (n if n >= 2 else -1, getter, keys, idx, all_known, values, packed, packer)
         self._cached_val = None
         return idx, packed
 
-    def _grow(self, keys: tuple) -> tuple[np.ndarray, bool]:
-        for name in keys:
-            if name not in self.index:
-                self._add(name)
-        return self.columns(keys)
+    def _learn_hashed(
+        self, keys: tuple, cols: list[int], floats: tuple, new_names: list, hashed: int
+    ) -> tuple[np.ndarray, bytes]:
+        """Learning's encoding of a record with hashed names: merged (which may still refuse it),
+        then the space changes and counts them. Not cached."""
+        idx, packed = self._merged(keys, cols, floats)
+        self._commit(new_names, hashed)
+        self.features_hashed += hashed
+        self._forget_cache()
+        return idx, packed
 
     def forget_bad(self, x: dict) -> typing.NoReturn:
         """Raise the `InvalidInput` naming `x`'s first non-finite feature, after dropping `x` from
@@ -229,26 +457,104 @@ class FeatureSpace:
         describe_bad_values(x)
         raise InvalidInput(f"{x!r:.200} has a value that is not a finite real number")
 
-    def encode_columns(self, names: typing.Iterable, grow: bool) -> np.ndarray:
-        """Columns of a frame's column names (-1 for unknown names unless `grow`)."""
-        names = list(names)
-        if grow:
-            for name in names:
-                if name not in self.index:
-                    self._add(name)
-            self._forget_cache()
-        return np.array([self.index.get(n, -1) for n in names], dtype=np.int64)
+    def encode_columns(
+        self, names: typing.Iterable, grow: bool, values: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Columns of a frame's column names: learning places unknown names (`grow`), prediction
+        maps them as `encode` does. The columns may repeat (hashed names, or a repeated name):
+        `streammargin.base.merge_shared_columns` sums those.
 
-    def truncate(self, n_names: int) -> None:
-        """Forget every name after the first `n_names` (a learn_many that failed)."""
+        With the frame's `values` (NaN = absent), learning places the names as `learn_one` would
+        row by row: only names present in some row, in order of first appearance, and when a row
+        brings more new names than there are exact columns left, its names in JSON order get
+        them. A name absent from every row stays unknown (-1). Learning does not count hashed
+        names here (`count_hashed` does, once the frame is learnt)."""
+        names = list(names)
+        get = self.index.get
+        cols = [get(name, -1) for name in names]
+        if -1 in cols:
+            if not grow:
+                self._lookup(names, cols)
+            else:
+                if values is None:
+                    new_names, hashed = self._place(names, cols)  # raises before any change
+                else:
+                    new_names, hashed = self._place_rows(names, cols, values)
+                self._commit(new_names, hashed)
+                self._forget_cache()
+        return np.array(cols, dtype=np.int64)
+
+    def _place_rows(
+        self, names: list, cols: list[int], values: np.ndarray
+    ) -> tuple[list, int]:
+        """`_place` for a frame's columns, following its rows (see `encode_columns`)."""
+        unknown = [j for j, column in enumerate(cols) if column < 0]
+        present = ~np.isnan(values[:, unknown])
+        first_row: dict = {}  # unknown name -> (first row it is present in, its first position)
+        for k, j in enumerate(unknown):
+            rows = np.flatnonzero(present[:, k])
+            if rows.shape[0]:
+                name = names[j]
+                key = (int(rows[0]), j)
+                if name not in first_row or key < first_row[name]:
+                    first_row[name] = key
+        texts = {name: name_json(name) for name in first_row}  # raises before any change
+        order = sorted(first_row, key=first_row.__getitem__)
+        fits = [name for name in order if len(texts[name]) <= MAX_NAME_BYTES]
+        room = self.n_exact - len(self.names)
+        if len(fits) > room:
+            # The row that runs out of exact columns chooses among its names by JSON text.
+            exact: list = []
+            row = 0
+            while len(exact) < room:
+                row = first_row[fits[len(exact)]][0]
+                group = [name for name in fits if first_row[name][0] == row]
+                if len(exact) + len(group) > room:
+                    chosen = set(sorted(group, key=texts.__getitem__)[: room - len(exact)])
+                    group = [name for name in group if name in chosen]
+                exact.extend(group)
+            fits = exact
+        column = self.first_column + len(self.names)
+        placed: dict = {}
+        for name in fits:
+            placed[name] = column
+            column += 1
+        hashed = 0
+        for j in unknown:
+            name = names[j]
+            if name not in first_row:
+                continue  # absent from every row: stays unknown
+            column = placed.get(name, -1)
+            if column < 0:
+                column = placed[name] = self._hashed_column(texts[name])
+            if column >= self.hashed_start:
+                hashed += 1
+            cols[j] = column
+        return fits, hashed
+
+    def count_hashed(self, values: np.ndarray, cols: np.ndarray) -> None:
+        """Count the present entries (not NaN) of a learnt frame's hashed columns, as `learn_one`
+        would have counted them row by row."""
+        hashed = cols >= self.hashed_start
+        if hashed.any():
+            self.features_hashed += int(np.count_nonzero(~np.isnan(values[:, hashed])))
+
+    def mark(self) -> tuple[int, bool, int]:
+        """What `rollback` restores (before a `learn_many` that may fail)."""
+        return len(self.names), self.hashing, self.features_hashed
+
+    def rollback(self, mark: tuple[int, bool, int]) -> None:
+        """Forget every name added since `mark` (a learn_many that failed)."""
+        n_names, self.hashing, self.features_hashed = mark
         for name in self.names[n_names:]:
             del self.index[name]
         del self.names[n_names:]
-        self.n_columns = self.first_column + n_names
+        self.n_columns = self.first_column + (self.max_features if self.hashing else n_names)
         self._forget_cache()
 
     def decode(self, vector: np.ndarray) -> dict:
-        """The entries of a column vector as a dict name -> value (reserved columns left out)."""
+        """The entries of a column vector as a dict name -> value, for the names with an exact
+        column (reserved and hashed columns left out: a hashed column has no single name)."""
         first = self.first_column
         return {name: float(vector[first + j]) for j, name in enumerate(self.names)}
 
@@ -259,29 +565,77 @@ class FeatureSpace:
 
         return {
             "first_column": self.first_column,
+            "max_features": self.max_features,
+            "n_hashed": self.n_hashed,
+            "hashing": self.hashing,
+            "features_hashed": self.features_hashed,
             "names": [state.encode_name(n) for n in self.names],
         }
 
     @classmethod
-    def from_state(cls, data: dict) -> FeatureSpace:
+    def from_state(cls, data: typing.Any, first_column: int, max_features: int) -> FeatureSpace:
+        """The space saved by `to_state`, for a model whose params say `first_column` and
+        `max_features`; an untrusted state that does not fit them raises `StateError`.
+
+        A state saved before spaces had a bound holds only `first_column` and `names`: it is
+        restored if its names fit the bound."""
         from streammargin import state
 
-        space = cls(first_column=int(data["first_column"]))
-        for encoded in data["names"]:
+        if not isinstance(data, dict) or not isinstance(data.get("names"), list):
+            raise StateError("the saved feature space is not a dict with a list of names")
+        space = cls(first_column=first_column, max_features=max_features)
+        expected = {
+            "first_column": first_column,
+            "max_features": space.max_features,
+            "n_hashed": space.n_hashed,
+        }
+        for key, value in expected.items():
+            saved = data.get(key, value)
+            if type(saved) is not int or saved != value:
+                raise StateError(
+                    f"the saved feature space has {key}={saved!r:.40}, "
+                    f"the model's params say {value}"
+                )
+        names = data["names"]
+        if len(names) > space.n_exact:
+            raise StateError(
+                f"the saved feature space holds {len(names)} names, more than the "
+                f"{space.n_exact} exact columns of max_features={space.max_features}"
+            )
+        hashing = data.get("hashing", False)
+        features_hashed = data.get("features_hashed", 0)
+        if type(hashing) is not bool or type(features_hashed) is not int or not (
+            0 <= features_hashed < 2**63
+        ):
+            raise StateError("the saved feature space has a bad 'hashing' flag or counter")
+        new_names: dict = {}
+        for encoded in names:
             name = state.decode_name(encoded)
-            if name in space.index:
+            try:
+                text = name_json(name)
+            except InvalidInput:
+                raise StateError(f"feature name {name!r:.80} has no safe state") from None
+            if len(text) > MAX_NAME_BYTES:
+                raise StateError(f"feature name {name!r:.80} is too long to be stored")
+            if name in new_names:
                 raise StateError(f"feature name {name!r:.80} appears twice in the saved state")
-            space._add(name)
+            new_names[name] = None
+        space._commit(list(new_names), 1 if hashing else 0)
+        space.features_hashed = features_hashed
         return space
 
     # Pickling: the lookup cache is rebuilt on demand, it is not part of the model.
 
     def __getstate__(self) -> dict:
-        return {"first_column": self.first_column, "names": self.names}
+        return {
+            "first_column": self.first_column,
+            "max_features": self.max_features,
+            "hashing": self.hashing,
+            "features_hashed": self.features_hashed,
+            "names": self.names,
+        }
 
     def __setstate__(self, data: dict) -> None:
-        self.first_column = data["first_column"]
-        self.names = list(data["names"])
-        self.n_columns = self.first_column + len(self.names)
-        self.index = {name: self.first_column + j for j, name in enumerate(self.names)}
-        self._forget_cache()
+        self.__init__(data["first_column"], data["max_features"])  # type: ignore[misc]
+        self._commit(list(data["names"]), 1 if data["hashing"] else 0)
+        self.features_hashed = data["features_hashed"]

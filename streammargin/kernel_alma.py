@@ -74,6 +74,14 @@ class KernelALMAClassifier(BudgetKernelClassifier):
     seed
         Seed of `eviction="random"`; `None` draws fresh entropy.
 
+    max_features
+        The bound on feature columns (see `streammargin.features`): the first 7/8 of them go to
+        the first names learnt, one each; later names (and names longer than 128 bytes) share the
+        last eighth by a stable hash of the name, and are not stored. Every support vector is a
+        dense row of these columns, so memory stays below `streammargin.memory.memory_bound`:
+        budget x max_features x 8 bytes plus budget-sized slots (and the
+        Projectron's budget x budget inverse Gram matrix), 3.4 MiB at the defaults.
+
     Attributes
     ----------
     n_corrections : int
@@ -121,6 +129,7 @@ class KernelALMAClassifier(BudgetKernelClassifier):
         projection_threshold: float = 0.1,
         average: bool = False,
         seed: int | None = None,
+        max_features: int = 2048,
     ):
         if not (isinstance(alpha, (int, float)) and 0.0 < alpha <= 1.0):
             raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
@@ -140,6 +149,7 @@ class KernelALMAClassifier(BudgetKernelClassifier):
         self.projection_threshold = projection_threshold
         self.average = average
         self.seed = seed
+        self.max_features = max_features
         self._reset()
 
     def _tracks_margins(self) -> bool:
@@ -167,7 +177,7 @@ class KernelALMAClassifier(BudgetKernelClassifier):
         yield {"eviction": "random", "budget": 3, "seed": 5, "kernel": "poly", "gamma": 0.5}
         yield {"eviction": "oldest", "budget": 4, "alpha": 1.0}
         yield {"eviction": "smallest", "budget": 4, "kernel": "linear"}
-        yield {"eviction": "merge", "budget": 4, "alpha": 0.5}
+        yield {"eviction": "merge", "budget": 4, "alpha": 0.5, "max_features": 2}
         yield {"eviction": "project", "budget": 4, "projection_threshold": 0.3, "average": True}
 
     # Inspection -----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import typing
 import numpy as np
 
 from streammargin import state
-from streammargin.base import binary_targets
+from streammargin.base import binary_targets, check_max_features
 from streammargin.jit import kernels as kjit
 from streammargin.jit import mpu as mpu_jit
 from streammargin.support import KernelClassifier, grown_columns
@@ -95,6 +95,14 @@ class MPUClassifier(KernelClassifier):
     intercept_scale
         rho. The default of 1 suits standardised features.
 
+    max_features
+        The bound on feature columns (see `streammargin.features`): the first 7/8 of them go to
+        the first names learnt, one each; later names (and names longer than 128 bytes) share the
+        last eighth by a stable hash of the name, and are not stored. Every cached pattern is a
+        dense row of these columns, so memory stays below `streammargin.memory.memory_bound`:
+        budget x max_features x 8 bytes plus the primal weights
+        (max_features x 8) or the budget x budget Gram matrix, 15.9 MiB at the defaults.
+
     Attributes
     ----------
     n_learning_steps, n_unlearning_steps : int
@@ -164,6 +172,7 @@ class MPUClassifier(KernelClassifier):
         coef0: float = 1.0,
         fit_intercept: bool = True,
         intercept_scale: float = 1.0,
+        max_features: int = 2048,
     ):
         self.C = C
         self.epsilon = epsilon
@@ -177,13 +186,14 @@ class MPUClassifier(KernelClassifier):
         self.coef0 = coef0
         self.fit_intercept = fit_intercept
         self.intercept_scale = intercept_scale
+        self.max_features = max_features
         self._reset()
 
     @classmethod
     def _unit_test_params(cls) -> typing.Iterator[dict]:
         yield {}
         yield {"kernel": "rbf", "gamma": 0.5, "budget": 30}
-        yield {"C": None, "budget": 8, "replay": 3, "fit_intercept": False}
+        yield {"C": None, "budget": 8, "replay": 3, "fit_intercept": False, "max_features": 5}
         yield {"kernel": "poly", "degree": 2, "budget": 12, "unlearn": False, "epsilon": 1.0}
 
     # Set-up ---------------------------------------------------------------------------------------
@@ -208,6 +218,7 @@ class MPUClassifier(KernelClassifier):
         if self.kernel is None:
             if not (isinstance(self.budget, int) and self.budget >= 1):
                 raise ValueError(f"budget must be a positive integer, got {self.budget!r}")
+            check_max_features(self.max_features)
         else:
             super()._validate_kernel()
 
@@ -236,13 +247,13 @@ class MPUClassifier(KernelClassifier):
         mpu_jit.write_hyper(self._st, *self._hyper_values())
         self._st[mpu_jit.CAP] = 1.0
         primal, budget = self._primal, self.budget
-        self._weights = np.zeros(8 if primal else 0)
+        self._weights = np.zeros(self._support.shape[1] if primal else 0)
         self._gram = np.zeros((0, 0) if primal else (budget, budget))
         self._margins = np.zeros(0 if primal else budget)
 
     def _reserve(self, n_columns: int) -> None:
         if n_columns > self._support.shape[1]:
-            self._support = grown_columns(self._support, n_columns)
+            self._support = grown_columns(self._support, n_columns, self._max_columns)
             if self._primal:  # the primal loops run over the columns of S and of the weights alike
                 weights = np.zeros(self._support.shape[1])
                 weights[: self._weights.shape[0]] = self._weights
@@ -403,6 +414,7 @@ class MPUClassifier(KernelClassifier):
             "cache_size": self.cache_size,
             "evictions": self.n_evictions,
             "trials": self.n_trials,
+            **self._feature_counters(),
         }
 
 

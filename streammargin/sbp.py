@@ -59,6 +59,14 @@ class SBPClassifier(KernelClassifier):
     seed
         Seed of the uniform sampling (a counter-based hash: a restored model draws the same).
 
+    max_features
+        The bound on feature columns (see `streammargin.features`): the first 7/8 of them go to
+        the first names learnt, one each; later names (and names longer than 128 bytes) share the
+        last eighth by a stable hash of the name, and are not stored. Every window example is a
+        dense row of these columns, so memory stays below `streammargin.memory.memory_bound`:
+        window x max_features x 8 bytes plus the window x window Gram
+        matrix, 10.0 MiB at the defaults.
+
     Attributes
     ----------
     support_size : int
@@ -109,6 +117,7 @@ class SBPClassifier(KernelClassifier):
         degree: int = 3,
         coef0: float = 1.0,
         seed: int = 0,
+        max_features: int = 2048,
     ):
         if not (isinstance(nu, numbers.Real) and 0.0 <= nu < float("inf")):
             raise ValueError(f"nu must be a non-negative number, got {nu!r}")
@@ -126,6 +135,7 @@ class SBPClassifier(KernelClassifier):
         self.degree = degree
         self.coef0 = coef0
         self.seed = int(seed)
+        self.max_features = max_features
         self._reset()
 
     @property
@@ -146,7 +156,7 @@ class SBPClassifier(KernelClassifier):
     def _unit_test_params(cls) -> typing.Iterator[dict]:
         yield {"window": 60}
         yield {"kernel": "poly", "degree": 2, "gamma": 0.5, "window": 25, "steps": 3}
-        yield {"kernel": "linear", "nu": 0.0, "window": 10, "steps": 1}
+        yield {"kernel": "linear", "nu": 0.0, "window": 10, "steps": 1, "max_features": 3}
         yield {"nu": 2.0, "window": 40, "steps": 8, "gamma": 0.1}
 
     # Numeric core ---------------------------------------------------------------------------------
@@ -188,6 +198,11 @@ class SBPClassifier(KernelClassifier):
     @property
     def counters(self) -> dict[str, int]:
         """Counters a monitoring process reports (the Kafka worker's metrics)."""
-        return {"support_size": self.support_size, "trials": self.n_trials, "steps": self.n_steps}
+        return {
+            "support_size": self.support_size,
+            "trials": self.n_trials,
+            "steps": self.n_steps,
+            **self._feature_counters(),
+        }
 
 

@@ -1,9 +1,11 @@
 """Base of the kernel classifiers: kernels by name and a bounded support cache.
 
-A kernel model keeps at most `budget` support vectors; its memory is fixed by the budget and the
-number of feature columns, never by the length of the stream. The cache's arrays and the numba
-functions that work on them are described in `streammargin.jit.kernels`; this module holds the
-River-side plumbing every kernel model shares.
+A kernel model keeps at most `budget` support vectors, each a dense row of the feature columns,
+of which there are at most `max_features` (`streammargin.features`: later names are hashed into
+shared columns): its memory is bounded by budget x max_features x 8 bytes plus budget-sized
+matrices (`streammargin.memory`), never by the length of the stream or the number of names. The
+cache's arrays and the numba functions that work on them are described in
+`streammargin.jit.kernels`; this module holds the River-side plumbing every kernel model shares.
 """
 
 from __future__ import annotations
@@ -13,18 +15,19 @@ import math
 import numpy as np
 
 from streammargin import state
-from streammargin.base import MarginClassifier
+from streammargin.base import MarginClassifier, check_max_features
 from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
 
 __all__ = ["KernelClassifier", "grown_columns"]
 
 
-def grown_columns(array: np.ndarray, n_columns: int) -> np.ndarray:
-    """`array` (2-d) with room for at least `n_columns` columns (zero-filled), doubling."""
+def grown_columns(array: np.ndarray, n_columns: int, limit: int) -> np.ndarray:
+    """`array` (2-d) with room for at least `n_columns` columns (zero-filled), doubling, never
+    beyond `limit` columns (the model's bound; n_columns <= limit)."""
     if array.shape[1] >= n_columns:
         return array
-    capacity = max(n_columns, 2 * array.shape[1], 8)
+    capacity = min(max(n_columns, 2 * array.shape[1], 8), limit)
     bigger = np.zeros((array.shape[0], capacity), dtype=array.dtype)
     bigger[:, : array.shape[1]] = array
     return bigger
@@ -33,10 +36,10 @@ def grown_columns(array: np.ndarray, n_columns: int) -> np.ndarray:
 class KernelClassifier(MarginClassifier):
     """Shared plumbing of the kernel classifiers on a bounded support cache.
 
-    A subclass sets its params (including `kernel`, `gamma`, `degree`, `coef0`, `budget`) as
-    attributes, then calls `self._reset()`. It sets `_n_fields` (per-vector slot fields, at least
-    `kjit.N_COMMON_FIELDS`) and `_n_model_state` (its own entries of `st` after `kjit.ST_MODEL`),
-    and extends `_reset` and `_check_restored` for its own state.
+    A subclass sets its params (including `kernel`, `gamma`, `degree`, `coef0`, `budget`,
+    `max_features`) as attributes, then calls `self._reset()`. It sets `_n_fields` (per-vector
+    slot fields, at least `kjit.N_COMMON_FIELDS`) and `_n_model_state` (its own entries of `st`
+    after `kjit.ST_MODEL`), and extends `_reset` and `_check_restored` for its own state.
 
     Hooks: `_kernel_params()` (the kernel written into `st`; a model whose kernel is optional
     overrides it), `_extra_rows` (cache rows beyond `budget`, e.g. a working row).
@@ -61,6 +64,7 @@ class KernelClassifier(MarginClassifier):
             raise ValueError(f"coef0 must be a finite number, got {self.coef0!r}")
         if not (isinstance(self.budget, int) and self.budget >= 1):
             raise ValueError(f"budget must be a positive integer, got {self.budget!r}")
+        check_max_features(self.max_features)
 
     def _kernel_params(self) -> np.ndarray:
         return kjit.kernel_params(self.kernel, self.gamma, self.degree, self.coef0)
@@ -69,7 +73,7 @@ class KernelClassifier(MarginClassifier):
         self._validate_kernel()
         super()._reset()
         rows = self.budget + self._extra_rows
-        self._support = np.zeros((rows, 8))
+        self._support = np.zeros((rows, min(8, self._max_columns)))
         self._slots = np.zeros((rows, self._n_fields))
         self._st = np.zeros(kjit.ST_MODEL + self._n_model_state)
         self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = self._kernel_params()
@@ -81,11 +85,13 @@ class KernelClassifier(MarginClassifier):
 
     def _reserve(self, n_columns: int) -> None:
         if n_columns > self._support.shape[1]:
-            self._support = grown_columns(self._support, n_columns)
+            self._support = grown_columns(self._support, n_columns, self._max_columns)
 
     def _check_restored(self) -> None:
         rows = self.budget + self._extra_rows
-        if self._support.shape[0] != rows or self._support.shape[1] < self._features.n_columns:
+        if self._support.shape[0] != rows or not (
+            self._features.n_columns <= self._support.shape[1] <= self._max_columns
+        ):
             raise state.StateError("support vectors do not match the budget or feature space")
         if self._slots.shape != (rows, self._n_fields):
             raise state.StateError("support slots do not match the budget")
@@ -109,4 +115,8 @@ class KernelClassifier(MarginClassifier):
     @property
     def counters(self) -> dict[str, int]:
         """Counters a monitoring process reports (the Kafka worker's metrics)."""
-        return {"support_size": self.support_size, "trials": self.n_trials}
+        return {
+            "support_size": self.support_size,
+            "trials": self.n_trials,
+            **self._feature_counters(),
+        }

@@ -395,6 +395,8 @@ def test_counters_and_exports():
         "cache_size",
         "evictions",
         "trials",
+        "features",
+        "features_hashed",
     }
     assert streammargin.MPUClassifier is MPUClassifier
     with pytest.raises(AttributeError):

@@ -213,4 +213,10 @@ def test_package_exports_and_counters():
     model = SBPClassifier(window=10, steps=2)
     for x, y in stream_2d(np.random.default_rng(0), 30):
         model.learn_one(x, y)
-    assert model.counters == {"support_size": 10, "trials": 30, "steps": 60}
+    assert model.counters == {
+        "support_size": 10,
+        "trials": 30,
+        "steps": 60,
+        "features": 2,
+        "features_hashed": 0,
+    }

@@ -1,0 +1,344 @@
+"""The memory ceiling: a bounded feature space, names beyond the bound hashed into shared
+columns, in every model."""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import streammargin
+from streammargin import state
+from streammargin.errors import InvalidInput, StateError
+from streammargin.features import MAX_NAME_BYTES, FeatureSpace, hashed_columns
+
+MODEL_CLASSES = sorted(state.registered_models().values(), key=lambda cls: cls.__name__)
+SMALL = settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+
+
+def small_params(cls) -> list[dict]:
+    """Each unit-test parameter set of `cls`, with a small bound unless it sets its own."""
+    return [
+        {**params, "max_features": params.get("max_features", 20)}
+        for params in cls._unit_test_params()
+    ]
+
+
+SMALL_CASES = [
+    pytest.param(cls, params, id=f"{cls.__name__}-{i}")
+    for cls in MODEL_CLASSES
+    for i, params in enumerate(small_params(cls))
+]
+
+
+def dumps(model) -> bytes:
+    return state.dumps(model.to_state())
+
+
+def restored(model):
+    return streammargin.from_state(state.loads(dumps(model)))
+
+
+def label_of(model, i: int):
+    return ["u", "v", "w"][i % 3] if model._multiclass else i % 2 == 0
+
+
+def new_names_stream(n: int, seed: int = 0, stable: int = 3):
+    """n records: `stable` features always present plus one name never seen before."""
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        x = {f"s{j}": float(v) for j, v in enumerate(rng.normal(size=stable))}
+        x[f"id{i}"] = 1.0
+        yield x, bool(x["s0"] > 0)
+
+
+def colliding_names(space: FeatureSpace, count: int = 2, prefix: str = "c") -> list[str]:
+    """`count` names (never stored) that share one hashed column of `space`."""
+    by_column: dict[int, list[str]] = {}
+    for i in range(10_000):
+        name = f"{prefix}{i}"
+        column = space._hashed_column(json.dumps(name))
+        by_column.setdefault(column, []).append(name)
+        if len(by_column[column]) == count:
+            return by_column[column]
+    raise AssertionError("no collision found")
+
+
+# The feature space: which column a name gets ------------------------------------------------------
+
+
+def test_first_names_get_exact_columns_and_later_ones_their_crc32_column():
+    space = FeatureSpace(first_column=1, max_features=16)
+    assert (space.n_hashed, space.n_exact, space.hashed_start) == (2, 14, 15)
+    idx, _ = space.encode({f"f{j}": 1.0 for j in range(14)}, grow=True)
+    assert idx.tolist() == list(range(1, 15)) and space.full and not space.features_hashed
+    assert space.n_columns == 17  # the hashed columns are in use from now on
+    idx, val = space.encode({"f3": 2.0, "late": 3.0}, grow=True)
+    expected = 15 + zlib.crc32(b'"late"') % 2
+    assert idx.tolist() == [4, expected] and val.tolist() == [2.0, 3.0]
+    assert "late" not in space.index and len(space.names) == 14
+    assert space.features_hashed == 1
+    # the column does not depend on the process: CRC-32 of the name's JSON, not Python's hash
+    assert space._hashed_column('"late"') == expected
+
+
+def test_long_and_non_str_names_are_hashed_by_their_json_even_with_room():
+    space = FeatureSpace(first_column=0, max_features=64)
+    long_str = "x" * (MAX_NAME_BYTES - 1)  # 127 characters: 129 bytes of JSON
+    fits = "y" * (MAX_NAME_BYTES - 2)  # 128 bytes of JSON: stored
+    long_tuple = tuple(range(40))
+    x = {"a": 1.0, long_str: 2.0, fits: 3.0, long_tuple: 4.0, (1, "b"): 5.0}
+    idx, val = space.encode(x, grow=True)
+    tuple_json = json.dumps({"tuple": [{"int": i} for i in range(40)]}, separators=(",", ":"))
+    assert idx.tolist() == [
+        0,
+        56 + zlib.crc32(json.dumps(long_str).encode()) % 8,
+        1,
+        56 + zlib.crc32(tuple_json.encode()) % 8,
+        2,
+    ]
+    assert space.names == ["a", fits, (1, "b")] and space.features_hashed == 2
+    assert space.n_columns == 64  # the hashed columns came into use with the first hashed name
+
+
+def test_names_that_cannot_be_saved_are_refused_before_anything_changes():
+    space = FeatureSpace(first_column=0, max_features=8)
+    space.encode({"a": 1.0}, grow=True)
+    for bad in (float("nan"), frozenset({1}), ("ok", object())):
+        with pytest.raises(InvalidInput, match="cannot be saved"):
+            space.encode({"b": 1.0, bad: 2.0}, grow=True)
+        assert space.names == ["a"] and space.n_columns == 1
+        # prediction gives such a name no column
+        assert space.encode({"a": 1.0, bad: 2.0}, grow=False)[0].tolist() == [0, -1]
+
+
+def test_names_sharing_a_hashed_column_are_summed_into_one_entry_and_not_cached():
+    space = FeatureSpace(first_column=1, max_features=8)  # 7 exact, 1 hashed (column 8)
+    space.encode({f"f{j}": 1.0 for j in range(7)}, grow=True)
+    x = {"f0": 1.0, "p": 2.0, "q": -0.5, "f1": 4.0, "r": 0.25}
+    for grow in (False, True):
+        idx, val = space.encode(x, grow=grow)
+        assert idx.tolist() == [1, 8, 2] and val.tolist() == [1.0, 1.75, 4.0]
+        assert space._cache[0] == -1  # not cached: the learning must place and count it again
+    assert space.features_hashed == 3
+
+
+def test_a_sum_of_shared_values_beyond_float64_is_refused_and_changes_nothing():
+    space = FeatureSpace(first_column=0, max_features=8)  # 7 exact columns, 1 hashed
+    space.encode({f"f{j}": 1.0 for j in range(6)}, grow=True)
+    before = space.to_state()
+    x = {"f6": 1.0, "p": 1e308, "q": 1e308, "r": 0.0}  # p takes the last exact column
+    assert space.encode(x, grow=False)[0].tolist() == [-1, -1, -1, -1]
+    with pytest.raises(InvalidInput, match="share hashed column 7"):
+        space.encode(x, grow=True)
+    assert space.to_state() == before
+    model = streammargin.ALMAClassifier(max_features=1)  # no exact column: every name hashed
+    with pytest.raises(InvalidInput, match="beyond float64"):
+        model.learn_one({"p": 1e308, "q": 1e308}, True)
+    with pytest.raises(InvalidInput, match="beyond float64"):
+        model.predict_one({"p": 1e308, "q": 1e308})
+    assert model.n_trials == 0 and model.counters["features_hashed"] == 0
+
+
+def test_prediction_maps_unknown_names_to_minus_one_until_the_exact_columns_are_full():
+    space = FeatureSpace(first_column=0, max_features=4)  # 3 exact, 1 hashed
+    space.encode({"a": 1.0, "b": 1.0}, grow=True)
+    assert space.encode({"a": 1.0, "new": 1.0}, grow=False)[0].tolist() == [0, -1]
+    space.encode({"c": 1.0}, grow=True)  # the last exact column: now full
+    assert space.encode({"a": 1.0, "new": 1.0}, grow=False)[0].tolist() == [0, 3]
+    assert space.encode({"new": 1.0, "a": 1.0}, grow=True)[0].tolist() == [3, 0]
+
+
+def test_when_a_record_overflows_the_exact_columns_its_names_are_chosen_by_their_json_order():
+    """The model must not depend on the dict's key order (River's checker shuffles keys)."""
+    one, two = FeatureSpace(0, 4), FeatureSpace(0, 4)
+    one.encode({"d": 1.0, "a": 2.0, "c": 3.0, "b": 4.0}, grow=True)
+    two.encode({"b": 4.0, "c": 3.0, "a": 2.0, "d": 1.0}, grow=True)
+    assert sorted(one.names) == sorted(two.names) == ["a", "b", "c"]
+    assert one.encode({"d": 1.0}, grow=False)[0].tolist() == [3]
+
+
+def test_a_restored_space_hashes_exactly_as_the_original():
+    space = FeatureSpace(first_column=1, max_features=8)
+    for i in range(30):
+        space.encode({f"n{i}": 1.0, "x" * 200: 2.0, (i, "t"): 0.5}, grow=True)
+    saved = json.loads(json.dumps(space.to_state()))
+    twin = FeatureSpace.from_state(saved, first_column=1, max_features=8)
+    assert twin.to_state() == space.to_state()
+    for x in ({"n0": 1.0, "n29": 2.0, "zz": 3.0}, {"x" * 200: 1.0, (99, "t"): 1.0}):
+        for grow in (False, True):
+            a, b = space.encode(dict(x), grow), twin.encode(dict(x), grow)
+            assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
+    assert twin.features_hashed == space.features_hashed
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (lambda s: s.update(max_features=9), "max_features"),
+        (lambda s: s.update(n_hashed=3), "n_hashed"),
+        (lambda s: s.update(first_column=0), "first_column"),
+        (lambda s: s["names"].extend(["p", "q", "r", "s", "t"]), "more than"),
+        (lambda s: s["names"].append("y" * 200), "too long"),
+        (lambda s: s["names"].append("n0"), "twice"),
+        (lambda s: s.update(hashing="yes"), "flag"),
+        (lambda s: s.update(features_hashed=-1), "counter"),
+        (lambda s: s.update(names="n0"), "list of names"),
+    ],
+)
+def test_a_saved_space_that_does_not_fit_the_bound_is_refused(change, match):
+    space = FeatureSpace(first_column=1, max_features=8)
+    space.encode({f"n{i}": 1.0 for i in range(3)}, grow=True)
+    saved = space.to_state()
+    change(saved)
+    with pytest.raises(StateError, match=match):
+        FeatureSpace.from_state(saved, first_column=1, max_features=8)
+
+
+def test_a_state_saved_before_the_bound_restores_if_its_names_fit():
+    model = streammargin.ALMAClassifier()
+    for x, y in new_names_stream(20):
+        model.learn_one(x, y)
+    old = model.to_state()
+    old["features"] = {"first_column": 1, "names": old["features"]["names"]}
+    del old["params"]["max_features"]
+    twin = streammargin.from_state(old)
+    assert twin.max_features == 2**16 and twin._features.names == model._features.names
+    assert dumps(twin) == dumps(model)
+
+
+# Models: the bound holds, round trips stay exact --------------------------------------------------
+
+
+def model_arrays_bytes(model) -> int:
+    model._flush() if hasattr(model, "_flush") else None
+    return sum(v.nbytes for v in vars(model).values() if isinstance(v, np.ndarray))
+
+
+def support_rows(model) -> int | None:
+    return getattr(model, "support_size", None)
+
+
+names_st = st.one_of(
+    st.text(alphabet="abcxyz", min_size=1, max_size=4),
+    st.text(min_size=120, max_size=140),  # around MAX_NAME_BYTES
+    st.integers(-3, 3),
+    st.tuples(st.integers(0, 2), st.sampled_from(["p", "q"])),
+)
+values_st = st.floats(-1e3, 1e3, allow_nan=False) | st.booleans()
+records_st = st.lists(
+    st.tuples(
+        st.dictionaries(names_st, values_st, max_size=6), st.integers(0, 5), st.integers(0, 2)
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@pytest.mark.parametrize(("cls", "params"), SMALL_CASES)
+@SMALL
+@given(records=records_st)
+def test_new_names_never_grow_the_space_beyond_its_bound_and_round_trips_stay_exact(
+    cls, params, records
+):
+    model = cls(**params)
+    hashed_space = FeatureSpace(0, params["max_features"])
+    for i, (x, n_new, label) in enumerate(records):
+        x = dict(x)
+        for k in range(n_new):  # names never seen, some of them sharing a hashed column
+            x[f"new{i}_{k}"] = float(k + 1)
+        x.update({name: 0.5 for name in colliding_names(hashed_space, 2, prefix=f"h{i}_")})
+        y = label_of(model, label)
+        model.predict_proba_one(x)
+        model.learn_one(x, y)
+        proba = model.predict_proba_one(x)
+        assert math.isclose(sum(proba.values()), 1.0) and all(0 <= p <= 1 for p in proba.values())
+        score = model.decision_one(x)
+        scores = score.values() if isinstance(score, dict) else [score]
+        assert all(math.isfinite(s) for s in scores)
+        assert len(model._features.names) <= model._features.n_exact
+        if support_rows(model) is not None:
+            assert model.support_size <= model.budget
+    assert model.counters["features_hashed"] == model._features.features_hashed
+    twin = restored(model)
+    assert dumps(twin) == dumps(model)
+    for i, (x, _, label) in enumerate(records[:5]):
+        x = {**x, f"after{i}": 1.0, "y" * 300: 2.0}
+        assert twin.predict_proba_one(x) == model.predict_proba_one(x)
+        twin.learn_one(x, label_of(model, label))
+        model.learn_one(x, label_of(model, label))
+    assert dumps(twin) == dumps(model)
+
+
+@pytest.mark.parametrize("cls", MODEL_CLASSES, ids=lambda cls: cls.__name__)
+def test_learn_many_with_hashed_columns_equals_learn_one(cls):
+    model_one, model_many = cls(max_features=4), cls(max_features=4)
+    rows = list(new_names_stream(60, stable=2))
+    for i, (x, _) in enumerate(rows):
+        model_one.learn_one(x, label_of(model_one, i))
+    for start in range(0, 60, 20):
+        batch = rows[start : start + 20]
+        X = pd.DataFrame([x for x, _ in batch])
+        y = pd.Series([label_of(model_one, start + i) for i in range(len(batch))])
+        model_many.learn_many(X, y)
+    assert model_many.counters == model_one.counters
+    assert model_many._features.names == model_one._features.names
+    probes = [x for x, _ in new_names_stream(10, seed=1, stable=2)] + [rows[5][0]]
+    X = pd.DataFrame(probes)
+    many_proba = model_many.predict_proba_many(X)
+    for (_, row), x in zip(many_proba.iterrows(), probes):
+        for label, p in model_one.predict_proba_one(x).items():
+            assert row[label] == pytest.approx(p, rel=1e-9, abs=1e-12)
+
+
+def test_learn_many_that_fails_leaves_the_bounded_space_as_it_was():
+    model = streammargin.ALMAClassifier(max_features=4)
+    model.learn_many(pd.DataFrame({"a": [1.0, 2.0], "b": [0.5, 0.1]}), pd.Series([True, False]))
+    before = dumps(model)
+    p, q = colliding_names(model._features)
+    bad = pd.DataFrame({"c": [1.0, 2.0], p: [1.0, 2.0], q: [1.0, np.inf]})
+    with pytest.raises(InvalidInput, match=repr(q)):
+        model.learn_many(bad, pd.Series([True, False]))
+    overflow = pd.DataFrame({"c": [1.0, 2.0], p: [1e308, 1.0], q: [1e308, 1.0]})
+    with pytest.raises(InvalidInput, match="beyond float64"):
+        model.learn_many(overflow, pd.Series([True, False]))
+    assert dumps(model) == before
+
+
+# The findings of issue 12 (each fails on the code before the bound) -------------------------------
+
+
+@pytest.mark.parametrize("cls", MODEL_CLASSES, ids=lambda cls: cls.__name__)
+def test_state_stops_growing_once_the_bound_is_reached(cls):
+    """Finding 3: one new name per record grew every model for ever (ALMA 11 MB after 200k
+    records, a budget perceptron 2.8 KB a name). Now the state stops growing at the bound."""
+    model = cls(max_features=64)
+    sizes = []
+    for i, (x, y) in enumerate(new_names_stream(3000)):
+        model.learn_one(x, label_of(model, i))
+        if i in (999, 2999):
+            sizes.append(model_arrays_bytes(model))
+    assert sizes[1] == sizes[0]
+    assert model.counters["features_hashed"] >= 3000 - 64
+
+
+# Classes of the natively multiclass CPM -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", MODEL_CLASSES, ids=lambda cls: cls.__name__)
+def test_max_features_must_be_a_positive_integer(cls):
+    for bad in (0, -1, 2.0, True, "8", 2**40):
+        with pytest.raises(ValueError, match="max_features"):
+            cls(max_features=bad)
+
+
+def test_hashed_columns_are_an_eighth():
+    assert [hashed_columns(m) for m in (1, 7, 8, 64, 2**16)] == [1, 1, 1, 8, 8192]
