@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import typing
@@ -16,6 +17,9 @@ from streammargin.jit.entry import lazy_entry_point
 from streammargin.support import grown_columns
 
 __all__ = ["ConvexPolytopeClassifier"]
+
+# The longest label, in bytes of its JSON encoding in a saved state.
+MAX_LABEL_BYTES = 256
 
 
 # The per-record numba calls (predict_one, learn_one) go through entry points
@@ -41,13 +45,17 @@ def _plain_label(y: typing.Any) -> typing.Any:
     if y is None or (isinstance(y, float) and math.isnan(y)):
         raise InvalidInput(f"label {y!r} is not a class: a label must be a value other than None/NaN")
     try:
-        state.encode_name(y)
+        encoded = json.dumps(state.encode_name(y), allow_nan=False, separators=(",", ":"))
         hash(y)
-    except TypeError:
+    except (TypeError, ValueError):
         raise InvalidInput(
             f"label {y!r:.80} of type {type(y).__name__} is not supported: labels must be str, bool, "
-            "int, float or tuples of them"
+            "int, finite float or tuples of them"
         ) from None
+    if len(encoded) > MAX_LABEL_BYTES:
+        raise InvalidInput(
+            f"label {y!r:.80} is too long to be stored: at most {MAX_LABEL_BYTES} bytes of JSON"
+        )
     return y
 
 
@@ -126,6 +134,10 @@ class ConvexPolytopeClassifier(MarginClassifier):
         The bound on feature columns (see `streammargin.features`): the first 7/8 of them go to
         the first names learnt, one each; later names (and names longer than 128 bytes) share the
         last eighth by a stable hash of the name, and are not stored.
+    max_classes
+        The most labels a per-class model ("joint", "separate") learns: a record with a new label
+        beyond it raises `streammargin.InvalidInput` and leaves the model as it was (the Kafka
+        worker files it as a dead letter).
 
     Attributes
     ----------
@@ -189,6 +201,7 @@ class ConvexPolytopeClassifier(MarginClassifier):
         fit_intercept: bool = True,
         intercept_scale: float = 1.0,
         max_features: int = 2048,
+        max_classes: int = 100,
     ):
         if not (isinstance(n_faces, numbers.Integral) and not isinstance(n_faces, bool)):
             raise ValueError(f"n_faces must be a positive integer, got {n_faces!r}")
@@ -221,6 +234,13 @@ class ConvexPolytopeClassifier(MarginClassifier):
         self.fit_intercept = fit_intercept
         self.intercept_scale = intercept_scale
         self.max_features = check_max_features(max_features)
+        if not (
+            isinstance(max_classes, numbers.Integral)
+            and not isinstance(max_classes, bool)
+            and 2 <= max_classes <= 100_000
+        ):
+            raise ValueError(f"max_classes must be an integer in [2, 100000], got {max_classes!r}")
+        self.max_classes = int(max_classes)
         self._reset()
 
     @property
@@ -261,7 +281,7 @@ class ConvexPolytopeClassifier(MarginClassifier):
         yield {"polytopes": "separate", "n_faces": 2, "steps": 2, "window": 7, "l2": 0.1}
         yield {"n_faces": 1, "steps": 1, "fit_intercept": False}
         yield {"polytopes": "one", "n_faces": 5, "entropy": 0.9, "l2": 1e-5, "window": 5}
-        yield {"n_faces": 2, "window": 6, "max_features": 4}
+        yield {"n_faces": 2, "window": 6, "max_features": 4, "max_classes": 8}
 
     # Labels ---------------------------------------------------------------------------------------
 
@@ -296,6 +316,14 @@ class ConvexPolytopeClassifier(MarginClassifier):
             self._weights = grown(self._weights, n_columns, limit)
         if n_columns > self._window.shape[1]:
             self._window = grown_columns(self._window, self._weights.shape[0], limit)
+
+    def _refuse_new_labels(self, new: int) -> None:
+        """Raise `InvalidInput` if `new` more labels would pass `max_classes`."""
+        if len(self._labels) + new > self.max_classes:
+            raise InvalidInput(
+                f"a new label would make {len(self._labels) + new} classes, more than "
+                f"max_classes={self.max_classes}: raise max_classes to learn more classes"
+            )
 
     def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
         out = np.empty(1)
@@ -332,6 +360,7 @@ class ConvexPolytopeClassifier(MarginClassifier):
             code = None
         if code is None:
             _plain_label(y)  # validates the label before anything changes
+            self._refuse_new_labels(1)
             code = len(self._labels)
         features = self._features
         idx, val = features.encode(x, True)  # validates x before anything changes
@@ -369,6 +398,7 @@ class ConvexPolytopeClassifier(MarginClassifier):
         labels = [_plain_label(label) for label in y]  # validated before anything changes
         if len(labels) != len(X):
             raise InvalidInput(f"X has {len(X)} rows but y has {len(labels)} labels")
+        self._refuse_new_labels(len({label for label in labels if label not in self._label_index}))
         frame = self._learning_frame(X)
         for label in labels:
             if label not in self._label_index:
@@ -417,7 +447,15 @@ class ConvexPolytopeClassifier(MarginClassifier):
     def _check_restored(self) -> None:
         if self._one and self._encoded_labels:
             raise state.StateError("a one-polytope CPM has no label list")
+        encoded = self._encoded_labels
+        if not isinstance(encoded, list) or len(encoded) > self.max_classes:
+            raise state.StateError("the saved labels are not a list of at most max_classes labels")
         labels = [state.decode_name(encoded) for encoded in self._encoded_labels]
+        for label in labels:
+            try:
+                _plain_label(label)
+            except InvalidInput as error:
+                raise state.StateError(f"a saved label is not valid: {error}") from None
         self._labels = labels
         self._label_index = {label: i for i, label in enumerate(labels)}
         if len(self._label_index) != len(labels):

@@ -1,5 +1,5 @@
-"""The memory ceiling: a bounded feature space, names beyond the bound hashed into shared
-columns, in every model."""
+"""The memory ceiling: a bounded feature space (names beyond the bound hashed into shared
+columns) in every model, and bounded classes in the CPM."""
 
 from __future__ import annotations
 
@@ -331,6 +331,32 @@ def test_state_stops_growing_once_the_bound_is_reached(cls):
 
 
 # Classes of the natively multiclass CPM -----------------------------------------------------------
+
+
+def test_cpm_refuses_a_label_beyond_max_classes_and_stays_untouched():
+    model = streammargin.ConvexPolytopeClassifier(max_classes=3, n_faces=2, window=5)
+    for i in range(9):
+        model.learn_one({"a": float(i), f"n{i}": 1.0}, "abc"[i % 3])
+    before = dumps(model)
+    with pytest.raises(InvalidInput, match="max_classes=3"):
+        model.learn_one({"a": 1.0, "fresh": 2.0}, "d")
+    with pytest.raises(InvalidInput, match="max_classes=3"):
+        frame = pd.DataFrame({"a": [1.0, 2.0], "fresh": [1.0, 1.0]})
+        model.learn_many(frame, pd.Series(["a", "d"]))
+    assert dumps(model) == before and model.classes == ["a", "b", "c"]
+    model.learn_many(pd.DataFrame({"a": [1.0]}), pd.Series(["c"]))  # known labels still learn
+
+
+def test_cpm_refuses_a_label_too_long_to_store_and_a_saved_state_with_too_many_classes():
+    model = streammargin.ConvexPolytopeClassifier(max_classes=3, n_faces=2, window=5)
+    with pytest.raises(InvalidInput, match="too long"):
+        model.learn_one({"a": 1.0}, "L" * 300)  # 302 bytes of JSON, beyond 256
+    for i in range(3):
+        model.learn_one({"a": float(i)}, i)
+    saved = model.to_state()
+    saved["params"]["max_classes"] = 2
+    with pytest.raises(StateError, match="max_classes"):
+        streammargin.from_state(saved)
 
 
 @pytest.mark.parametrize("cls", MODEL_CLASSES, ids=lambda cls: cls.__name__)
