@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streammargin import state
+from streammargin import memory, state
 from streammargin.alma import ALMAClassifier
 from streammargin.budget_perceptron import BudgetPerceptron
 from streammargin.budget_svm import BudgetSVMClassifier
@@ -28,5 +28,6 @@ __all__ = [
     "StandardScaler",
     "StateError",
     "from_state",
+    "memory",
     "state",
 ]

@@ -7,7 +7,7 @@ import typing
 
 import numpy as np
 
-from streammargin import state
+from streammargin import memory, state
 from streammargin.base import (
     InfiniteEntry,
     MarginClassifier,
@@ -334,6 +334,11 @@ class ALMAClassifier(MarginClassifier):
         if bad >= 0:
             self._weight_table, self._scalars = saved
             raise InfiniteEntry(*divmod(bad, X.shape[1]))
+
+    @classmethod
+    def _max_array_bytes(cls, params: dict) -> int:
+        columns = cls._first_column + memory.int_param(params, "max_features", 1)
+        return 8 * (columns * alma_jit.N_COLUMNS + alma_jit.STATE_SIZE)
 
     def _check_restored(self) -> None:
         rows, columns = self._vectors.shape

@@ -15,6 +15,7 @@ import typing
 import numpy as np
 from river import base
 
+from streammargin import memory
 from streammargin import state as state_module
 from streammargin.errors import InvalidInput
 from streammargin.features import MAX_MAX_FEATURES, FeatureSpace, validate_value
@@ -227,6 +228,18 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         """Make the state hold at least `n_columns` feature columns (never more than
         `_max_columns`: grow with `grown(..., limit=self._max_columns)`)."""
 
+    @classmethod
+    @abc.abstractmethod
+    def _max_array_bytes(cls, params: dict) -> int:
+        """The most bytes the model's arrays can take with these (full) params, saved or not:
+        the formula of `streammargin.memory.memory_bound`. Read integer params with
+        `memory.int_param`; raise `ValueError` for params the formula cannot read."""
+
+    @classmethod
+    def _max_labels(cls, params: dict) -> int:
+        """The most class labels the model stores (natively multiclass models)."""
+        return 0
+
     @abc.abstractmethod
     def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
         """Raw decision value of an encoded instance (idx < 0: unknown feature)."""
@@ -355,12 +368,18 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         }
 
     @classmethod
-    def from_state(cls, state: dict) -> MarginClassifier:
-        """Rebuild a model from `to_state()`: it predicts and learns exactly like the original."""
-        if state.get("model") != cls.__name__:
-            raise state_module.StateError(
-                f"state of {state.get('model')!r} cannot restore a {cls.__name__}"
-            )
+    def from_state(
+        cls, state: dict, max_bytes: int = memory.DEFAULT_MAX_STATE_BYTES
+    ) -> MarginClassifier:
+        """Rebuild a model from `to_state()`: it predicts and learns exactly like the original.
+
+        A state whose params imply more than `max_bytes` (`streammargin.memory.memory_bound`) is
+        refused with `StateError` before anything is constructed or allocated.
+        """
+        if not isinstance(state, dict) or state.get("model") != cls.__name__:
+            name = state.get("model") if isinstance(state, dict) else state
+            raise state_module.StateError(f"state of {name!r:.80} cannot restore a {cls.__name__}")
+        memory.check_state_bound(cls, state.get("params"), max_bytes)
         model = cls(**state["params"])
         model._features = FeatureSpace.from_state(
             state.get("features"), cls._first_column, model.max_features
@@ -377,6 +396,12 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         for name in cls._state_values:
             setattr(model, name, state["values"][name])
         model._check_restored()
+        bound = memory.memory_bound(model) - memory.STATE_OVERHEAD
+        if memory.memory_size(model) > bound:
+            raise state_module.StateError(
+                f"the saved {cls.__name__}'s arrays are larger than its params allow "
+                f"({bound:,} bytes)"
+            )
         return model
 
     @abc.abstractmethod

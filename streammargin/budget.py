@@ -103,6 +103,15 @@ class BudgetKernelClassifier(ServedRow, KernelClassifier):
     def _n_model_state(self) -> int:  # type: ignore[override]
         return bjit.N_BUDGET_STATE + self._n_own_state
 
+    @classmethod
+    def _st_entries(cls) -> int:
+        return kjit.ST_MODEL + bjit.N_BUDGET_STATE + cls._n_own_state
+
+    @classmethod
+    def _extra_array_bytes(cls, params: dict, budget: int, columns: int) -> int:
+        projectron = params.get("eviction") == "project"
+        return 8 * ((budget * budget if projectron else 0) + budget + 2)  # + the scratch row
+
     def _tracks_margins(self) -> bool:
         """Whether the policy (or the model) needs the cached margins f(s_i)."""
         return self.eviction in ("oldest", "smallest")

@@ -186,6 +186,11 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
             self._st[slot] = value
 
     @classmethod
+    def _extra_array_bytes(cls, params: dict, budget: int, columns: int) -> int:
+        rows = budget + cls._extra_rows
+        return 8 * (rows * rows + rows + 1)  # the Gram matrix and the scratch row
+
+    @classmethod
     def _unit_test_params(cls) -> typing.Iterator[dict]:
         yield {}
         yield {"budget": 4, "kernel": "poly", "gamma": 0.5, "C": 10.0}

@@ -9,7 +9,7 @@ import typing
 
 import numpy as np
 
-from streammargin import state
+from streammargin import memory, state
 from streammargin.base import MarginClassifier, check_max_features, grown
 from streammargin.errors import InvalidInput
 from streammargin.jit import convex_polytope as cpm_jit
@@ -17,9 +17,6 @@ from streammargin.jit.entry import lazy_entry_point
 from streammargin.support import grown_columns
 
 __all__ = ["ConvexPolytopeClassifier"]
-
-# The longest label, in bytes of its JSON encoding in a saved state.
-MAX_LABEL_BYTES = 256
 
 
 # The per-record numba calls (predict_one, learn_one) go through entry points
@@ -52,9 +49,10 @@ def _plain_label(y: typing.Any) -> typing.Any:
             f"label {y!r:.80} of type {type(y).__name__} is not supported: labels must be str, bool, "
             "int, finite float or tuples of them"
         ) from None
-    if len(encoded) > MAX_LABEL_BYTES:
+    if len(encoded) > memory.MAX_LABEL_BYTES:
         raise InvalidInput(
-            f"label {y!r:.80} is too long to be stored: at most {MAX_LABEL_BYTES} bytes of JSON"
+            f"label {y!r:.80} is too long to be stored: at most {memory.MAX_LABEL_BYTES} bytes "
+            "of JSON"
         )
     return y
 
@@ -138,6 +136,9 @@ class ConvexPolytopeClassifier(MarginClassifier):
         The most labels a per-class model ("joint", "separate") learns: a record with a new label
         beyond it raises `streammargin.InvalidInput` and leaves the model as it was (the Kafka
         worker files it as a dead letter).
+
+    Memory stays below `streammargin.memory.memory_bound`: the faces take max_features x
+    max_classes x n_faces x 8 bytes, the replay window window x max_features x 8 (steps > 1).
 
     Attributes
     ----------
@@ -316,6 +317,20 @@ class ConvexPolytopeClassifier(MarginClassifier):
             self._weights = grown(self._weights, n_columns, limit)
         if n_columns > self._window.shape[1]:
             self._window = grown_columns(self._window, self._weights.shape[0], limit)
+
+    @classmethod
+    def _max_labels(cls, params: dict) -> int:
+        return 0 if params.get("polytopes") == "one" else memory.int_param(params, "max_classes", 2)
+
+    @classmethod
+    def _max_array_bytes(cls, params: dict) -> int:
+        columns = cls._first_column + memory.int_param(params, "max_features", 1)
+        n_faces = memory.int_param(params, "n_faces", 1)
+        n_poly = max(1, cls._max_labels(params))
+        replays = memory.int_param(params, "steps", 1) > 1
+        window = memory.int_param(params, "window", 1) if replays else 0
+        st = cpm_jit.CLASSES + n_poly * cpm_jit.block_size(n_faces)
+        return 8 * (columns * n_poly * n_faces + window * columns + st)
 
     def _refuse_new_labels(self, new: int) -> None:
         """Raise `InvalidInput` if `new` more labels would pass `max_classes`."""

@@ -259,6 +259,12 @@ class MPUClassifier(KernelClassifier):
                 weights[: self._weights.shape[0]] = self._weights
                 self._weights = weights
 
+    @classmethod
+    def _extra_array_bytes(cls, params: dict, budget: int, columns: int) -> int:
+        if params.get("kernel") is None:
+            return 8 * columns  # the primal weights
+        return 8 * (budget * budget + budget)  # the Gram matrix and the margins
+
     def _check_restored(self) -> None:
         super()._check_restored()  # cache shapes, a whole size within the budget, the kernel
         budget = self.budget

@@ -143,6 +143,12 @@ class SBPClassifier(KernelClassifier):
         """The support cache's size: the window."""
         return self.window
 
+    _budget_param = "window"
+
+    @classmethod
+    def _extra_array_bytes(cls, params: dict, budget: int, columns: int) -> int:
+        return 8 * budget * budget  # the Gram matrix (derived, not saved)
+
     def _model_values(self) -> tuple[float, ...]:
         return (float(self.nu), float(self.steps), float(self.seed))
 

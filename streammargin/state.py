@@ -204,13 +204,20 @@ def registered_models() -> dict[str, type]:
     return dict(_REGISTRY)
 
 
-def from_state(state: dict) -> typing.Any:
-    """Restore a model from `model.to_state()` (or `loads(...)` of its bytes)."""
+def from_state(state: dict, max_bytes: int | None = None) -> typing.Any:
+    """Restore a model from `model.to_state()` (or `loads(...)` of its bytes).
+
+    A state whose params imply a memory bound above `max_bytes` (default
+    `streammargin.memory.DEFAULT_MAX_STATE_BYTES`, 1 GiB) raises `StateError` before anything is
+    allocated (`streammargin.memory`).
+    """
     name = state.get("model") if isinstance(state, dict) else None
     cls = registered_models().get(name)  # type: ignore[arg-type]
     if cls is None:
         raise StateError(f"unknown model {name!r} in state; known: {sorted(_REGISTRY)}")
-    return cls.from_state(state)
+    if max_bytes is None:
+        return cls.from_state(state)
+    return cls.from_state(state, max_bytes=max_bytes)
 
 
 def check_array(state_arrays: dict, name: str, dtype: typing.Any, ndim: int) -> np.ndarray:

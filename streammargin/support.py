@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from streammargin import state
+from streammargin import memory, state
 from streammargin.base import MarginClassifier, check_max_features
 from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
@@ -42,7 +42,8 @@ class KernelClassifier(MarginClassifier):
     after `kjit.ST_MODEL`), and extends `_reset` and `_check_restored` for its own state.
 
     Hooks: `_kernel_params()` (the kernel written into `st`; a model whose kernel is optional
-    overrides it), `_extra_rows` (cache rows beyond `budget`, e.g. a working row).
+    overrides it), `_extra_rows` (cache rows beyond `budget`, e.g. a working row),
+    `_extra_array_bytes` (the memory bound of the model's own arrays).
 
     Learnt state: `_support` (S), `_slots`, `_st`; see `streammargin.jit.kernels`.
     """
@@ -86,6 +87,27 @@ class KernelClassifier(MarginClassifier):
     def _reserve(self, n_columns: int) -> None:
         if n_columns > self._support.shape[1]:
             self._support = grown_columns(self._support, n_columns, self._max_columns)
+
+    # The memory bound (`streammargin.memory`): the param that sets the cache's rows, the
+    # entries of `st`, and the model's own arrays.
+    _budget_param = "budget"
+
+    @classmethod
+    def _st_entries(cls) -> int:
+        return kjit.ST_MODEL + cls._n_model_state
+
+    @classmethod
+    def _extra_array_bytes(cls, params: dict, budget: int, columns: int) -> int:
+        """Bytes of the model's arrays beyond the cache and `st` (Gram matrices, scratch rows)."""
+        return 0
+
+    @classmethod
+    def _max_array_bytes(cls, params: dict) -> int:
+        budget = memory.int_param(params, cls._budget_param, 1)
+        columns = cls._first_column + memory.int_param(params, "max_features", 1)
+        rows = budget + cls._extra_rows
+        cache = 8 * (rows * columns + rows * cls._n_fields + cls._st_entries())
+        return cache + cls._extra_array_bytes(params, budget, columns)
 
     def _check_restored(self) -> None:
         rows = self.budget + self._extra_rows

@@ -1,10 +1,11 @@
-"""The memory ceiling: a bounded feature space (names beyond the bound hashed into shared
-columns) in every model, and bounded classes in the CPM."""
+"""The memory ceiling: a bounded feature space (hashing beyond the bound), bounded classes, and a
+bound in bytes that every model keeps and that `from_state` enforces before allocating."""
 
 from __future__ import annotations
 
 import json
 import math
+import tracemalloc
 import zlib
 
 import numpy as np
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streammargin
-from streammargin import state
+from streammargin import memory, state
 from streammargin.errors import InvalidInput, StateError
 from streammargin.features import MAX_NAME_BYTES, FeatureSpace, hashed_columns
 
@@ -246,10 +247,11 @@ records_st = st.lists(
 @pytest.mark.parametrize(("cls", "params"), SMALL_CASES)
 @SMALL
 @given(records=records_st)
-def test_new_names_never_grow_the_space_beyond_its_bound_and_round_trips_stay_exact(
+def test_new_names_never_take_a_model_beyond_its_bound_and_round_trips_stay_exact(
     cls, params, records
 ):
     model = cls(**params)
+    bound = memory.memory_bound(model)
     hashed_space = FeatureSpace(0, params["max_features"])
     for i, (x, n_new, label) in enumerate(records):
         x = dict(x)
@@ -264,9 +266,11 @@ def test_new_names_never_grow_the_space_beyond_its_bound_and_round_trips_stay_ex
         score = model.decision_one(x)
         scores = score.values() if isinstance(score, dict) else [score]
         assert all(math.isfinite(s) for s in scores)
+        assert memory.memory_size(model) <= bound - memory.STATE_OVERHEAD
         assert len(model._features.names) <= model._features.n_exact
         if support_rows(model) is not None:
             assert model.support_size <= model.budget
+    assert len(dumps(model)) <= bound
     assert model.counters["features_hashed"] == model._features.features_hashed
     twin = restored(model)
     assert dumps(twin) == dumps(model)
@@ -276,6 +280,24 @@ def test_new_names_never_grow_the_space_beyond_its_bound_and_round_trips_stay_ex
         twin.learn_one(x, label_of(model, label))
         model.learn_one(x, label_of(model, label))
     assert dumps(twin) == dumps(model)
+
+
+@pytest.mark.parametrize("cls", MODEL_CLASSES, ids=lambda cls: cls.__name__)
+def test_the_arrays_reach_exactly_the_formula_when_every_bound_is_used(cls):
+    """The formula is the arrays' size at saturation, not a loose guess (capacity growth stops
+    at the bound, it does not double past it)."""
+    params = {"max_features": 50}
+    if "max_classes" in cls().__dict__:
+        params["max_classes"] = 3
+    model = cls(**params)
+    for i, (x, _) in enumerate(new_names_stream(120, stable=2)):
+        model.learn_one(x, label_of(model, i))
+    assert model._features.full
+    expected = cls._max_array_bytes({**model._get_params()})
+    assert model_arrays_bytes(model) == expected
+    names = sum(len(json.dumps(n)) + 1 for n in model._features.names)
+    labels = sum(len(json.dumps(n)) + 1 for n in getattr(model, "_labels", []))
+    assert memory.memory_size(model) == expected + names + labels
 
 
 @pytest.mark.parametrize("cls", MODEL_CLASSES, ids=lambda cls: cls.__name__)
@@ -325,9 +347,104 @@ def test_state_stops_growing_once_the_bound_is_reached(cls):
     for i, (x, y) in enumerate(new_names_stream(3000)):
         model.learn_one(x, label_of(model, i))
         if i in (999, 2999):
-            sizes.append(model_arrays_bytes(model))
+            sizes.append(memory.memory_size(model))
+            assert len(dumps(model)) <= memory.memory_bound(model)
     assert sizes[1] == sizes[0]
     assert model.counters["features_hashed"] >= 3000 - 64
+
+
+@pytest.mark.parametrize("cls", MODEL_CLASSES, ids=lambda cls: cls.__name__)
+def test_defaults_keep_5000_new_names_under_the_documented_bound(cls):
+    """Finding 3 at default parameters: a kernel model's support vectors were as wide as every
+    name ever seen (5,000 names: 6.6 MB for a budget perceptron, 33 MB for the CPM)."""
+    model = cls()
+    for i, (x, y) in enumerate(new_names_stream(5000)):
+        model.predict_one(x)
+        model.learn_one(x, label_of(model, i))
+    assert len(dumps(model)) <= memory.memory_bound(cls) < 40 * 2**20
+    if hasattr(model, "_support"):
+        assert model._support.shape[1] <= model.max_features
+
+
+def test_cpm_checkpoint_of_10k_new_names_stays_under_the_producer_limit():
+    """Finding 4: a CPM checkpoint passed the producer's 64 MiB request limit after ~10k names
+    (its replay window is window x columns), and the worker crash-looped."""
+    model = streammargin.ConvexPolytopeClassifier()
+    rng = np.random.default_rng(0)
+    for r in range(3):
+        x = {f"r{r}_{j}": float(v) for j, v in enumerate(rng.normal(size=4000))}
+        model.learn_one(x, r % 2 == 0)
+    assert len(dumps(model)) < 20 * 2**20
+    assert memory.memory_bound(model) < 64 * 2**20
+
+
+def test_every_default_bound_fits_a_kafka_message_with_room_to_spare():
+    for cls in MODEL_CLASSES:
+        assert memory.memory_bound(cls) < 40 * 2**20, cls.__name__
+
+
+@pytest.mark.parametrize(
+    ("cls", "params"),
+    [
+        (streammargin.BudgetPerceptron, {"budget": 10**12}),
+        (streammargin.SBPClassifier, {"window": 10**9}),
+        (streammargin.ALMAClassifier, {"max_features": 2**30}),
+        (streammargin.ConvexPolytopeClassifier, {"max_classes": 100_000, "n_faces": 10_000}),
+    ],
+)
+def test_from_state_refuses_a_bound_above_the_limit_before_allocating(cls, params):
+    """Finding 2: `from_state` with budget=10**12 allocated before it validated (MemoryError)."""
+    saved = cls().to_state()
+    saved["params"].update(params)
+    tracemalloc.start()
+    try:
+        with pytest.raises(StateError, match="limit"):
+            streammargin.from_state(saved)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20
+
+
+def test_from_state_takes_a_smaller_or_larger_limit():
+    model = streammargin.MPUClassifier()
+    model.learn_one({"a": 1.0}, True)
+    saved = model.to_state()
+    bound = memory.memory_bound(model)
+    with pytest.raises(StateError, match="max_bytes"):
+        streammargin.from_state(saved, max_bytes=bound - 1)
+    assert dumps(streammargin.from_state(saved, max_bytes=bound)) == dumps(model)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"budget": "many"}, {"max_features": 0}, {"max_features": 2.5}, {"no_such_param": 1}, ["x"]],
+    ids=repr,
+)
+def test_from_state_refuses_params_the_bound_cannot_read(params):
+    saved = streammargin.BudgetPerceptron().to_state()
+    if isinstance(params, dict):
+        saved["params"].update(params)
+    else:
+        saved["params"] = params
+    with pytest.raises(StateError):
+        streammargin.from_state(saved)
+
+
+def test_from_state_refuses_arrays_wider_than_the_bound():
+    model = streammargin.ALMAClassifier(max_features=10)
+    for x, y in new_names_stream(20):
+        model.learn_one(x, y)
+    saved = model.to_state()
+    saved["arrays"]["_vectors"] = np.zeros((1000, 3))
+    with pytest.raises(StateError, match="feature space"):
+        streammargin.from_state(saved)
+    kernel = streammargin.BudgetPerceptron(max_features=10, budget=5)
+    kernel.learn_one({"a": 1.0}, True)
+    saved = kernel.to_state()
+    saved["arrays"]["_support"] = np.zeros((5, 500))
+    with pytest.raises(StateError, match="feature space"):
+        streammargin.from_state(saved)
 
 
 # Classes of the natively multiclass CPM -----------------------------------------------------------
@@ -357,6 +474,15 @@ def test_cpm_refuses_a_label_too_long_to_store_and_a_saved_state_with_too_many_c
     saved["params"]["max_classes"] = 2
     with pytest.raises(StateError, match="max_classes"):
         streammargin.from_state(saved)
+
+
+def test_the_bound_of_a_cpm_counts_its_classes():
+    small = memory.memory_bound(streammargin.ConvexPolytopeClassifier, {"max_classes": 2})
+    large = memory.memory_bound(streammargin.ConvexPolytopeClassifier, {"max_classes": 100})
+    per_class = (1 + 2048) * 10 * 8 + 8 * 10 + (memory.MAX_LABEL_BYTES + 1)
+    assert large - small > 98 * per_class * 0.99
+    one = memory.memory_bound(streammargin.ConvexPolytopeClassifier, {"polytopes": "one"})
+    assert one < small
 
 
 @pytest.mark.parametrize("cls", MODEL_CLASSES, ids=lambda cls: cls.__name__)

@@ -1,0 +1,152 @@
+"""The memory ceiling of every model, as a formula in its parameters.
+
+Every model keeps its learnt state in numpy arrays whose sizes depend only on its parameters and
+on how much of its bounds the stream has used: the feature columns (`max_features`, see
+`streammargin.features`: names beyond it are hashed into shared columns, never stored), the
+support vectors (`budget`, `window`) and, for the Convex Polytope Machine, the classes
+(`max_classes`). So a model's memory has a ceiling that a formula gives before the model exists:
+
+    memory_bound(model_or_class, params) =  arrays at their largest
+                                          + n_exact x (MAX_NAME_BYTES + 1)     feature names
+                                          + max_classes x (MAX_LABEL_BYTES + 1)  labels (CPM)
+                                          + STATE_OVERHEAD                    header, params
+
+with n_exact = max_features - max(1, max_features // 8) the columns that keep their name. It
+bounds `memory_size(model)` (every array the model holds, plus the JSON its names and labels take
+in a checkpoint) and the length of the model's checkpoint, `state.dumps(model.to_state())`. The
+arrays at their largest, with C = reserved columns + max_features (8 bytes a float):
+
+    ALMAClassifier             C x 3 x 8                                       (24 B a column)
+    kernel models              (budget + extra rows) x C x 8                   support vectors
+                               + budget-sized slots, Gram matrices and scratch rows
+    MPUClassifier              budget x C x 8 (+ C x 8 weights, kernel=None)   replay cache
+    SBPClassifier              window x C x 8 + window^2 x 8                   window, Gram
+    ConvexPolytopeClassifier   C x max_classes x n_faces x 8                   faces
+                               + window x C x 8 (steps > 1)                    replay window
+
+`memory_bound(cls)` gives each model's figure at its defaults (docs/ARCHITECTURE.md has the
+table). A Python process holds more per stored name than its JSON (the str object, a list slot and
+a dict entry: about 150 bytes plus the name's length), which the worker's RSS shows
+(`benchmarks/memory_ceiling.py`).
+
+`from_state` refuses, with `StateError` and before it constructs or allocates anything, a state
+whose parameters imply a bound above `max_bytes` (default `DEFAULT_MAX_STATE_BYTES`, 1 GiB): a
+checkpoint read from a topic cannot make a worker allocate beyond what its parameters say.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+import typing
+
+import numpy as np
+
+from streammargin.errors import StateError
+from streammargin.features import MAX_NAME_BYTES, FeatureSpace, hashed_columns, name_json
+
+__all__ = [
+    "DEFAULT_MAX_STATE_BYTES",
+    "MAX_LABEL_BYTES",
+    "STATE_OVERHEAD",
+    "check_state_bound",
+    "int_param",
+    "memory_bound",
+    "memory_size",
+]
+
+# The largest bound `from_state` accepts unless told otherwise.
+DEFAULT_MAX_STATE_BYTES = 2**30
+# The longest class label (CPM) in bytes of its JSON encoding; longer labels are refused.
+MAX_LABEL_BYTES = 256
+# What a checkpoint holds beyond arrays, names and labels: the JSON header's keys, the params and
+# the arrays' specs. Measured at 1-2 KiB; the bound leaves room for long parameter values.
+STATE_OVERHEAD = 16 * 1024
+
+
+def int_param(params: dict, name: str, minimum: int = 0) -> int:
+    """An integer parameter a bound depends on, or a `ValueError` (the formula needs a number)."""
+    value = params.get(name)
+    if not isinstance(value, (numbers.Integral, np.integer)) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r:.40}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
+    return int(value)
+
+
+def _class_and_params(model_or_class: typing.Any, params: dict | None) -> tuple[type, dict]:
+    """The class and its full parameters: the model's own, or the class' defaults updated with
+    `params` (unknown names raise `ValueError`)."""
+    if isinstance(model_or_class, type):
+        cls = model_or_class
+        full = {
+            name: p.default
+            for name, p in inspect.signature(cls.__init__).parameters.items()
+            if p.default is not inspect.Parameter.empty
+        }
+    else:
+        cls = type(model_or_class)
+        full = model_or_class._get_params()
+    if params:
+        unknown = sorted(str(name) for name in params if name not in full)
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no parameter {', '.join(unknown):.200}")
+        full.update(params)
+    return cls, full
+
+
+def memory_bound(model_or_class: typing.Any, params: dict | None = None) -> int:
+    """The most bytes a model of these parameters can hold, whatever it learns (see the module's
+    docstring). `model_or_class`: a model (its own params, updated with `params`) or a class (its
+    defaults, updated with `params`). Raises `ValueError` for parameters the formula cannot read.
+
+    >>> import streammargin
+    >>> from streammargin.memory import memory_bound
+    >>> round(memory_bound(streammargin.ALMAClassifier) / 2**20, 2)  # MiB
+    8.57
+    >>> memory_bound(streammargin.BudgetPerceptron, {"budget": 100, "max_features": 100})
+    115184
+    >>> model = streammargin.BudgetPerceptron(budget=100, max_features=100)
+    >>> memory_bound(model) == memory_bound(model, {"budget": 100})
+    True
+
+    """
+    cls, params = _class_and_params(model_or_class, params)
+    max_features = int_param(params, "max_features", minimum=1)
+    n_exact = max_features - hashed_columns(max_features)
+    labels = cls._max_labels(params) * (MAX_LABEL_BYTES + 1)
+    return (
+        cls._max_array_bytes(params)
+        + n_exact * (MAX_NAME_BYTES + 1)
+        + labels
+        + STATE_OVERHEAD
+    )
+
+
+def check_state_bound(cls: type, params: typing.Any, max_bytes: int) -> None:
+    """Raise `StateError` if a saved state's `params` are unreadable or imply a bound above
+    `max_bytes`: what `from_state` runs before it constructs anything."""
+    if not isinstance(params, dict) or not all(isinstance(name, str) for name in params):
+        raise StateError(f"the params of a saved {cls.__name__} are not a dict of names")
+    try:
+        bound = memory_bound(cls, params)
+    except (ValueError, TypeError) as error:
+        raise StateError(f"the params of a saved {cls.__name__}: {error}") from None
+    if bound > max_bytes:
+        raise StateError(
+            f"a saved {cls.__name__} with these params may hold up to {bound:,} bytes, above the "
+            f"limit of {max_bytes:,}: pass a larger max_bytes to from_state if this is expected"
+        )
+
+
+def memory_size(model: typing.Any) -> int:
+    """What `memory_bound` bounds (less `STATE_OVERHEAD`): the bytes of every numpy array the model
+    holds, plus the JSON its stored feature names (and labels) take in a checkpoint."""
+    flush = getattr(model, "_flush", None)
+    if flush is not None:  # ALMA's deferred trial
+        flush()
+    arrays = sum(value.nbytes for value in vars(model).values() if isinstance(value, np.ndarray))
+    space: FeatureSpace = model._features
+    names = sum(len(name_json(name)) + 1 for name in space.names)
+    labels = sum(len(name_json(label)) + 1 for label in getattr(model, "_labels", ()))
+    return arrays + names + labels
