@@ -20,6 +20,8 @@ BENCHMARKS = [
     ("cpm_sbp.py", [], ["--quick"]),
     ("mpu.py", [], ["--quick"]),
     ("kafka_throughput.py", [], ["--records", "20000", "--repeats", "2"]),
+    ("feature_bound_accuracy.py", [], ["--quick"]),
+    ("memory_ceiling.py", [], ["--quick"]),
 ]
 
 
