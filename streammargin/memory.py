@@ -26,7 +26,7 @@ arrays at their largest, with C = reserved columns + max_features (8 bytes a flo
 
 `memory_bound(cls)` gives each model's figure at its defaults (docs/ARCHITECTURE.md has the
 table). A Python process holds more per stored name than its JSON (the str object, a list slot and
-a dict entry: about 150 bytes plus the name's length), which the worker's RSS shows
+a dict entry: about 120 bytes plus the name's length), which the worker's RSS shows
 (`benchmarks/memory_ceiling.py`).
 
 `from_state` refuses, with `StateError` and before it constructs or allocates anything, a state
