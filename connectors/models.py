@@ -18,6 +18,7 @@ ALMAClassifier (
   intercept_scale=1.
   average=True
   average_window=10000
+  max_features=65536
 )
 
 """
