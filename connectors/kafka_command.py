@@ -9,11 +9,17 @@ SIGTERM and SIGINT stop the worker gracefully: it finishes the record in hand, f
 outputs, checkpoints, commits and leaves the group; the exit code is then 0 (also after
 `--idle-timeout`). On an error it exits 1 without committing, after one log line naming the
 cause and the fix (the traceback only with `--log-level DEBUG`); 2 for bad options.
+
+`--http-port N` serves `/metrics` (Prometheus), `/healthz` and `/readyz`
+(`connectors.observability.EndpointServer`); `--log-format json` writes one JSON object per log
+line. The worker options map onto `WorkerConfig`; `--http-*`, `--liveness-timeout` and `--log-*`
+are the process's own.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -88,8 +94,20 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
     ("--producer-config", "params", {},
      "extra KafkaProducer setting key=value (repeatable); its connection and security settings "
      "also reach the admin client"),
+    ("--http-port", "int", None,
+     "serve /metrics (Prometheus), /healthz and /readyz on this port (0: a free one, logged)"),
+    ("--http-host", "str", "0.0.0.0",
+     "address of the HTTP endpoints: 0.0.0.0 (every interface: probes and scrapes from other "
+     "hosts), :: (IPv6 too) or 127.0.0.1 (this host only)"),
+    ("--liveness-timeout", "float", 60.0,
+     "/healthz answers 503 once the main loop has not turned for SECONDS (keep it above the "
+     "longest restore or checkpoint)"),
     ("--log-level", "str", "INFO", "DEBUG, INFO, WARNING or ERROR"),
+    ("--log-format", "str", "text", "text, or json: one JSON object per line (log shippers)"),
 ]
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 SECURITY = [
     "security_protocol", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
     "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_check_hostname",
@@ -237,6 +255,11 @@ def _log_metrics(record: dict) -> None:
         "-" if accuracy is None else f"{accuracy:.4f}",
         "-" if record["rolling_accuracy"] is None else f"{record['rolling_accuracy']:.4f}",
         record["drift"]["detections"], record["lag"], record["records_per_s"],
+        extra={"event": record["event"], "topic": record["topic"],
+               "partition": record["partition"], "offset": record.get("next_offset"),
+               "records": record["records"], "accuracy": accuracy,
+               "rolling_accuracy": record["rolling_accuracy"],
+               "drift_detections": record["drift"]["detections"], "lag": record["lag"]},
     )
 
 
@@ -262,49 +285,110 @@ def _failure_text(error: BaseException) -> str:
     return f"{text} (nothing was committed)"
 
 
+def _failure_fields(error: BaseException) -> dict[str, typing.Any]:
+    """The record coordinates an error carries (a `TaskFailure`, an `UndecodableBatch`, or a
+    `WorkerError` caused by one), as structured log fields."""
+    fields: dict[str, typing.Any] = {"error_class": type(error).__name__}
+    for source in (error, error.__cause__):
+        if source is None:
+            continue
+        for name, field in (("topic", "topic"), ("partition", "partition"), ("offset", "offset"),
+                            ("first_offset", "offset")):
+            value = getattr(source, name, None)
+            if field not in fields and isinstance(value, (str, int)) and value is not True:
+                fields[field] = value
+    return fields
+
+
+class _LogSetup(contextlib.AbstractContextManager):
+    """The command's log handler on stderr (text or JSON lines), removed again on exit (the
+    command also runs in-process, in tests and other programs)."""
+
+    def __init__(self, level: int, log_format: str):
+        from connectors.observability import JsonLogFormatter
+
+        self.level = level
+        self.handler = logging.StreamHandler(sys.stderr)
+        self.handler.setFormatter(
+            JsonLogFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+
+    def __enter__(self) -> _LogSetup:
+        root, client = logging.getLogger(), logging.getLogger("kafka")
+        self._saved = root.level, client.level
+        root.addHandler(self.handler)
+        root.setLevel(self.level)
+        client.setLevel(logging.WARNING)
+        return self
+
+    def __exit__(self, *exc: typing.Any) -> None:
+        root, client = logging.getLogger(), logging.getLogger("kafka")
+        root.removeHandler(self.handler)
+        root.setLevel(self._saved[0])
+        client.setLevel(self._saved[1])
+
+
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("kafka").setLevel(logging.WARNING)
-    if args.list_models:
-        from connectors.models import model_names
-
-        for name, cls in model_names().items():
-            print(f"{name:<20} {cls.__module__}.{cls.__name__}")
-        return 0
-    from connectors.worker import Worker
-
-    try:
-        config = config_from_args(args)
-    except ValueError as error:
-        print(f"streammargin kafka: {error}", file=sys.stderr)
+    level_name = str(args.log_level).upper()
+    if level_name not in LOG_LEVELS or args.log_format not in LOG_FORMATS:
+        print(f"streammargin kafka: --log-level must be one of {', '.join(LOG_LEVELS)} and "
+              f"--log-format one of {', '.join(LOG_FORMATS)}, got {args.log_level!r} and "
+              f"{args.log_format!r}", file=sys.stderr)
         return 2
-    worker = Worker(config)
-    logger = logging.getLogger("streammargin.kafka")
+    with _LogSetup(getattr(logging, level_name), args.log_format):
+        if args.list_models:
+            from connectors.models import model_names
 
-    def stop(signum, frame):  # noqa: ARG001
-        logging.getLogger("streammargin.kafka").info(
-            "%s: finishing the record in hand, then checkpoint and exit",
-            signal.Signals(signum).name,
-        )
-        worker.stop()
+            for name, cls in model_names().items():
+                print(f"{name:<20} {cls.__module__}.{cls.__name__}")
+            return 0
+        from connectors.worker import Worker
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    try:
-        summary = worker.run(on_metrics=_log_metrics)
-    except Exception as error:
-        # The worker's errors name the cause and the fix; a traceback helps only to debug.
+        try:
+            config = config_from_args(args)
+        except ValueError as error:
+            print(f"streammargin kafka: {error}", file=sys.stderr)
+            return 2
+        worker = Worker(config)
+        logger = logging.getLogger("streammargin.kafka")
         debug = logger.isEnabledFor(logging.DEBUG)
-        logger.error("worker failed: %s%s", _failure_message(error),
-                     "" if debug else " (--log-level DEBUG shows the traceback)",
-                     exc_info=debug)
-        return 1
-    print(json.dumps({k: v for k, v in summary.items() if k != "partitions"}), file=sys.stderr)
-    return 0
+        server = None
+        if args.http_port is not None:
+            from connectors.observability import EndpointError, EndpointServer
+
+            try:
+                server = EndpointServer(worker.status, args.http_host, args.http_port,
+                                        liveness_timeout=args.liveness_timeout)
+            except EndpointError as error:
+                logger.error("%s", error)
+                return 1
+            logger.info("serving /metrics, /healthz and /readyz at %s (--http-host %s)",
+                        server.url, args.http_host,
+                        extra={"http_host": args.http_host, "http_port": server.port})
+
+        def stop(signum, frame):  # noqa: ARG001
+            logger.info("%s: finishing the record in hand, then checkpoint and exit",
+                        signal.Signals(signum).name)
+            worker.stop()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        try:
+            summary = worker.run(on_metrics=_log_metrics)
+        except Exception as error:
+            # The worker's errors name the cause and the fix; a traceback helps only to debug.
+            logger.error("worker failed: %s%s", _failure_message(error),
+                         "" if debug else " (--log-level DEBUG shows the traceback)",
+                         exc_info=debug, extra=_failure_fields(error))
+            return 1
+        finally:
+            if server is not None:
+                server.close()
+        totals = {k: v for k, v in summary.items() if k != "partitions"}
+        if args.log_format == "json":
+            logger.info("finished (%s)", summary["reason"], extra=totals)
+        else:
+            print(json.dumps(totals), file=sys.stderr)
+        return 0
 
 
 def main(argv: list[str] | None = None) -> int:

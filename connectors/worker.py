@@ -49,6 +49,7 @@ from kafka import ConsumerRebalanceListener
 from connectors import checkpoint as checkpoint_module
 from connectors.codec import UndecodableBatch, install_batch_errors, install_fast_crc32c
 from connectors.metrics import Throughput
+from connectors.observability import WorkerStatus
 from connectors.task import ERROR_HEADER, OutputRecords, PartitionTask, TaskOutput, TaskSettings
 from streammargin.errors import StateError
 
@@ -340,6 +341,8 @@ class Worker:
         self.client_id = config.client_id or f"streammargin-{socket.gethostname()}-{os.getpid()}"
         self.tasks: dict[typing.Any, PartitionTask] = {}
         self.throughput = Throughput()
+        # What probes and /metrics see (connectors.observability): hooks at cheap points below.
+        self.status = WorkerStatus(config.group_id, self.model_name, self.client_id)
         self.exit_reason: str | None = None
         self._stop = threading.Event()
         self._on_metrics: typing.Callable[[dict], typing.Any] | None = None
@@ -387,12 +390,20 @@ class Worker:
         self._on_metrics = on_metrics
         try:
             self._connect()
+            self.status.connected(self._consumer.highwater)
             self._loop()
-        except BaseException:
+            self.status.stopping()
+        except BaseException as error:
             self._failed = True
+            self.status.stopped(error)
             self._close(graceful=False)
             raise
-        self._close(graceful=True)
+        try:
+            self._close(graceful=True)
+        except BaseException as error:
+            self.status.stopped(error)
+            raise
+        self.status.stopped()
         return self.summary()
 
     def summary(self) -> dict:
@@ -503,6 +514,7 @@ class Worker:
                         # Not restored yet (should have been paused): fetch these again later.
                         consumer.seek(tp, records[0].offset)
                         self._unrestored.add(tp)
+                        self.status.assigned([tp])
                         continue
                     self._run_task(task, records)
                     if stop.is_set():
@@ -521,6 +533,7 @@ class Worker:
                 for task in self.tasks.values():
                     self._publish_metrics(task, task.metrics_event("interval"))
                 next_metrics = now + config.metrics_interval  # type: ignore[operator]
+            self.status.loop_turned()
         self.exit_reason = "stopped"
 
     def _run_task(self, task: PartitionTask, records: list) -> None:
@@ -529,6 +542,7 @@ class Worker:
         start, end = 0, len(records)
         while start < end:
             output = task.process(records, start, stop_set)
+            self.status.processed(task, output)
             self._send_output(task, output)
             self.throughput.add(output.processed)
             start = output.end
@@ -634,6 +648,7 @@ class Worker:
             if new:
                 self._consumer.pause(*new)
                 self._unrestored.update(new)
+            self.status.assigned(new)
         except Exception as error:  # never into kafka-python
             self._callback_error = error
 
@@ -642,6 +657,7 @@ class Worker:
         self._member = False  # until the assignment that follows
         try:
             revoked = list(revoked)
+            self.status.revoked(revoked)
             self._unrestored.difference_update(revoked)
             tasks = [self.tasks[tp] for tp in revoked if tp in self.tasks]
             if not tasks:
@@ -655,7 +671,8 @@ class Worker:
             for task in tasks:
                 tp = self._tp(task)
                 self.tasks.pop(tp, None)
-                log.info("%s %s", "lost" if lost else "revoked", tp)
+                log.info("%s %s/%d", "lost" if lost else "revoked", tp.topic, tp.partition,
+                         extra={"topic": tp.topic, "partition": tp.partition})
         except Exception as error:  # never into kafka-python
             self._callback_error = error
             for tp in revoked:
@@ -703,10 +720,12 @@ class Worker:
         partitions = sorted(tp for tp in self._unrestored if tp in assigned)
         self._unrestored.clear()
         if not partitions:
+            self.status.restored(())
             return
         started = time.monotonic()
         saved = self._load_checkpoints(partitions)
         restored = 0
+        sizes: dict[typing.Any, int] = {}
         for tp in partitions:
             loaded = saved.get(tp)
             if loaded is None:
@@ -722,6 +741,7 @@ class Worker:
                         prediction_partition=self._prediction_partition(tp),
                     )
                     restored += 1
+                    sizes[tp] = len(loaded.payload)
                 except StateError as error:
                     where = (f"checkpoint {loaded.key} at {loaded.topic}/{loaded.partition}"
                              f"@{loaded.offset}")
@@ -731,12 +751,11 @@ class Worker:
                 consumer.seek(tp, task.next_offset)
         consumer.resume(*partitions)
         self._idle_since = None
-        log.info(
-            "assigned %s (%d restored from checkpoints) in %.0f ms",
-            ", ".join(f"{tp.topic}/{tp.partition}" for tp in partitions),
-            restored,
-            1000 * (time.monotonic() - started),
-        )
+        self.status.restored((self.tasks[tp], sizes.get(tp)) for tp in partitions)
+        names = [f"{tp.topic}/{tp.partition}" for tp in partitions]
+        log.info("assigned %s (%d restored from checkpoints) in %.0f ms", ", ".join(names),
+                 restored, 1000 * (time.monotonic() - started),
+                 extra={"partitions": names, "restored": restored})
 
     def _bad_checkpoint(self, tp: typing.Any, refusal: str) -> PartitionTask:
         """Apply `on_bad_checkpoint` to a checkpoint that cannot be restored; `refusal` says
@@ -761,7 +780,8 @@ class Worker:
                 consumer.seek_to_beginning(tp)
             start = f"auto_offset_reset={config.auto_offset_reset} (no committed offset)"
         log.error("%s. --on-bad-checkpoint reset: %s/%d starts a fresh model at %s",
-                  refusal, tp.topic, tp.partition, start)
+                  refusal, tp.topic, tp.partition, start,
+                  extra={"topic": tp.topic, "partition": tp.partition})
         return task
 
     # Undecodable batches ----------------------------------------------------------------------
@@ -784,10 +804,13 @@ class Worker:
             # A batch header that claims more than the log holds is corrupt too.
             next_offset = max(first + 1, highwater)
         dead = task.skip(first, next_offset, str(error), [("codec", error.codec.encode())])
+        self.status.dead_letters(task, dead, kind="undecodable")
         self._send_dead_letters(dead)
         self._consumer.seek(tp, next_offset)
         log.warning("skipped offsets %d-%d of %s/%d (--on-undecodable skip, dead letter sent): %s",
-                    first, next_offset - 1, tp.topic, tp.partition, error)
+                    first, next_offset - 1, tp.topic, tp.partition, error,
+                    extra={"topic": tp.topic, "partition": tp.partition, "offset": first,
+                           "last_offset": next_offset - 1})
 
     # Sending ----------------------------------------------------------------------------------
 
@@ -905,6 +928,7 @@ class Worker:
         try:
             self._store.write(payloads)  # type: ignore[union-attr]
         except checkpoint_module.CheckpointError as error:
+            self.status.checkpoint_failed(len(payloads))
             raise WorkerError(f"{error} (while writing checkpoints)") from error
 
     def _checkpoint(
@@ -937,6 +961,8 @@ class Worker:
         else:
             self._consumer.commit_async(offsets)
         done = time.perf_counter()
+        self.status.checkpointed({key: len(payload) for key, payload in payloads.items()},
+                                 done - started)
         self.checkpoint_log.append(
             {
                 "partitions": len(dirty),
