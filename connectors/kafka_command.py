@@ -8,7 +8,9 @@ dashes as underscores): `STREAMMARGIN_BOOTSTRAP_SERVERS=broker:9092`, `STREAMMAR
 SIGTERM and SIGINT stop the worker gracefully: it finishes the record in hand, flushes its
 outputs, checkpoints, commits and leaves the group; the exit code is then 0 (also after
 `--idle-timeout`). On an error it exits 1 without committing, after one log line naming the
-cause and the fix (the traceback only with `--log-level DEBUG`); 2 for bad options.
+cause and the fix (the traceback only with `--log-level DEBUG`); 2 for bad options, also in one
+line. kafka-python's own log lines are held back until the worker is connected (its bootstrap
+retries would bury the one line that says what is wrong), unless `--log-level DEBUG`.
 
 `--http-port N` serves `/metrics` (Prometheus), `/healthz` and `/readyz`
 (`connectors.observability.EndpointServer`); `--log-format json` writes one JSON object per log
@@ -23,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import typing
@@ -134,6 +137,17 @@ def _optional_float(text: str) -> float | None:
     return float(text)
 
 
+# argparse names the converter in its message: "invalid number (or none) value: 'abc'".
+_optional_float.__name__ = "number (or none)"
+_bool.__name__ = "boolean"
+
+
+def _short_error(parser: argparse.ArgumentParser, message: str) -> typing.NoReturn:
+    """argparse's error without the usage: with this many options the usage is 40 lines that
+    bury the one that says what is wrong."""
+    parser.exit(2, f"{parser.prog}: error: {message} (see {parser.prog} --help)\n")
+
+
 def _env_default(flag: str, kind: str, default: typing.Any) -> typing.Any:
     from connectors.models import parse_params
 
@@ -194,6 +208,7 @@ def add_parser(subparsers) -> None:
             parser.add_argument(flag, type=convert, default=default, help=help_text + shown)
     parser.add_argument("--list-models", action="store_true",
                         help="print the model names and exit")
+    parser.error = lambda message: _short_error(parser, message)  # type: ignore[method-assign]
     parser.set_defaults(func=run)
 
 
@@ -300,24 +315,40 @@ def _failure_fields(error: BaseException) -> dict[str, typing.Any]:
     return fields
 
 
+# WorkerConfig fields named in error messages -> the options that set them.
+_FIELD_FLAGS = {flag[2:].replace("-", "_"): flag for flag, *_ in OPTIONS}
+_FIELD_FLAGS.update({"topics": "--topic", "params": "--param", "drift_params": "--drift-param"})
+# Only snake_case names: "model" or "scale" are words of plain sentences too.
+_FIELD = re.compile(r"(?<![-\w])(" + "|".join(
+    sorted((name for name in _FIELD_FLAGS if "_" in name), key=len, reverse=True)) + r")\b(?!=)")
+
+
+def _as_flags(message: str) -> str:
+    """A `WorkerConfig` message in the command's words: "checkpoint_every must be >= 1" ->
+    "--checkpoint-every must be >= 1" (a setting written key=value is left as it is)."""
+    return _FIELD.sub(lambda found: _FIELD_FLAGS[found.group(1)], message)
+
+
 class _LogSetup(contextlib.AbstractContextManager):
     """The command's log handler on stderr (text or JSON lines), removed again on exit (the
     command also runs in-process, in tests and other programs)."""
 
-    def __init__(self, level: int, log_format: str):
-        from connectors.observability import JsonLogFormatter
+    def __init__(self, level: int, log_format: str, connected: typing.Callable[[], bool]):
+        from connectors.observability import ClientLogFilter, JsonLogFormatter
 
         self.level = level
         self.handler = logging.StreamHandler(sys.stderr)
         self.handler.setFormatter(
             JsonLogFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+        self.handler.addFilter(ClientLogFilter(connected, debug=level <= logging.DEBUG))
 
     def __enter__(self) -> _LogSetup:
         root, client = logging.getLogger(), logging.getLogger("kafka")
         self._saved = root.level, client.level
         root.addHandler(self.handler)
         root.setLevel(self.level)
-        client.setLevel(logging.WARNING)
+        # kafka-python: warnings and errors; its INFO lines too when debugging.
+        client.setLevel(logging.INFO if self.level <= logging.DEBUG else logging.WARNING)
         return self
 
     def __exit__(self, *exc: typing.Any) -> None:
@@ -334,33 +365,59 @@ def run(args: argparse.Namespace) -> int:
               f"--log-format one of {', '.join(LOG_FORMATS)}, got {args.log_level!r} and "
               f"{args.log_format!r}", file=sys.stderr)
         return 2
-    with _LogSetup(getattr(logging, level_name), args.log_format):
+    level = getattr(logging, level_name)
+    worker: typing.Any = None
+
+    def connected() -> bool:
+        return worker is not None and worker.status.phase != "starting"
+
+    with _LogSetup(level, args.log_format, connected):
         if args.list_models:
             from connectors.models import model_names
 
             for name, cls in model_names().items():
                 print(f"{name:<20} {cls.__module__}.{cls.__name__}")
             return 0
+        logger = logging.getLogger("streammargin.kafka")
+        debug = level <= logging.DEBUG
+
+        def fail(message: str, code: int, error: BaseException | None = None,
+                 **fields: typing.Any) -> int:
+            # One line; the traceback only when debugging.
+            hint = "" if debug or error is None else " (--log-level DEBUG shows the traceback)"
+            logger.error("%s%s", " ".join(message.split()), hint,
+                         exc_info=error if debug else None, extra=fields)
+            return code
+
         from connectors.worker import Worker
 
+        topics = args.topic if args.topic is not None else args.topic_env
+        if not topics:
+            return fail("no input topic. Fix: give --topic NAME (repeatable), or "
+                        "STREAMMARGIN_TOPIC=a,b", 2)
         try:
             config = config_from_args(args)
         except ValueError as error:
-            print(f"streammargin kafka: {error}", file=sys.stderr)
-            return 2
-        worker = Worker(config)
-        logger = logging.getLogger("streammargin.kafka")
-        debug = logger.isEnabledFor(logging.DEBUG)
+            return fail(_as_flags(str(error)), 2)
+        try:
+            worker = Worker(config)
+        except (ImportError, AttributeError, TypeError, ValueError) as error:
+            return fail(f"cannot use --codec {config.codec}: {type(error).__name__}: {error}. "
+                        "Fix: give json, or package.module:Class naming a codec class that can "
+                        "be imported here (is its package installed?)", 2, error)
         server = None
         if args.http_port is not None:
             from connectors.observability import EndpointError, EndpointServer
 
+            if not 0 <= args.http_port <= 65535:
+                return fail(f"--http-port must be in 0-65535 (0: a free one), got "
+                            f"{args.http_port}", 2)
+
             try:
                 server = EndpointServer(worker.status, args.http_host, args.http_port,
                                         liveness_timeout=args.liveness_timeout)
-            except EndpointError as error:
-                logger.error("%s", error)
-                return 1
+            except (EndpointError, ValueError) as error:
+                return fail(str(error), 1 if isinstance(error, EndpointError) else 2)
             logger.info("serving /metrics, /healthz and /readyz at %s (--http-host %s)",
                         server.url, args.http_host,
                         extra={"http_host": args.http_host, "http_port": server.port})
@@ -376,10 +433,8 @@ def run(args: argparse.Namespace) -> int:
             summary = worker.run(on_metrics=_log_metrics)
         except Exception as error:
             # The worker's errors name the cause and the fix; a traceback helps only to debug.
-            logger.error("worker failed: %s%s", _failure_message(error),
-                         "" if debug else " (--log-level DEBUG shows the traceback)",
-                         exc_info=debug, extra=_failure_fields(error))
-            return 1
+            return fail(f"worker failed: {_failure_message(error)}", 1, error,
+                        **_failure_fields(error))
         finally:
             if server is not None:
                 server.close()

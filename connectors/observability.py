@@ -13,6 +13,8 @@
   record's structured fields, such as topic, partition and offset).
 - `dead_letter_kind`: the bounded set of reasons (`DEAD_LETTER_KINDS`) that label dead-letter
   counts; the reason text itself is free text and never a label.
+- `ClientLogTail`: the last connection error kafka-python logged, for the message of a worker that
+  cannot reach its brokers.
 
 Counters and partitions that move
 ---------------------------------
@@ -52,6 +54,8 @@ __all__ = [
     "EndpointServer",
     "EndpointError",
     "JsonLogFormatter",
+    "ClientLogFilter",
+    "ClientLogTail",
     "CHECKPOINT_SECONDS_BUCKETS",
 ]
 
@@ -804,3 +808,57 @@ class JsonLogFormatter(logging.Formatter):
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
         return json.dumps(doc, ensure_ascii=False)
+
+
+class ClientLogFilter(logging.Filter):
+    """Keeps kafka-python's own log lines off a handler until the worker is connected.
+
+    While it bootstraps, kafka-python logs every failed connection attempt (20 lines for an
+    unreachable broker); the worker then fails with one line naming the servers, the timeout, the
+    last error (from `ClientLogTail`) and the fix. Once connected, kafka-python's warnings (lost
+    connections during an outage, ...) pass. `debug`: pass everything.
+    """
+
+    def __init__(self, connected: typing.Callable[[], bool], debug: bool = False):
+        super().__init__()
+        self.connected = connected
+        self.debug = debug
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.debug or not (record.name == "kafka" or record.name.startswith("kafka.")):
+            return True
+        return self.connected()
+
+
+class ClientLogTail(logging.Handler):
+    """Remembers the last connection error kafka-python logged (its bootstrap says only "Unable
+    to bootstrap"): ``with ClientLogTail() as tail: ...; tail.last_error``."""
+
+    _CONNECTION_FAILED = re.compile(r"Connection failed: (.*)", re.DOTALL)
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last_error: str | None = None
+        self._logger = logging.getLogger("kafka")
+        self._level: int | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            found = self._CONNECTION_FAILED.match(record.getMessage())
+        except Exception:  # a client's bad log call must not break the worker
+            return
+        if found:
+            self.last_error = found.group(1)[:300]
+
+    def __enter__(self) -> ClientLogTail:
+        logger = self._logger
+        logger.addHandler(self)
+        if not logger.isEnabledFor(logging.WARNING):
+            self._level = logger.level
+            logger.setLevel(logging.WARNING)
+        return self
+
+    def __exit__(self, *exc: typing.Any) -> None:
+        self._logger.removeHandler(self)
+        if self._level is not None:
+            self._logger.setLevel(self._level)

@@ -49,12 +49,12 @@ from kafka import ConsumerRebalanceListener
 from connectors import checkpoint as checkpoint_module
 from connectors.codec import UndecodableBatch, install_batch_errors, install_fast_crc32c
 from connectors.metrics import Throughput
-from connectors.observability import WorkerStatus
+from connectors.observability import ClientLogTail, WorkerStatus
 from connectors.task import ERROR_HEADER, OutputRecords, PartitionTask, TaskOutput, TaskSettings
 from streammargin.errors import StateError
 
 __all__ = ["WorkerConfig", "Worker", "WorkerError", "client_settings", "connection_settings",
-           "BAD_CHECKPOINT_POLICIES", "UNDECODABLE_POLICIES"]
+           "BAD_CHECKPOINT_POLICIES", "UNDECODABLE_POLICIES", "check_tls_files"]
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +160,10 @@ class WorkerConfig:
         if self.auto_offset_reset not in ("earliest", "latest"):
             raise ValueError(f"auto_offset_reset must be earliest or latest, "
                              f"got {self.auto_offset_reset!r}")
+        _check_drift_detector(self.drift_detector, self.drift_params)
         self.task_settings()  # model, detector, label store and record limits fail early
-        client_settings(self)  # so do client settings that contradict each other
+        _check_model_params(self.model, self.params)  # so do parameters the model refuses
+        client_settings(self)  # and client settings that contradict each other
 
     def task_settings(self) -> TaskSettings:
         """What each partition task needs of this configuration."""
@@ -181,6 +183,36 @@ class WorkerConfig:
             label_max_age_records=self.label_max_age_records,
             label_max_age_seconds=self.label_max_age_seconds,
         )
+
+
+def _check_drift_detector(name: str, params: dict[str, typing.Any]) -> None:
+    """Build the drift detector once: a refusal names the options that asked for it."""
+    from connectors.metrics import make_detector
+
+    try:
+        make_detector(name, params)
+    except (ValueError, TypeError) as error:
+        given = "".join(f" --drift-param {k}={v}" for k, v in params.items())
+        raise ValueError(f"--drift-detector {name}{given}: {error}") from None
+
+
+def _check_model_params(model: str, params: dict[str, typing.Any]) -> None:
+    """Build the model once, so that a parameter it refuses (unknown, or a value its own
+    validation rejects) fails before connecting, naming the model and its parameters."""
+    import inspect
+
+    from connectors.models import build_model, model_class
+
+    try:
+        build_model(model, params)
+    except (ValueError, TypeError) as error:
+        cls = model_class(model)
+        text = str(error)
+        if "it takes" not in text:
+            accepted = [p for p in inspect.signature(cls).parameters if p != "self"]
+            text += f" ({cls.__name__} takes {', '.join(accepted)})"
+        given = " ".join(f"--param {k}={v}" for k, v in params.items())
+        raise ValueError(f"--model {model} {given}: {text}") from None
 
 
 # Client settings ----------------------------------------------------------------------------------
@@ -294,6 +326,98 @@ def _send_failure(what: str, error: BaseException) -> WorkerError:
         f"producing {what} failed: {type(error).__name__}: {str(error)[:300]}. Fix: {fix}. "
         "Nothing was committed: a restart replays from the last checkpoint"
     )
+
+
+def _connect_failure(servers: str, client: str, settings: dict, error: BaseException,
+                     last_error: str | None) -> WorkerError:
+    """The error to stop with when a client cannot reach the brokers: which servers, for how
+    long, the last connection error, and what to check."""
+    from kafka import KafkaProducer, errors
+
+    if isinstance(error, errors.KafkaTimeoutError):
+        timeout_ms = settings.get("bootstrap_timeout_ms",
+                                  KafkaProducer.DEFAULT_CONFIG["bootstrap_timeout_ms"])
+        cause = (f"no broker answered within {timeout_ms / 1000:g} s (the {client}'s "
+                 f"bootstrap_timeout_ms={timeout_ms})")
+        if last_error:
+            cause += f"; last error: {last_error}"
+    else:
+        cause = f"{type(error).__name__}: {str(error)[:200]}"
+    return WorkerError(
+        f"cannot connect to the Kafka brokers at {servers}: {cause}. Fix: check "
+        "--bootstrap-servers (host:port of a broker listener), that the brokers are up and "
+        "reachable from this host, and the security settings that listener expects "
+        "(--security-protocol, --ssl-*, --sasl-*)"
+    )
+
+
+# TLS settings that name files, with the command-line option giving each (ssl_crlfile only
+# through --consumer-config/--producer-config).
+_TLS_FILES = {"ssl_cafile": "--ssl-cafile", "ssl_certfile": "--ssl-certfile",
+              "ssl_keyfile": "--ssl-keyfile", "ssl_crlfile": "ssl_crlfile"}
+
+
+def check_tls_files(settings: dict[str, dict]) -> None:
+    """Load each client's TLS files as kafka-python will, before connecting.
+
+    kafka-python loads them only when it opens a connection, and a failure there is retried until
+    the bootstrap timeout (30 s), then reported as "Unable to bootstrap". Here a missing or
+    unreadable file, a file without PEM certificates, or a certificate and key that do not load
+    is a `WorkerError` naming the option, the file and the fix. Clients not on SSL/SASL_SSL, or
+    given their own `ssl_context`, are not checked.
+    """
+    import ssl
+
+    checked = set()
+    for kwargs in settings.values():
+        protocol = str(kwargs.get("security_protocol") or "PLAINTEXT").upper()
+        if protocol not in ("SSL", "SASL_SSL") or kwargs.get("ssl_context") is not None:
+            continue
+        files = {name: kwargs.get(name) for name in _TLS_FILES}
+        key = tuple(files.values())
+        if key in checked:
+            continue
+        checked.add(key)
+        for name, path in files.items():
+            if not path:
+                continue
+            try:
+                with open(path, "rb") as handle:
+                    handle.read(1)
+            except (OSError, TypeError, ValueError) as error:
+                reason = getattr(error, "strerror", None) or str(error)
+                raise WorkerError(
+                    f"cannot read {name} ({_TLS_FILES[name]}) {path!r}: {reason}. Fix: give the "
+                    "path of a readable PEM file"
+                ) from None
+        if files["ssl_crlfile"]:
+            raise WorkerError(
+                "ssl_crlfile cannot be used with kafka-python 3.0 (its TLS setup passes crl= to "
+                "ssl.SSLContext.load_verify_locations, which takes no such argument, and every "
+                "connection fails). Fix: leave ssl_crlfile out of --consumer-config and "
+                "--producer-config"
+            )
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        if files["ssl_cafile"]:
+            try:
+                context.load_verify_locations(files["ssl_cafile"])
+            except (OSError, ValueError) as error:
+                raise WorkerError(
+                    f"ssl_cafile (--ssl-cafile) {files['ssl_cafile']!r} holds no usable PEM "
+                    f"certificate ({error}). Fix: give the PEM file of the CA certificates that "
+                    "signed the brokers' certificates"
+                ) from None
+        if files["ssl_certfile"]:
+            try:
+                context.load_cert_chain(files["ssl_certfile"], files["ssl_keyfile"],
+                                        kwargs.get("ssl_password"))
+            except (OSError, ValueError) as error:
+                raise WorkerError(
+                    f"the client certificate --ssl-certfile {files['ssl_certfile']!r} with "
+                    f"--ssl-keyfile {files['ssl_keyfile']!r} does not load ({error}). Fix: give "
+                    "the certificate and its private key as PEM files (the key may be in the "
+                    "certificate file), and --ssl-password if the key is encrypted"
+                ) from None
 
 
 def _too_large(error: BaseException) -> bool:
@@ -423,17 +547,21 @@ class Worker:
         from kafka.errors import KafkaError
 
         settings = client_settings(config, self.client_id)
-        try:
-            self._producer = KafkaProducer(**settings["producer"])
-            if config.create_topics:
-                self._create_topics(settings["admin"])
-            self._consumer = KafkaConsumer(**settings["consumer"])
-        except KafkaError as error:
-            raise WorkerError(
-                f"cannot connect to {config.bootstrap_servers}: {type(error).__name__}: "
-                f"{str(error)[:200]}. Fix: check --bootstrap-servers, that the brokers are up, "
-                "and the security settings (--security-protocol, --sasl-*, --ssl-*)"
-            ) from error
+        check_tls_files(settings)
+        client = "producer"
+        # kafka-python's bootstrap failure says only "Unable to bootstrap": the tail keeps the
+        # last connection error it logged (refused, DNS, TLS handshake, ...) for the message.
+        with ClientLogTail() as tail:
+            try:
+                self._producer = KafkaProducer(**settings[client])
+                if config.create_topics:
+                    client = "admin"
+                    self._create_topics(settings[client])
+                client = "consumer"
+                self._consumer = KafkaConsumer(**settings[client])
+            except KafkaError as error:
+                raise _connect_failure(config.bootstrap_servers, client, settings[client], error,
+                                       tail.last_error) from error
         reader = dict(settings["checkpoint_reader"])
         reader.pop("bootstrap_servers")
         self._store = checkpoint_module.CheckpointStore(

@@ -429,7 +429,8 @@ def test_command_exit_codes(monkeypatch, capsys):
     monkeypatch.delenv("STREAMMARGIN_ON_UNDECODABLE", raising=False)
     assert main(["kafka"]) == 2  # no input topic
     assert main(["kafka", "--topic", "t", "--on-undecodable", "ignore"]) == 2
-    assert "on_undecodable must be one of ('fail', 'skip')" in capsys.readouterr().err
+    # The message names the option, not the WorkerConfig field.
+    assert "--on-undecodable must be one of ('fail', 'skip')" in capsys.readouterr().err
 
 
 def test_checkpoint_size_options_reach_the_worker_config(monkeypatch):

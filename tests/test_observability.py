@@ -1,5 +1,6 @@
 """Operating the worker without a broker: dead-letter kinds, the status and its Prometheus
-exposition, the HTTP endpoints (with a real HTTP client), JSON log lines.
+exposition, the HTTP endpoints (with a real HTTP client), JSON log lines, and the one-line errors
+of `streammargin kafka` for bad options, files, ports and an unreachable broker.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 import logging
 import math
 import socket
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -18,9 +20,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from connectors import observability
+from connectors.broker import free_port
 from connectors.codec import DeadLetter, JSONCodec
+from connectors.kafka_command import _as_flags
 from connectors.observability import (
     DEAD_LETTER_KINDS,
+    ClientLogFilter,
+    ClientLogTail,
     EndpointError,
     EndpointServer,
     JsonLogFormatter,
@@ -358,3 +365,190 @@ def test_json_log_lines_carry_the_structured_fields():
     except KeyError:
         record.exc_info = sys.exc_info()
     assert "KeyError: 'why'" in json.loads(formatter.format(record))["exception"]
+
+
+def test_kafka_pythons_lines_wait_for_the_connection_and_feed_the_tail():
+    connected = []
+    keep = ClientLogFilter(lambda: bool(connected))
+    make = lambda name, message: logging.LogRecord(name, logging.ERROR, "", 0, message, (), None)  # noqa: E731
+    assert not keep.filter(make("kafka.net.manager", "Connection failed: refused"))
+    assert keep.filter(make("connectors.worker", "anything"))
+    assert keep.filter(make("kafkaesque", "not the client"))
+    connected.append(True)
+    assert keep.filter(make("kafka.net.manager", "Connection lost"))
+    assert ClientLogFilter(lambda: False, debug=True).filter(make("kafka", "x"))
+    client = logging.getLogger("kafka.net.manager")
+    with ClientLogTail() as tail:
+        client.error("Connection failed: %s", "KafkaConnectionError: 111 ECONNREFUSED")
+        client.warning("Bootstrap bootstrap-0 not ready; waiting 0.12 secs")
+    client.error("Connection failed: after the tail")
+    assert tail.last_error == "KafkaConnectionError: 111 ECONNREFUSED"
+
+
+def test_config_messages_name_the_options():
+    assert _as_flags("checkpoint_every must be >= 1, got 0") == (
+        "--checkpoint-every must be >= 1, got 0")
+    assert _as_flags("--model alma --param C=-1: the model refused") == (
+        "--model alma --param C=-1: the model refused")
+    assert _as_flags("starts at auto_offset_reset=latest") == "starts at auto_offset_reset=latest"
+
+
+# Errors of `streammargin kafka` -------------------------------------------------------------------
+
+
+@pytest.fixture
+def command(monkeypatch, capsys):
+    """`streammargin kafka ARGS` in-process: (exit code, stderr lines)."""
+    from connectors.cli import main
+
+    for name in ("TOPIC", "BOOTSTRAP_SERVERS", "LOG_LEVEL", "HTTP_PORT"):
+        monkeypatch.delenv(f"STREAMMARGIN_{name}", raising=False)
+
+    def run_exit(*args: str) -> tuple[int, list[str]]:
+        try:
+            code = main(["kafka", *args])
+        except SystemExit as stop:
+            code = stop.code
+        return code, capsys.readouterr().err.splitlines()
+
+    return run_exit
+
+
+def one_line(lines: list[str]) -> str:
+    assert len(lines) == 1, lines
+    assert "Traceback" not in lines[0]
+    return lines[0]
+
+
+BASE = ("--topic", "t", "--bootstrap-servers", "127.0.0.1:1")
+
+
+@pytest.mark.parametrize(("args", "code", "expected"), [
+    (("--param", "nosuch=1"), 2,
+     "--model alma --param nosuch=1: bad parameters {'nosuch': 1} for ALMAClassifier: "
+     "ALMAClassifier.__init__() got an unexpected keyword argument 'nosuch'; it takes ['p', "
+     "'alpha', 'B', 'C', 'fit_intercept', 'intercept_scale', 'average', 'average_window']"),
+    (("--param", "C=-1"), 2,
+     "--model alma --param C=-1: C must be positive, got -1 (ALMAClassifier takes p, alpha, B, "
+     "C, fit_intercept, intercept_scale, average, average_window)"),
+    (("--model", "kernelalma", "--param", "kernel=cosine"), 2,
+     "--model kernelalma --param kernel=cosine: kernel must be one of ['linear', 'poly', "
+     "'rbf'], got 'cosine'"),
+    (("--model", "nope"), 2, "unknown model 'nope'; known models: alma, budgetperceptron"),
+    (("--drift-detector", "nope"), 2,
+     "--drift-detector nope: unknown drift detector 'nope'; known: adwin,"),
+    (("--drift-param", "delta=-1"), 2,
+     "--drift-detector adwin --drift-param delta=-1: ADWIN parameters.delta: must be in "
+     "[0.0, 1.0], got -1"),
+    (("--checkpoint-every", "0"), 2, "--checkpoint-every must be >= 1, got 0"),
+    (("--codec", "nowhere.module:Codec"), 2,
+     "cannot use --codec nowhere.module:Codec: ModuleNotFoundError: No module named 'nowhere'. "
+     "Fix: give json, or package.module:Class"),
+    (("--security-protocol", "SSL", "--ssl-cafile", "/no/such/ca.pem"), 1,
+     "worker failed: cannot read ssl_cafile (--ssl-cafile) '/no/such/ca.pem': No such file or "
+     "directory. Fix: give the path of a readable PEM file"),
+    (("--security-protocol", "SASL_SSL", "--ssl-cafile", __file__), 1,
+     f"worker failed: ssl_cafile (--ssl-cafile) {__file__!r} holds no usable PEM certificate"),
+    (("--security-protocol", "SSL", "--ssl-certfile", __file__), 1,
+     f"worker failed: the client certificate --ssl-certfile {__file__!r} with --ssl-keyfile "
+     "None does not load"),
+    (("--security-protocol", "SSL", "--consumer-config", "ssl_crlfile=/etc/hostname"), 1,
+     "worker failed: ssl_crlfile cannot be used with kafka-python 3.0"),
+    (("--http-port", "70000"), 2, "--http-port must be in 0-65535 (0: a free one), got 70000"),
+])
+def test_a_bad_option_or_file_is_one_line_with_the_cause(command, args, code, expected):
+    found, lines = command(*BASE, *args)
+    assert found == code
+    line = one_line(lines)
+    assert f"ERROR streammargin.kafka: {expected}" in line
+
+
+def test_options_argparse_refuses_are_one_line_too(command):
+    for args, expected in [
+        (("--idle-timeout", "soon"),
+         "streammargin kafka: error: argument --idle-timeout: invalid number (or none) value: "
+         "'soon' (see streammargin kafka --help)"),
+        (("--param", "oops"),
+         "streammargin kafka: error: parameter 'oops' is not of the form key=value (see "
+         "streammargin kafka --help)"),
+        (("--http-port", "eighty"),
+         "streammargin kafka: error: argument --http-port: invalid int value: 'eighty' (see "
+         "streammargin kafka --help)"),
+    ]:
+        assert command(*BASE, *args) == (2, [expected])
+    code, lines = command(*BASE, "--log-level", "LOUD")
+    assert code == 2 and one_line(lines).startswith("streammargin kafka: --log-level must be one")
+    code, lines = command("--bootstrap-servers", "127.0.0.1:1")
+    assert code == 2 and one_line(lines).endswith(
+        "no input topic. Fix: give --topic NAME (repeatable), or STREAMMARGIN_TOPIC=a,b")
+
+
+def test_a_port_in_use_fails_the_command_before_it_connects(command):
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, lines = command(*BASE, "--http-port", str(port))
+    assert code == 1
+    assert one_line(lines).endswith(
+        f"cannot serve the HTTP endpoints on --http-host 0.0.0.0 --http-port {port}: the port is "
+        "in use (another worker or exporter on this host?). Fix: choose another --http-port, or "
+        "--http-port 0 to take a free one (the log says which)")
+
+
+def test_the_traceback_comes_with_log_level_debug_only(command):
+    code, lines = command(*BASE, "--codec", "nowhere.module:Codec")
+    assert code == 2 and one_line(lines).endswith("(--log-level DEBUG shows the traceback)")
+    code, lines = command(*BASE, "--codec", "nowhere.module:Codec", "--log-level", "DEBUG")
+    assert code == 2 and "Traceback (most recent call last):" in lines
+    assert lines[-1] == "ModuleNotFoundError: No module named 'nowhere'"
+
+
+def test_an_unreachable_broker_is_one_line_naming_servers_timeout_cause_and_fix():
+    servers = f"127.0.0.1:{free_port()}"
+    argv = [sys.executable, "-m", "connectors.cli", "kafka", "--topic", "t",
+            "--bootstrap-servers", servers, "--idle-timeout", "5",
+            "--producer-config", "bootstrap_timeout_ms=1500"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                          cwd=observability.__file__.rsplit("/connectors/", 1)[0])
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.endswith(
+        f"ERROR streammargin.kafka: worker failed: cannot connect to the Kafka brokers at "
+        f"{servers}: no broker answered within 1.5 s (the producer's bootstrap_timeout_ms=1500); "
+        "last error: KafkaConnectionError: 111 ECONNREFUSED. Fix: check --bootstrap-servers "
+        "(host:port of a broker listener), that the brokers are up and reachable from this "
+        "host, and the security settings that listener expects (--security-protocol, --ssl-*, "
+        "--sasl-*) (--log-level DEBUG shows the traceback)")
+    assert done.stdout == ""
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    """A self-signed certificate and its key encrypted with the password "secret" (openssl)."""
+    import shutil
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-days", "2", "-subj",
+                    "/CN=localhost", "-keyout", str(key), "-out", str(cert), "-passout",
+                    "pass:secret"], check=True, capture_output=True, timeout=60)
+    return str(cert), str(key)
+
+
+def test_tls_files_that_load_pass_and_a_wrong_key_password_is_named(certificate):
+    from connectors.worker import WorkerError, check_tls_files
+
+    cert, key = certificate
+    tls = {"security_protocol": "SSL", "ssl_cafile": cert, "ssl_certfile": cert,
+           "ssl_keyfile": key}
+    check_tls_files({"producer": {**tls, "ssl_password": "secret"}, "consumer": {}})
+    check_tls_files({"producer": {**tls, "security_protocol": "PLAINTEXT",
+                                  "ssl_cafile": "/no/such/file"}})  # not on TLS: unchecked
+    with pytest.raises(WorkerError, match=(
+            f"the client certificate --ssl-certfile '{cert}' with --ssl-keyfile '{key}' does not "
+            r"load \(.*\). Fix: give the certificate and its private key as PEM files .* and "
+            "--ssl-password if the key is encrypted")):
+        check_tls_files({"consumer": {**tls, "ssl_password": "wrong"}})
