@@ -832,7 +832,8 @@ class ClientLogFilter(logging.Filter):
 
 class ClientLogTail(logging.Handler):
     """Remembers the last connection error kafka-python logged (its bootstrap says only "Unable
-    to bootstrap"): ``with ClientLogTail() as tail: ...; tail.last_error``."""
+    to bootstrap"): ``with ClientLogTail() as tail: ...; tail.last_error``. kafka-python logs
+    them at ERROR: a "kafka" logger silenced beyond that leaves `last_error` None."""
 
     _CONNECTION_FAILED = re.compile(r"Connection failed: (.*)", re.DOTALL)
 
@@ -840,7 +841,6 @@ class ClientLogTail(logging.Handler):
         super().__init__(logging.WARNING)
         self.last_error: str | None = None
         self._logger = logging.getLogger("kafka")
-        self._level: int | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -851,14 +851,8 @@ class ClientLogTail(logging.Handler):
             self.last_error = found.group(1)[:300]
 
     def __enter__(self) -> ClientLogTail:
-        logger = self._logger
-        logger.addHandler(self)
-        if not logger.isEnabledFor(logging.WARNING):
-            self._level = logger.level
-            logger.setLevel(logging.WARNING)
+        self._logger.addHandler(self)
         return self
 
     def __exit__(self, *exc: typing.Any) -> None:
         self._logger.removeHandler(self)
-        if self._level is not None:
-            self._logger.setLevel(self._level)
