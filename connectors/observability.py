@@ -584,8 +584,11 @@ class _Collector:
             predictions.add_metric(labels, view.predictions, created=since)
             labelled.add_metric(labels, view.labelled, created=since)
             drifts.add_metric(labels, view.drift_detections, created=since)
-            for kind, count in view.dead_letters:
-                dead.add_metric([*labels, kind], count, created=since)
+            # Every kind from the start, at 0: increase() then sees the first dead letter of a
+            # kind, which a series born at 1 would hide.
+            counts = dict(view.dead_letters)
+            for kind in DEAD_LETTER_KINDS:
+                dead.add_metric([*labels, kind], counts.get(kind, 0), created=since)
             for outcome, count in view.label_outcomes:
                 outcomes.add_metric([*labels, outcome], count, created=since)
             model_records.add_metric(labels, view.model_records)
