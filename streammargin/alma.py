@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import typing
 
 import numpy as np
 
-from streammargin import memory, state
+from streammargin import memory, state, validation
 from streammargin.base import (
     InfiniteEntry,
     MarginClassifier,
@@ -19,6 +18,13 @@ from streammargin.jit import alma as alma_jit
 from streammargin.jit.entry import lazy_entry_point
 
 __all__ = ["ALMAClassifier"]
+
+# Bounds of the params (documented in the class docstring).
+MAX_P = 1000.0  # p = 2 ln d reaches 1000 only for d = e^500 features
+MIN_ALPHA = 1e-6  # the margin scale 1 / alpha stays within MAX_SCALE
+MAX_SCALE = 1e6  # upper bound of B and C
+MAX_INTERCEPT_SCALE = 1e100
+MAX_WINDOW = 10**9
 
 
 # The per-record numba calls go through entry points (`streammargin.jit.entry`): half the cost of a
@@ -81,25 +87,25 @@ class ALMAClassifier(MarginClassifier):
     Parameters
     ----------
     p
-        The norm, p >= 2.
+        The norm, in [2, 1000].
     alpha
-        Degree of approximation to the maximal margin, in (0, 1]; alpha = 1 is a mistake-driven
-        p-norm perceptron with a decreasing learning rate.
+        Degree of approximation to the maximal margin, in [1e-6, 1]; alpha = 1 is a
+        mistake-driven p-norm perceptron with a decreasing learning rate.
     B
-        Margin scale of gamma_k. `None` means 1 / alpha, the setting of the paper's experiments
-        (ALMA_2(alpha) is shorthand for ALMA_2(alpha; 1/alpha, sqrt(2))). The paper's Theorem 1
-        part 1 states its separable-case bound for B = sqrt(8) / alpha, C = sqrt(2).
+        Margin scale of gamma_k, in (0, 1e6]. `None` means 1 / alpha, the setting of the paper's
+        experiments (ALMA_2(alpha) is shorthand for ALMA_2(alpha; 1/alpha, sqrt(2))). The paper's
+        Theorem 1 part 1 states its separable-case bound for B = sqrt(8) / alpha, C = sqrt(2).
     C
-        Learning-rate scale of eta_k.
+        Learning-rate scale of eta_k, in (0, 1e6].
     fit_intercept
         The paper's hypothesis has no bias. With `fit_intercept=True` every instance is augmented
         with a constant feature of value `intercept_scale` *before* normalisation, so the bias is
         one more weight of the same q-ball: (x, rho) / ||(x, rho)||_p. With `False` the model is
         the paper's rule verbatim.
     intercept_scale
-        Value rho of the constant feature. Its weight's reach grows with rho relative to ||x||_p:
-        the default of 1 suits standardised features; raise it towards the typical ||x||_p when
-        the classes are strongly imbalanced.
+        Value rho of the constant feature, in (0, 1e100]. Its weight's reach grows with rho
+        relative to ||x||_p: the default of 1 suits standardised features; raise it towards the
+        typical ||x||_p when the classes are strongly imbalanced.
     average
         Serve the averaged hypothesis: the mean of the weight vectors over the trials, each
         counted for every trial it survived. It approximates the paper's "voted" hypothesis (its
@@ -109,15 +115,17 @@ class ALMAClassifier(MarginClassifier):
     average_window
         The average forgets with weights (1 - 1/average_window)^age, an effective window of that
         many trials, so that after a change of concept it follows the new weights instead of
-        remembering the old ones for ever. `None` gives the plain mean over all trials. The default
+        remembering the old ones for ever. `None` gives the plain mean over all trials; else an
+        integer in [1, 10**9]. The default
         of 10,000 matches the plain mean on stationary streams (Phishing, SEA, Hyperplane, Agrawal,
         breast cancer) and raises the accuracy after an abrupt change (`streammargin demo
         --stream hyperplane`: 0.67 -> 0.79 on the second half); 1,000-3,000 adapts faster still
         (0.92) at a small cost on stationary streams.
     max_features
-        The bound on feature columns (see `streammargin.features`): the first 7/8 of them go to
-        the first names learnt, one each; later names (and names longer than 128 bytes) share the
-        last eighth by a stable hash of the name, and are not stored. Memory stays below
+        The bound on feature columns (see `streammargin.features`), an integer in [1, 2**30]: the
+        first 7/8 of them go to the first names learnt, one each; later names (and names longer
+        than 128 bytes) share the last eighth by a stable hash of the name, and are not stored.
+        Memory stays below
         `streammargin.memory.memory_bound` (24 bytes a column, plus at most 129 bytes a stored
         name: 8.6 MiB at the default 65,536 whatever the stream).
 
@@ -175,21 +183,15 @@ class ALMAClassifier(MarginClassifier):
         average_window: int | None = 10_000,
         max_features: int = 2**16,
     ):
-        if not p >= 2.0 or not math.isfinite(p):
-            raise ValueError(f"p must be a finite number >= 2, got {p!r}")
-        if not 0.0 < alpha <= 1.0:
-            raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
-        if B is not None and not B > 0.0:
-            raise ValueError(f"B must be positive or None, got {B!r}")
-        if not C > 0.0:
-            raise ValueError(f"C must be positive, got {C!r}")
-        if fit_intercept and not intercept_scale > 0.0:
-            raise ValueError(f"intercept_scale must be positive, got {intercept_scale!r}")
-        if average_window is not None and not (
-            isinstance(average_window, int) and not isinstance(average_window, bool)
-            and average_window >= 1
-        ):
-            raise ValueError(f"average_window must be a positive integer or None, got {average_window!r}")
+        validation.real_in("p", p, 2.0, MAX_P)
+        validation.real_in("alpha", alpha, MIN_ALPHA, 1.0)
+        validation.optional(validation.positive_real, "B", B, MAX_SCALE)
+        validation.positive_real("C", C, MAX_SCALE)
+        validation.boolean("fit_intercept", fit_intercept)
+        validation.positive_real("intercept_scale", intercept_scale, MAX_INTERCEPT_SCALE)
+        validation.boolean("average", average)
+        validation.optional(validation.integer_in, "average_window", average_window, 1, MAX_WINDOW)
+        check_max_features(max_features)
         self.p = p
         self.alpha = alpha
         self.B = B
@@ -198,7 +200,7 @@ class ALMAClassifier(MarginClassifier):
         self.intercept_scale = intercept_scale
         self.average = average
         self.average_window = average_window
-        self.max_features = check_max_features(max_features)
+        self.max_features = int(max_features)
         self._reset()
 
     def _hyper_values(self) -> tuple[float, ...]:

@@ -15,7 +15,7 @@ import typing
 import numpy as np
 from river import base
 
-from streammargin import memory
+from streammargin import memory, validation
 from streammargin import state as state_module
 from streammargin.errors import InvalidInput
 from streammargin.features import MAX_MAX_FEATURES, FeatureSpace, validate_value
@@ -82,16 +82,9 @@ def grown(array: np.ndarray, n_rows: int, limit: int) -> np.ndarray:
 
 
 def check_max_features(max_features: typing.Any) -> int:
-    """`max_features` as an int, or a `ValueError` saying what it must be."""
-    if not (
-        isinstance(max_features, (int, np.integer))
-        and not isinstance(max_features, bool)
-        and 1 <= max_features <= MAX_MAX_FEATURES
-    ):
-        raise ValueError(
-            f"max_features must be an integer in [1, {MAX_MAX_FEATURES}], got {max_features!r}"
-        )
-    return int(max_features)
+    """`max_features` as an int: an integer in [1, `MAX_MAX_FEATURES`], validated like every
+    parameter (`streammargin.validation`: a `ValueError` naming it otherwise)."""
+    return int(validation.integer_in("max_features", max_features, 1, MAX_MAX_FEATURES))
 
 
 class InfiniteEntry(ValueError):

@@ -8,8 +8,6 @@ The numeric side (cached margins, the five policies, finite kernel values) is
 
 from __future__ import annotations
 
-import math
-import numbers
 import secrets
 import types
 import typing
@@ -17,13 +15,43 @@ import typing
 import numpy as np
 
 from streammargin import state
+from streammargin import validation
 from streammargin.jit import budget as bjit
 from streammargin.jit import kernels as kjit
-from streammargin.support import KernelClassifier
+from streammargin.support import MAX_BUDGET, MAX_GRAM_BUDGET, KernelClassifier, validate_kernel
 
-__all__ = ["BudgetKernelClassifier", "EVICTIONS", "ServedRow", "finite_positive"]
+__all__ = ["BudgetKernelClassifier", "EVICTIONS", "MAX_SEED", "ServedRow", "validate_budget"]
 
 EVICTIONS = tuple(bjit.POLICIES)  # ("random", "oldest", "smallest", "merge", "project")
+MAX_SEED = 2**53 - 1  # seeds are exact in a float64 (the models keep them in their state array)
+
+
+def validate_budget(
+    kernel: object,
+    gamma: object,
+    degree: object,
+    coef0: object,
+    budget: object,
+    eviction: object,
+    projection_threshold: object,
+    average: object,
+    seed: object,
+) -> None:
+    """The params of a `BudgetKernelClassifier` (`ValueError` naming the bad one). The budget is
+    at most `MAX_BUDGET`, or `MAX_GRAM_BUDGET` with `eviction="project"` (the Projectron keeps a
+    budget x budget inverse Gram matrix)."""
+    validate_kernel(kernel, gamma, degree, coef0)
+    validation.one_of("eviction", eviction, EVICTIONS)
+    if eviction == "merge" and kernel != "rbf":
+        raise ValueError(
+            "eviction='merge' merges two support vectors into one point between them, "
+            f"which only the 'rbf' kernel supports; got kernel={kernel!r}"
+        )
+    max_budget = MAX_GRAM_BUDGET if eviction == "project" else MAX_BUDGET
+    validation.integer_in("budget", budget, 1, max_budget)
+    validation.fraction("projection_threshold", projection_threshold, high_open=True)
+    validation.boolean("average", average)
+    validation.optional(validation.integer_in, "seed", seed, 0, MAX_SEED)
 
 
 class ServedRow:
@@ -88,8 +116,9 @@ class ServedRow:
 class BudgetKernelClassifier(ServedRow, KernelClassifier):
     """A kernel classifier whose cache is kept within `budget` by an eviction policy.
 
-    A subclass sets the params `kernel`, `gamma`, `degree`, `coef0`, `budget`, `eviction`,
-    `projection_threshold`, `average` and `seed`, then calls `self._reset()`. Its own `st`
+    A subclass validates the params `kernel`, `gamma`, `degree`, `coef0`, `budget`, `eviction`,
+    `projection_threshold`, `average` and `seed` (`validate_budget`), sets them, then calls
+    `self._reset()`. Its own `st`
     entries start at `bjit.ST_BUDGET_END` (`_n_own_state` of them); it names its numba module in
     `_jit` (see `ServedRow`).
     """
@@ -116,28 +145,6 @@ class BudgetKernelClassifier(ServedRow, KernelClassifier):
         """Whether the policy (or the model) needs the cached margins f(s_i)."""
         return self.eviction in ("oldest", "smallest")
 
-    def _validate_budget(self) -> None:
-        self._validate_kernel()
-        if self.eviction not in bjit.POLICIES:
-            raise ValueError(f"eviction must be one of {list(EVICTIONS)}, got {self.eviction!r}")
-        if self.eviction == "merge" and self.kernel != "rbf":
-            raise ValueError(
-                "eviction='merge' merges two support vectors into one point between them, "
-                f"which only the 'rbf' kernel supports; got kernel={self.kernel!r}"
-            )
-        threshold = self.projection_threshold
-        if not (
-            isinstance(threshold, numbers.Real)
-            and not isinstance(threshold, bool)
-            and 0.0 <= threshold < 1.0
-        ):
-            raise ValueError(f"projection_threshold must be in [0, 1), got {threshold!r}")
-        if not isinstance(self.average, bool):
-            raise ValueError(f"average must be True or False, got {self.average!r}")
-        seed = self.seed
-        if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)):
-            raise ValueError(f"seed must be an int or None, got {self.seed!r}")
-
     def _rng_key(self) -> float:
         """The generator's key: from `seed`, or fresh entropy when `seed` is None. Only the
         'random' policy draws numbers; the others keep key 0 so that equal params give equal
@@ -158,7 +165,6 @@ class BudgetKernelClassifier(ServedRow, KernelClassifier):
         }
 
     def _reset(self) -> None:
-        self._validate_budget()
         super()._reset()  # the cache, `st` with the kernel and calibration entries
         self._st[bjit.RNG_KEY] = self._rng_key()
         self._st[bjit.SCALE] = 1.0
@@ -213,13 +219,3 @@ class BudgetKernelClassifier(ServedRow, KernelClassifier):
             label = bool(self._slots[i, kjit.LABEL] > 0)
             out.append((vector, label, float(scale * self._slots[i, kjit.COEF])))
         return out
-
-
-def finite_positive(value: object) -> bool:
-    """Whether a param is a positive finite real number (bool excluded)."""
-    return (
-        isinstance(value, numbers.Real)
-        and not isinstance(value, bool)
-        and value > 0
-        and math.isfinite(value)
-    )

@@ -7,7 +7,8 @@ import typing
 
 
 from streammargin import state
-from streammargin.budget import BudgetKernelClassifier
+from streammargin.base import check_max_features
+from streammargin.budget import BudgetKernelClassifier, validate_budget
 from streammargin.jit import budget_perceptron as bp_jit
 
 __all__ = ["BudgetPerceptron"]
@@ -55,37 +56,39 @@ class BudgetPerceptron(BudgetKernelClassifier):
     kernel
         `"rbf"` exp(-gamma ||a - b||^2), `"poly"` (gamma a.b + coef0)^degree or `"linear"` a.b.
     gamma
-        Kernel scale. The default 1.0 suits standardised features (`StandardScaler() | model`)
-        in two or three dimensions: two points one standard deviation apart in one feature have
-        K = e^-1. Standardised points in d dimensions lie about sqrt(2 d) apart, so with more
-        features use about 3 / d (0.3 was best for 10 features in `benchmarks/kernel_models.py`,
-        1.0 to 4.0 for Bananas' 2).
+        Kernel scale, a positive finite number. The default 1.0 suits standardised features
+        (`StandardScaler() | model`) in two or three dimensions: two points one standard
+        deviation apart in one feature have K = e^-1. Standardised points in d dimensions lie
+        about sqrt(2 d) apart, so with more features use about 3 / d (0.3 was best for 10
+        features in `benchmarks/kernel_models.py`, 1.0 to 4.0 for Bananas' 2).
     degree
-        Degree of the polynomial kernel.
+        Degree of the polynomial kernel, an integer in [1, 100].
     coef0
-        Constant of the polynomial kernel.
+        Constant of the polynomial kernel, a finite number.
     budget
-        Maximum number of support vectors.
+        Maximum number of support vectors, an integer in [1, 100000] (in [1, 10000] with
+        `eviction="project"`, whose inverse Gram matrix holds budget x budget floats).
     eviction
         `"random"`, `"oldest"`, `"smallest"`, `"merge"` or `"project"` (see above).
     projection_threshold
-        The Projectron's eta, relative: project when the distance of phi(x) to the span of the
-        cache is at most eta ||phi(x)||. Only used by `eviction="project"`.
+        The Projectron's eta, relative, in [0, 1): project when the distance of phi(x) to the
+        span of the cache is at most eta ||phi(x)||. Only used by `eviction="project"`.
     average
         Serve the averaged hypothesis (1/T) sum_t f_t instead of the last one (learning is the
         same). It keeps each cached vector's coefficient summed over the trials it survived, so
         an evicted vector takes its history with it: it helps "merge" and "project" on a
         stationary stream, and hurts the policies that evict all the time and drifting streams.
     seed
-        Seed of the random stream of `eviction="random"`; `None` draws fresh entropy.
+        Seed of the random stream of `eviction="random"`, an integer in [0, 2**53); `None`
+        draws fresh entropy.
 
     max_features
-        The bound on feature columns (see `streammargin.features`): the first 7/8 of them go to
-        the first names learnt, one each; later names (and names longer than 128 bytes) share the
-        last eighth by a stable hash of the name, and are not stored. Every support vector is a
-        dense row of these columns, so memory stays below `streammargin.memory.memory_bound`:
-        budget x max_features x 8 bytes plus budget-sized slots (and the
-        Projectron's budget x budget inverse Gram matrix), 3.4 MiB at the defaults.
+        The bound on feature columns (see `streammargin.features`), an integer in [1, 2**30]: the
+        first 7/8 of them go to the first names learnt, one each; later names (and names longer than
+        128 bytes) share the last eighth by a stable hash of the name, and are not stored. Every
+        support vector is a dense row of these columns, so memory stays below
+        `streammargin.memory.memory_bound`: budget x max_features x 8 bytes plus budget-sized slots
+        (and the Projectron's budget x budget inverse Gram matrix), 3.4 MiB at the defaults.
 
     Attributes
     ----------
@@ -145,6 +148,10 @@ class BudgetPerceptron(BudgetKernelClassifier):
         seed: int | None = None,
         max_features: int = 2048,
     ):
+        validate_budget(
+            kernel, gamma, degree, coef0, budget, eviction, projection_threshold, average, seed
+        )
+        check_max_features(max_features)
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -154,7 +161,7 @@ class BudgetPerceptron(BudgetKernelClassifier):
         self.projection_threshold = projection_threshold
         self.average = average
         self.seed = seed
-        self.max_features = max_features
+        self.max_features = int(max_features)
         self._reset()
 
     @classmethod

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import numbers
 import typing
 
 import numpy as np
 
-from streammargin import state
-from streammargin.budget import ServedRow, finite_positive
+from streammargin import state, validation
+from streammargin.base import check_max_features
+from streammargin.budget import ServedRow
 from streammargin.jit import budget_svm as svm_jit
 from streammargin.jit import kernels as kjit
-from streammargin.support import KernelClassifier
+from streammargin.support import MAX_GRAM_BUDGET, KernelClassifier, validate_kernel
 
 __all__ = ["BudgetSVMClassifier", "budget_svm_dual"]
+
+MAX_C = 1e6  # upper bound of the box C (and of every a_i)
+MAX_SMO_STEPS = 10_000  # SMO steps per example, each O(budget)
+MAX_TOL = 1e6
 
 
 @state.register
@@ -58,34 +62,37 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
     kernel
         `"rbf"` exp(-gamma ||a - b||^2), `"poly"` (gamma a.b + coef0)^degree or `"linear"` a.b.
     gamma
-        Kernel scale. The default 1.0 suits standardised features (`StandardScaler() | model`)
-        in two or three dimensions: two points one standard deviation apart in one feature have
-        K = e^-1. Standardised points in d dimensions lie about sqrt(2 d) apart, so with more
-        features use about 3 / d (0.3 was best for 10 features in `benchmarks/kernel_models.py`,
-        1.0 to 4.0 for Bananas' 2).
+        Kernel scale, a positive finite number. The default 1.0 suits standardised features
+        (`StandardScaler() | model`) in two or three dimensions: two points one standard
+        deviation apart in one feature have K = e^-1. Standardised points in d dimensions lie
+        about sqrt(2 d) apart, so with more features use about 3 / d (0.3 was best for 10
+        features in `benchmarks/kernel_models.py`, 1.0 to 4.0 for Bananas' 2).
     degree
-        Degree of the polynomial kernel.
+        Degree of the polynomial kernel, an integer in [1, 100].
     coef0
-        Constant of the polynomial kernel.
+        Constant of the polynomial kernel, a finite number.
     C
-        Box constraint: the weight of the hinge losses of the `budget` worst examples.
+        Box constraint, in (0, 1e6]: the weight of the hinge losses of the `budget` worst
+        examples.
     budget
-        B: maximum number of support vectors, and of cached examples.
+        B: maximum number of support vectors, and of cached examples, an integer in [1, 10000]
+        (the cache's Gram matrix holds (budget + 1)^2 floats: 800 MB at the bound).
     prune
         Which example leaves an over-full cache when none has a = 0: `"oldest"` or `"smallest"`
         (smallest a, the paper's pruning heuristic).
     smo_steps
-        SMO pair steps per example that enters the cache (the re-optimisation effort).
+        SMO pair steps per example that enters the cache (the re-optimisation effort), an
+        integer in [1, 10000].
     tol
-        Optimality tolerance on the gradient gap.
+        Optimality tolerance on the gradient gap, in (0, 1e6].
 
     max_features
-        The bound on feature columns (see `streammargin.features`): the first 7/8 of them go to
-        the first names learnt, one each; later names (and names longer than 128 bytes) share the
-        last eighth by a stable hash of the name, and are not stored. Every cached example is a
-        dense row of these columns, so memory stays below `streammargin.memory.memory_bound`:
-        (budget + 1) x max_features x 8 bytes plus the (budget + 1)^2 Gram
-        matrix, 3.7 MiB at the defaults.
+        The bound on feature columns (see `streammargin.features`), an integer in [1, 2**30]: the
+        first 7/8 of them go to the first names learnt, one each; later names (and names longer than
+        128 bytes) share the last eighth by a stable hash of the name, and are not stored. Every
+        cached example is a dense row of these columns, so memory stays below
+        `streammargin.memory.memory_bound`: (budget + 1) x max_features x 8 bytes plus the (budget +
+        1)^2 Gram matrix, 3.7 MiB at the defaults.
 
     Attributes
     ----------
@@ -139,15 +146,13 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
         tol: float = 1e-3,
         max_features: int = 2048,
     ):
-        if prune not in svm_jit.PRUNES:
-            raise ValueError(f"prune must be one of {list(svm_jit.PRUNES)}, got {prune!r}")
-        if not finite_positive(C):
-            raise ValueError(f"C must be a positive number, got {C!r}")
-        integral = isinstance(smo_steps, numbers.Integral) and not isinstance(smo_steps, bool)
-        if not (integral and smo_steps >= 1):
-            raise ValueError(f"smo_steps must be a positive integer, got {smo_steps!r}")
-        if not finite_positive(tol):
-            raise ValueError(f"tol must be a positive number, got {tol!r}")
+        validate_kernel(kernel, gamma, degree, coef0)
+        validation.positive_real("C", C, MAX_C)
+        validation.integer_in("budget", budget, 1, MAX_GRAM_BUDGET)
+        validation.one_of("prune", prune, svm_jit.PRUNES)
+        validation.integer_in("smo_steps", smo_steps, 1, MAX_SMO_STEPS)
+        validation.positive_real("tol", tol, MAX_TOL)
+        check_max_features(max_features)
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -157,7 +162,7 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
         self.prune = prune
         self.smo_steps = smo_steps
         self.tol = tol
-        self.max_features = max_features
+        self.max_features = int(max_features)
         self._reset()
 
     def _hyper_values(self) -> dict[int, float]:

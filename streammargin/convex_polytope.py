@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import typing
 
 import numpy as np
 
-from streammargin import memory, state
+from streammargin import memory, state, validation
 from streammargin.base import MarginClassifier, check_max_features, grown
 from streammargin.errors import InvalidInput
 from streammargin.jit import convex_polytope as cpm_jit
@@ -17,6 +16,15 @@ from streammargin.jit.entry import lazy_entry_point
 from streammargin.support import grown_columns
 
 __all__ = ["ConvexPolytopeClassifier"]
+
+# Bounds of the params (documented in the class docstring).
+MAX_FACES = 10_000
+MIN_L2, MAX_L2 = 1e-12, 1e12
+MAX_STEPS = 1000
+MAX_WINDOW = 100_000  # window rows x feature columns float64
+MAX_SEED = 2**53 - 1  # the seed is kept exactly in the float64 state array
+MAX_INTERCEPT_SCALE = 1e6
+MAX_CLASSES = 100_000  # labels (per-class polytopes) of the joint and separate modes
 
 
 # The per-record numba calls (predict_one, learn_one) go through entry points
@@ -108,34 +116,38 @@ class ConvexPolytopeClassifier(MarginClassifier):
     Parameters
     ----------
     n_faces
-        K, the number of faces (linear sub-classifiers) of each polytope. The paper finds that a
-        large K does not overfit; K = 1 is a linear SVM trained by Pegasos.
+        K, the number of faces (linear sub-classifiers) of each polytope, an integer in
+        [1, 10000]. The paper finds that a large K does not overfit; K = 1 is a linear SVM
+        trained by Pegasos.
     l2
-        lambda, the L2 regularisation; the step is 1 / (lambda t).
+        lambda, the L2 regularisation, in [1e-12, 1e12]; the step is 1 / (lambda t).
     entropy
-        The minimum entropy h of ASSIGN, as a fraction of its maximum log K (0 switches the
-        heuristic off; the paper tunes h among 0, log K / 10, ..., 9 log K / 10).
+        The minimum entropy h of ASSIGN, as a fraction in [0, 1] of its maximum log K (0
+        switches the heuristic off; the paper tunes h among 0, log K / 10, ..., 9 log K / 10).
     polytopes
         "joint", "separate" (one polytope per class, natively multiclass) or "one" (binary).
     steps
-        SGD steps per incoming example: one on it, the others on examples of the window.
+        SGD steps per incoming example, an integer in [1, 1000]: one on it, the others on
+        examples of the window.
     window
-        Number of recent examples the replayed steps draw from (unused when `steps=1`).
+        Number of recent examples the replayed steps draw from (unused when `steps=1`), an
+        integer in [1, 100000]; it holds window x feature columns floats.
     seed
-        Seed of the replay draws (a counter-based hash: a restored model draws the same).
+        Seed of the replay draws, an integer in [0, 2**53) (a counter-based hash: a restored
+        model draws the same).
     fit_intercept
         Add a constant feature of value `intercept_scale` (the paper's bias "as a constant
         unitary component"). Like every weight it is regularised.
     intercept_scale
-        Value of the constant feature.
+        Value of the constant feature, in (0, 1e6].
     max_features
-        The bound on feature columns (see `streammargin.features`): the first 7/8 of them go to
-        the first names learnt, one each; later names (and names longer than 128 bytes) share the
-        last eighth by a stable hash of the name, and are not stored.
+        The bound on feature columns (see `streammargin.features`), an integer in [1, 2**30]: the
+        first 7/8 of them go to the first names learnt, one each; later names (and names longer
+        than 128 bytes) share the last eighth by a stable hash of the name, and are not stored.
     max_classes
-        The most labels a per-class model ("joint", "separate") learns: a record with a new label
-        beyond it raises `streammargin.InvalidInput` and leaves the model as it was (the Kafka
-        worker files it as a dead letter).
+        The most labels a per-class model ("joint", "separate") learns, an integer in
+        [2, 100000]: a record with a new label beyond it raises `streammargin.InvalidInput` and
+        leaves the model as it was (the Kafka worker files it as a dead letter).
 
     Memory stays below `streammargin.memory.memory_bound`: the faces take max_features x
     max_classes x n_faces x 8 bytes, the replay window window x max_features x 8 (steps > 1).
@@ -204,27 +216,18 @@ class ConvexPolytopeClassifier(MarginClassifier):
         max_features: int = 2048,
         max_classes: int = 100,
     ):
-        if not (isinstance(n_faces, numbers.Integral) and not isinstance(n_faces, bool)):
-            raise ValueError(f"n_faces must be a positive integer, got {n_faces!r}")
-        if not 1 <= n_faces <= 10_000:
-            raise ValueError(f"n_faces must be between 1 and 10000, got {n_faces!r}")
-        if not (isinstance(l2, numbers.Real) and 1e-12 <= l2 <= 1e12):
-            # The bounds keep |W . x| finite and squarable for every finite input.
-            raise ValueError(f"l2 must be a number in [1e-12, 1e12], got {l2!r}")
-        if not (isinstance(entropy, numbers.Real) and 0.0 <= entropy <= 1.0):
-            raise ValueError(f"entropy must be a fraction of log K in [0, 1], got {entropy!r}")
-        if polytopes not in cpm_jit.MODES:
-            raise ValueError(f"polytopes must be one of {sorted(cpm_jit.MODES)}, got {polytopes!r}")
-        if not (isinstance(steps, numbers.Integral) and 1 <= steps <= 1000):
-            raise ValueError(f"steps must be an integer in [1, 1000], got {steps!r}")
-        if not (isinstance(window, numbers.Integral) and 1 <= window <= 10_000_000):
-            raise ValueError(f"window must be a positive integer, got {window!r}")
-        if not (isinstance(seed, numbers.Integral) and 0 <= seed < 2**53):
-            raise ValueError(f"seed must be an integer in [0, 2**53), got {seed!r}")
-        if fit_intercept and not (
-            isinstance(intercept_scale, numbers.Real) and 0.0 < intercept_scale <= 1e6
-        ):
-            raise ValueError(f"intercept_scale must be in (0, 1e6], got {intercept_scale!r}")
+        validation.integer_in("n_faces", n_faces, 1, MAX_FACES)
+        # The bounds of l2 and intercept_scale keep |W . x| finite and squarable for every input.
+        validation.real_in("l2", l2, MIN_L2, MAX_L2)
+        validation.fraction("entropy", entropy)
+        validation.one_of("polytopes", polytopes, sorted(cpm_jit.MODES))
+        validation.integer_in("steps", steps, 1, MAX_STEPS)
+        validation.integer_in("window", window, 1, MAX_WINDOW)
+        validation.integer_in("seed", seed, 0, MAX_SEED)
+        validation.boolean("fit_intercept", fit_intercept)
+        validation.positive_real("intercept_scale", intercept_scale, MAX_INTERCEPT_SCALE)
+        check_max_features(max_features)
+        validation.integer_in("max_classes", max_classes, 2, MAX_CLASSES)
         self.n_faces = int(n_faces)
         self.l2 = l2
         self.entropy = entropy
@@ -234,13 +237,7 @@ class ConvexPolytopeClassifier(MarginClassifier):
         self.seed = int(seed)
         self.fit_intercept = fit_intercept
         self.intercept_scale = intercept_scale
-        self.max_features = check_max_features(max_features)
-        if not (
-            isinstance(max_classes, numbers.Integral)
-            and not isinstance(max_classes, bool)
-            and 2 <= max_classes <= 100_000
-        ):
-            raise ValueError(f"max_classes must be an integer in [2, 100000], got {max_classes!r}")
+        self.max_features = int(max_features)
         self.max_classes = int(max_classes)
         self._reset()
 

@@ -40,6 +40,7 @@ from json.encoder import encode_basestring_ascii as _json_str
 
 import numpy as np
 
+from streammargin import validation
 from streammargin.errors import InvalidInput, StateError
 
 __all__ = [
@@ -197,14 +198,7 @@ class FeatureSpace:
     """
 
     def __init__(self, first_column: int = 0, max_features: int = DEFAULT_MAX_FEATURES):
-        if not (
-            isinstance(max_features, numbers.Integral)
-            and not isinstance(max_features, bool)
-            and 1 <= max_features <= MAX_MAX_FEATURES
-        ):
-            raise ValueError(
-                f"max_features must be an integer in [1, {MAX_MAX_FEATURES}], got {max_features!r}"
-            )
+        validation.integer_in("max_features", max_features, 1, MAX_MAX_FEATURES)
         self.first_column = first_column
         self.max_features = int(max_features)
         self.n_hashed = hashed_columns(self.max_features)

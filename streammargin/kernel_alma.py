@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 import typing
 
-
-from streammargin import state
-from streammargin.budget import BudgetKernelClassifier, finite_positive
+from streammargin import state, validation
+from streammargin.base import check_max_features
+from streammargin.budget import BudgetKernelClassifier, validate_budget
 from streammargin.jit import kernel_alma as ka_jit
 
 __all__ = ["KernelALMAClassifier"]
+
+MIN_ALPHA = 1e-6  # alpha's lower bound: the margin scale 1 / alpha stays within MAX_SCALE
+MAX_SCALE = 1e6  # upper bound of B and C
 
 
 @state.register
@@ -45,42 +48,45 @@ class KernelALMAClassifier(BudgetKernelClassifier):
     kernel
         `"rbf"` exp(-gamma ||a - b||^2), `"poly"` (gamma a.b + coef0)^degree or `"linear"` a.b.
     gamma
-        Kernel scale. The default 1.0 suits standardised features (`StandardScaler() | model`)
-        in two or three dimensions: two points one standard deviation apart in one feature have
-        K = e^-1. Standardised points in d dimensions lie about sqrt(2 d) apart, so with more
-        features use about 3 / d (0.3 was best for 10 features in `benchmarks/kernel_models.py`,
-        1.0 to 4.0 for Bananas' 2).
+        Kernel scale, a positive finite number. The default 1.0 suits standardised features
+        (`StandardScaler() | model`) in two or three dimensions: two points one standard
+        deviation apart in one feature have K = e^-1. Standardised points in d dimensions lie
+        about sqrt(2 d) apart, so with more features use about 3 / d (0.3 was best for 10
+        features in `benchmarks/kernel_models.py`, 1.0 to 4.0 for Bananas' 2).
     degree
-        Degree of the polynomial kernel.
+        Degree of the polynomial kernel, an integer in [1, 100].
     coef0
-        Constant of the polynomial kernel.
+        Constant of the polynomial kernel, a finite number.
     alpha
-        Degree of approximation to the maximal margin, in (0, 1]; alpha = 1 makes a mistake-driven
-        perceptron with a decreasing learning rate.
+        Degree of approximation to the maximal margin, in [1e-6, 1]; alpha = 1 makes a
+        mistake-driven perceptron with a decreasing learning rate.
     B
-        Margin scale; `None` means 1 / alpha (the paper's experiments, ALMA_2(alpha)).
+        Margin scale in (0, 1e6]; `None` means 1 / alpha (the paper's experiments,
+        ALMA_2(alpha)).
     C
-        Learning-rate scale.
+        Learning-rate scale, in (0, 1e6].
     budget
-        Maximum number of support vectors.
+        Maximum number of support vectors, an integer in [1, 100000] (in [1, 10000] with
+        `eviction="project"`, whose inverse Gram matrix holds budget x budget floats).
     eviction
         `"random"`, `"oldest"`, `"smallest"`, `"merge"` (RBF) or `"project"`.
     projection_threshold
-        Relative projection error under which `eviction="project"` projects instead of adding.
+        Relative projection error, in [0, 1), under which `eviction="project"` projects instead
+        of adding.
     average
         Serve the averaged hypothesis, the mean of the hypotheses after each trial restricted to
         the cached vectors (the paper's most accurate "voted" hypothesis, in bounded memory);
         learning still uses the last one. Helps "merge" and "project" on stationary streams.
     seed
-        Seed of `eviction="random"`; `None` draws fresh entropy.
+        Seed of `eviction="random"`, an integer in [0, 2**53); `None` draws fresh entropy.
 
     max_features
-        The bound on feature columns (see `streammargin.features`): the first 7/8 of them go to
-        the first names learnt, one each; later names (and names longer than 128 bytes) share the
-        last eighth by a stable hash of the name, and are not stored. Every support vector is a
-        dense row of these columns, so memory stays below `streammargin.memory.memory_bound`:
-        budget x max_features x 8 bytes plus budget-sized slots (and the
-        Projectron's budget x budget inverse Gram matrix), 3.4 MiB at the defaults.
+        The bound on feature columns (see `streammargin.features`), an integer in [1, 2**30]: the
+        first 7/8 of them go to the first names learnt, one each; later names (and names longer than
+        128 bytes) share the last eighth by a stable hash of the name, and are not stored. Every
+        support vector is a dense row of these columns, so memory stays below
+        `streammargin.memory.memory_bound`: budget x max_features x 8 bytes plus budget-sized slots
+        (and the Projectron's budget x budget inverse Gram matrix), 3.4 MiB at the defaults.
 
     Attributes
     ----------
@@ -131,12 +137,13 @@ class KernelALMAClassifier(BudgetKernelClassifier):
         seed: int | None = None,
         max_features: int = 2048,
     ):
-        if not (isinstance(alpha, (int, float)) and 0.0 < alpha <= 1.0):
-            raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
-        if B is not None and not finite_positive(B):
-            raise ValueError(f"B must be a positive number or None, got {B!r}")
-        if not finite_positive(C):
-            raise ValueError(f"C must be a positive number, got {C!r}")
+        validate_budget(
+            kernel, gamma, degree, coef0, budget, eviction, projection_threshold, average, seed
+        )
+        validation.real_in("alpha", alpha, MIN_ALPHA, 1.0)
+        validation.optional(validation.positive_real, "B", B, MAX_SCALE)
+        validation.positive_real("C", C, MAX_SCALE)
+        check_max_features(max_features)
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -149,7 +156,7 @@ class KernelALMAClassifier(BudgetKernelClassifier):
         self.projection_threshold = projection_threshold
         self.average = average
         self.seed = seed
-        self.max_features = max_features
+        self.max_features = int(max_features)
         self._reset()
 
     def _tracks_margins(self) -> bool:

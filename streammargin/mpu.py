@@ -11,13 +11,24 @@ import typing
 
 import numpy as np
 
-from streammargin import state
+from streammargin import state, validation
 from streammargin.base import binary_targets, check_max_features
 from streammargin.jit import kernels as kjit
 from streammargin.jit import mpu as mpu_jit
-from streammargin.support import KernelClassifier, grown_columns
+from streammargin.support import (
+    MAX_BUDGET,
+    MAX_GRAM_BUDGET,
+    KernelClassifier,
+    grown_columns,
+    validate_kernel,
+)
 
 __all__ = ["MPUClassifier", "fit_batch", "objective", "dual_objective"]
+
+# Bounds of the params: b / R^2 = gap (2 + epsilon) / epsilon stays below 1e36.
+MIN_EPSILON, MAX_EPSILON = 1e-12, 1e12
+MAX_GAP = 1e12
+MAX_REPLAY = 10_000  # replays per example, each O(features) or O(budget)
 
 
 def _margin_ratio(epsilon: float, gap: float) -> float:
@@ -69,39 +80,43 @@ class MPUClassifier(KernelClassifier):
     Parameters
     ----------
     C
-        The SVM penalty Cp in the units of the features as given (I = floor(C b) + 1, so the
-        penalty actually solved for is I / b, within 1 / b of C); `None` for the hard margin
-        (I = infinity). The default suits the linear form on standardised features over a cache of
-        about 1000 patterns (benchmarks/mpu.py); an RBF kernel usually wants C near 1.
+        The SVM penalty Cp (a positive finite number) in the units of the features as given
+        (I = floor(C b) + 1, so the penalty actually solved for is I / b, within 1 / b of C);
+        `None` for the hard margin (I = infinity). The default suits the linear form on
+        standardised features over a cache of about 1000 patterns (benchmarks/mpu.py); an RBF
+        kernel usually wants C near 1.
     epsilon
-        Before-run accuracy (eq. 23) that sets b = db (2 + epsilon) / epsilon: smaller values
-        approximate the SVM on the cache more closely with finer steps.
+        Before-run accuracy (eq. 23), in [1e-12, 1e12], that sets b = db (2 + epsilon) /
+        epsilon: smaller values approximate the SVM on the cache more closely with finer steps.
     gap
-        db / R^2, > 1 (the paper uses 3).
+        db / R^2, in (1, 1e12] (the paper uses 3).
     budget
-        Capacity of the replay cache (patterns).
+        Capacity of the replay cache (patterns), an integer in [1, 100000]; in [1, 10000] with a
+        kernel, whose Gram matrix holds budget x budget floats (800 MB at the bound).
     replay
-        Cached patterns presented again after each new example.
+        Cached patterns presented again after each new example, an integer in [0, 10000].
     unlearn
         `False` turns unlearning off: the classic margin perceptron (with the cap I) on the same
         cache, replays and evictions. For comparisons.
     kernel
         `None` for the linear (primal) form, or "rbf", "poly", "linear" for the dual form.
     gamma, degree, coef0
-        Kernel parameters: rbf exp(-gamma ||a - b||^2), poly (gamma a.b + coef0)^degree.
+        Kernel parameters: rbf exp(-gamma ||a - b||^2), poly (gamma a.b + coef0)^degree; gamma a
+        positive finite number, degree an integer in [1, 100], coef0 a finite number. Validated
+        even when the linear form ignores them.
     fit_intercept
         Augment the patterns with the constant `intercept_scale` (the paper's rho). `False` gives
         the homogeneous hyperplane of the paper's experiments.
     intercept_scale
-        rho. The default of 1 suits standardised features.
+        rho, a positive finite number. The default of 1 suits standardised features.
 
     max_features
-        The bound on feature columns (see `streammargin.features`): the first 7/8 of them go to
-        the first names learnt, one each; later names (and names longer than 128 bytes) share the
-        last eighth by a stable hash of the name, and are not stored. Every cached pattern is a
-        dense row of these columns, so memory stays below `streammargin.memory.memory_bound`:
-        budget x max_features x 8 bytes plus the primal weights
-        (max_features x 8) or the budget x budget Gram matrix, 15.9 MiB at the defaults.
+        The bound on feature columns (see `streammargin.features`), an integer in [1, 2**30]: the
+        first 7/8 of them go to the first names learnt, one each; later names (and names longer
+        than 128 bytes) share the last eighth by a stable hash of the name, and are not stored.
+        Every cached pattern is a dense row of these columns, so memory stays below
+        `streammargin.memory.memory_bound`: budget x max_features x 8 bytes plus the primal
+        weights (max_features x 8) or the budget x budget Gram matrix, 15.9 MiB at the defaults.
 
     Attributes
     ----------
@@ -174,6 +189,17 @@ class MPUClassifier(KernelClassifier):
         intercept_scale: float = 1.0,
         max_features: int = 2048,
     ):
+        validation.optional(validation.positive_real, "C", C)
+        validation.real_in("epsilon", epsilon, MIN_EPSILON, MAX_EPSILON)
+        validation.real_in("gap", gap, 1.0, MAX_GAP, low_open=True)
+        validate_kernel(kernel, gamma, degree, coef0, allow_none=True)
+        max_budget = MAX_BUDGET if kernel is None else MAX_GRAM_BUDGET
+        validation.integer_in("budget", budget, 1, max_budget)
+        validation.integer_in("replay", replay, 0, MAX_REPLAY)
+        validation.boolean("unlearn", unlearn)
+        validation.boolean("fit_intercept", fit_intercept)
+        validation.positive_real("intercept_scale", intercept_scale)
+        check_max_features(max_features)
         self.C = C
         self.epsilon = epsilon
         self.gap = gap
@@ -186,7 +212,7 @@ class MPUClassifier(KernelClassifier):
         self.coef0 = coef0
         self.fit_intercept = fit_intercept
         self.intercept_scale = intercept_scale
-        self.max_features = max_features
+        self.max_features = int(max_features)
         self._reset()
 
     @classmethod
@@ -197,30 +223,6 @@ class MPUClassifier(KernelClassifier):
         yield {"kernel": "poly", "degree": 2, "budget": 12, "unlearn": False, "epsilon": 1.0}
 
     # Set-up ---------------------------------------------------------------------------------------
-
-    def _validate_kernel(self) -> None:
-        def positive_finite(value: typing.Any) -> bool:
-            return isinstance(value, (int, float)) and not isinstance(value, bool) and (
-                math.isfinite(value) and value > 0
-            )
-
-        if self.C is not None and not positive_finite(self.C):
-            raise ValueError(f"C must be a positive number or None, got {self.C!r}")
-        if not positive_finite(self.epsilon):
-            raise ValueError(f"epsilon must be a positive number, got {self.epsilon!r}")
-        if not (positive_finite(self.gap) and self.gap > 1.0):
-            raise ValueError(f"gap must be a number > 1 (db > R^2), got {self.gap!r}")
-        if not (isinstance(self.replay, int) and not isinstance(self.replay, bool)
-                and self.replay >= 0):
-            raise ValueError(f"replay must be a non-negative integer, got {self.replay!r}")
-        if self.fit_intercept and not positive_finite(self.intercept_scale):
-            raise ValueError(f"intercept_scale must be positive, got {self.intercept_scale!r}")
-        if self.kernel is None:
-            if not (isinstance(self.budget, int) and self.budget >= 1):
-                raise ValueError(f"budget must be a positive integer, got {self.budget!r}")
-            check_max_features(self.max_features)
-        else:
-            super()._validate_kernel()
 
     @property
     def _primal(self) -> bool:
@@ -243,7 +245,7 @@ class MPUClassifier(KernelClassifier):
         return super()._kernel_params()
 
     def _reset(self) -> None:
-        super()._reset()  # validates; the cache, and `st` with the kernel and the calibration
+        super()._reset()  # the cache, and `st` with the kernel and the calibration
         mpu_jit.write_hyper(self._st, *self._hyper_values())
         self._st[mpu_jit.CAP] = 1.0
         primal, budget = self._primal, self.budget

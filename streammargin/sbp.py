@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-import numbers
 import typing
 
 import numpy as np
 
-from streammargin import state
+from streammargin import state, validation
+from streammargin.base import check_max_features
 from streammargin.jit import sbp as sbp_jit
-from streammargin.support import KernelClassifier
+from streammargin.support import MAX_GRAM_BUDGET, KernelClassifier, validate_kernel
 
 __all__ = ["SBPClassifier"]
+
+MAX_NU = 1e6
+MAX_STEPS = 10_000  # SBP steps per example, each O(window)
+MAX_SEED = 2**53 - 1  # the seed is kept exactly in the float64 state array
 
 
 @state.register
@@ -39,33 +43,36 @@ class SBPClassifier(KernelClassifier):
     Parameters
     ----------
     nu
-        The average slack allowed per point, in the units of the margin of a unit-norm w. Larger
-        values let more points inside the margin (the soft-margin parameter); 0 is the hard
-        margin (each step on the worst-classified point).
+        The average slack allowed per point, in [0, 1e6], in the units of the margin of a
+        unit-norm w. Larger values let more points inside the margin (the soft-margin
+        parameter); 0 is the hard margin (each step on the worst-classified point).
     window
-        Number of recent examples the SVM is solved over (the support cache's size).
+        Number of recent examples the SVM is solved over (the support cache's size), an integer
+        in [1, 10000] (its Gram matrix holds window x window floats: 800 MB at the bound).
     steps
-        SBP steps per incoming example.
+        SBP steps per incoming example, an integer in [1, 10000].
     kernel
         "rbf", "poly" or "linear" (see `streammargin.support`).
     gamma
-        Kernel coefficient: exp(-gamma ||a - b||^2) for "rbf", (gamma a.b + coef0)^degree for
-        "poly". For "rbf" on standardised features, about 1 / (number of features) is a good
-        start; narrower kernels (larger gamma) fit more intricate classes.
+        Kernel coefficient, a positive finite number: exp(-gamma ||a - b||^2) for "rbf",
+        (gamma a.b + coef0)^degree for "poly". For "rbf" on standardised features, about
+        1 / (number of features) is a good start; narrower kernels (larger gamma) fit more
+        intricate classes.
     degree
-        Degree of the polynomial kernel.
+        Degree of the polynomial kernel, an integer in [1, 100].
     coef0
-        Constant term of the polynomial kernel.
+        Constant term of the polynomial kernel, a finite number.
     seed
-        Seed of the uniform sampling (a counter-based hash: a restored model draws the same).
+        Seed of the uniform sampling, an integer in [0, 2**53) (a counter-based hash: a restored
+        model draws the same).
 
     max_features
-        The bound on feature columns (see `streammargin.features`): the first 7/8 of them go to
-        the first names learnt, one each; later names (and names longer than 128 bytes) share the
-        last eighth by a stable hash of the name, and are not stored. Every window example is a
-        dense row of these columns, so memory stays below `streammargin.memory.memory_bound`:
-        window x max_features x 8 bytes plus the window x window Gram
-        matrix, 10.0 MiB at the defaults.
+        The bound on feature columns (see `streammargin.features`), an integer in [1, 2**30]: the
+        first 7/8 of them go to the first names learnt, one each; later names (and names longer than
+        128 bytes) share the last eighth by a stable hash of the name, and are not stored. Every
+        window example is a dense row of these columns, so memory stays below
+        `streammargin.memory.memory_bound`: window x max_features x 8 bytes plus the window x window
+        Gram matrix, 10.0 MiB at the defaults.
 
     Attributes
     ----------
@@ -119,14 +126,12 @@ class SBPClassifier(KernelClassifier):
         seed: int = 0,
         max_features: int = 2048,
     ):
-        if not (isinstance(nu, numbers.Real) and 0.0 <= nu < float("inf")):
-            raise ValueError(f"nu must be a non-negative number, got {nu!r}")
-        if not (isinstance(window, numbers.Integral) and 1 <= window <= 20_000):
-            raise ValueError(f"window must be an integer in [1, 20000], got {window!r}")
-        if not (isinstance(steps, numbers.Integral) and 1 <= steps <= 100_000):
-            raise ValueError(f"steps must be an integer in [1, 100000], got {steps!r}")
-        if not (isinstance(seed, numbers.Integral) and 0 <= seed < 2**53):
-            raise ValueError(f"seed must be an integer in [0, 2**53), got {seed!r}")
+        validation.real_in("nu", nu, 0.0, MAX_NU)
+        validation.integer_in("window", window, 1, MAX_GRAM_BUDGET)
+        validation.integer_in("steps", steps, 1, MAX_STEPS)
+        validate_kernel(kernel, gamma, degree, coef0)
+        validation.integer_in("seed", seed, 0, MAX_SEED)
+        check_max_features(max_features)
         self.nu = nu
         self.window = int(window)
         self.steps = int(steps)
@@ -135,7 +140,7 @@ class SBPClassifier(KernelClassifier):
         self.degree = degree
         self.coef0 = coef0
         self.seed = int(seed)
-        self.max_features = max_features
+        self.max_features = int(max_features)
         self._reset()
 
     @property

@@ -10,16 +10,40 @@ cache's arrays and the numba functions that work on them are described in
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from streammargin import memory, state
-from streammargin.base import MarginClassifier, check_max_features
+from streammargin import memory, state, validation
+from streammargin.base import MarginClassifier
 from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
 
-__all__ = ["KernelClassifier", "grown_columns"]
+__all__ = [
+    "KernelClassifier",
+    "MAX_BUDGET",
+    "MAX_DEGREE",
+    "MAX_GRAM_BUDGET",
+    "grown_columns",
+    "validate_kernel",
+]
+
+# Upper bounds of the size parameters, so that no valid parameter set allocates absurd memory.
+MAX_BUDGET = 100_000  # cached vectors: budget x columns float64 (budget x 8 at first)
+MAX_GRAM_BUDGET = 10_000  # models with a budget x budget float64 matrix: 800 MB at the bound
+MAX_DEGREE = 100  # polynomial values are clamped anyway; a higher degree means nothing more
+
+
+def validate_kernel(
+    kernel: object, gamma: object, degree: object, coef0: object, allow_none: bool = False
+) -> None:
+    """The kernel parameters every kernel model shares (`ValueError` naming the bad one);
+    `allow_none`: the kernel may be None (a model with a primal form)."""
+    if allow_none:
+        validation.optional(validation.one_of, "kernel", kernel, sorted(kjit.KERNELS))
+    else:
+        validation.one_of("kernel", kernel, sorted(kjit.KERNELS))
+    validation.positive_real("gamma", gamma)
+    validation.integer_in("degree", degree, 1, MAX_DEGREE)
+    validation.finite_real("coef0", coef0)
 
 
 def grown_columns(array: np.ndarray, n_columns: int, limit: int) -> np.ndarray:
@@ -36,10 +60,12 @@ def grown_columns(array: np.ndarray, n_columns: int, limit: int) -> np.ndarray:
 class KernelClassifier(MarginClassifier):
     """Shared plumbing of the kernel classifiers on a bounded support cache.
 
-    A subclass sets its params (including `kernel`, `gamma`, `degree`, `coef0`, `budget`,
-    `max_features`) as attributes, then calls `self._reset()`. It sets `_n_fields` (per-vector
-    slot fields, at least `kjit.N_COMMON_FIELDS`) and `_n_model_state` (its own entries of `st`
-    after `kjit.ST_MODEL`), and extends `_reset` and `_check_restored` for its own state.
+    A subclass validates its params (`validate_kernel`, `check_max_features` and
+    `streammargin.validation`), sets them (including `kernel`, `gamma`, `degree`, `coef0`,
+    `budget`, `max_features`) as attributes, then calls `self._reset()`. It sets `_n_fields`
+    (per-vector slot fields, at least `kjit.N_COMMON_FIELDS`) and `_n_model_state` (its own
+    entries of `st` after `kjit.ST_MODEL`), and extends `_reset` and `_check_restored` for its
+    own state.
 
     Hooks: `_kernel_params()` (the kernel written into `st`; a model whose kernel is optional
     overrides it), `_extra_rows` (cache rows beyond `budget`, e.g. a working row),
@@ -54,24 +80,10 @@ class KernelClassifier(MarginClassifier):
     _extra_rows = 0
     _state_arrays = ("_support", "_slots", "_st")
 
-    def _validate_kernel(self) -> None:
-        if self.kernel not in kjit.KERNELS:
-            raise ValueError(f"kernel must be one of {sorted(kjit.KERNELS)}, got {self.kernel!r}")
-        if not (isinstance(self.gamma, (int, float)) and self.gamma > 0 and math.isfinite(self.gamma)):
-            raise ValueError(f"gamma must be a positive number, got {self.gamma!r}")
-        if not (isinstance(self.degree, int) and self.degree >= 1):
-            raise ValueError(f"degree must be a positive integer, got {self.degree!r}")
-        if not (isinstance(self.coef0, (int, float)) and math.isfinite(self.coef0)):
-            raise ValueError(f"coef0 must be a finite number, got {self.coef0!r}")
-        if not (isinstance(self.budget, int) and self.budget >= 1):
-            raise ValueError(f"budget must be a positive integer, got {self.budget!r}")
-        check_max_features(self.max_features)
-
     def _kernel_params(self) -> np.ndarray:
         return kjit.kernel_params(self.kernel, self.gamma, self.degree, self.coef0)
 
     def _reset(self) -> None:
-        self._validate_kernel()
         super()._reset()
         rows = self.budget + self._extra_rows
         self._support = np.zeros((rows, min(8, self._max_columns)))
