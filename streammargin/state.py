@@ -20,6 +20,7 @@ the class by the name saved in the state, among the classes registered with `reg
 from __future__ import annotations
 
 import json
+import math
 import struct
 import typing
 
@@ -50,8 +51,10 @@ _REGISTRY: dict[str, type] = {}
 # Feature names and class labels are usually strings, but River allows any hashable; JSON has no
 # tuples or non-string keys, so other types are tagged.
 
+MAX_NAME_DEPTH = 16  # tuples nested deeper than this have no safe state
 
-def encode_name(name: typing.Any) -> typing.Any:
+
+def encode_name(name: typing.Any, _depth: int = 0) -> typing.Any:
     """A JSON value that `decode_name` turns back into `name`."""
     if isinstance(name, str):
         return name
@@ -59,37 +62,46 @@ def encode_name(name: typing.Any) -> typing.Any:
         return {"bool": bool(name)}
     if isinstance(name, (int, np.integer)):
         return {"int": int(name)}
-    if isinstance(name, (float, np.floating)):
+    if isinstance(name, (float, np.floating)) and math.isfinite(name):
         return {"float": float(name)}
-    if isinstance(name, tuple):
-        return {"tuple": [encode_name(part) for part in name]}
+    if isinstance(name, tuple) and _depth < MAX_NAME_DEPTH:
+        return {"tuple": [encode_name(part, _depth + 1) for part in name]}
     if name is None:
         return {"none": None}
     raise TypeError(
-        f"cannot save the name or label {name!r} of type {type(name).__name__}: "
-        "only str, bool, int, float, None and tuples of these have a safe state"
+        f"cannot save the name or label {name!r:.80} of type {type(name).__name__}: "
+        "only str, bool, int, finite float, None and tuples of these (nested at most "
+        f"{MAX_NAME_DEPTH} deep) have a safe state"
     )
 
 
-def decode_name(encoded: typing.Any) -> typing.Any:
+def decode_name(encoded: typing.Any, _depth: int = 0) -> typing.Any:
+    """The name or label `encode_name` encoded; anything it cannot have produced raises
+    `StateError`."""
     if isinstance(encoded, str):
         return encoded
-    if isinstance(encoded, dict) and len(encoded) == 1:
-        (tag, value), *_ = encoded.items()
+    if type(encoded) is dict and len(encoded) == 1:
+        ((tag, value),) = encoded.items()
         if tag == "bool" and isinstance(value, bool):
             return value
         if tag == "int" and isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if tag == "float" and isinstance(value, (int, float)):
+            return int(value)
+        if tag == "float" and isinstance(value, float) and math.isfinite(value):
             return float(value)
-        if tag == "tuple" and isinstance(value, list):
-            return tuple(decode_name(part) for part in value)
+        if tag == "tuple" and isinstance(value, list) and _depth < MAX_NAME_DEPTH:
+            return tuple(decode_name(part, _depth + 1) for part in value)
         if tag == "none" and value is None:
             return None
-    raise StateError(f"not an encoded name: {encoded!r}")
+    raise StateError(f"not an encoded name or label: {encoded!r:.80}")
 
 
 # Bytes ------------------------------------------------------------------------------------------
+
+MAX_DEPTH = 64  # nesting of the header's JSON; a model's state is 4 deep, a checkpoint's ~10
+MAX_NDIM = 16
+MAX_DIM = 2**40  # a dimension of a saved array (a zero-size array holds no bytes to bound it)
+_HEADER_KEYS = {"format", "tree", "arrays"}
+_SPEC_KEYS = {"dtype", "shape", "offset", "nbytes"}
 
 
 def _strip_arrays(node: typing.Any, arrays: list[np.ndarray]) -> typing.Any:
@@ -108,17 +120,25 @@ def _strip_arrays(node: typing.Any, arrays: list[np.ndarray]) -> typing.Any:
     return node
 
 
-def _put_arrays(node: typing.Any, arrays: list[np.ndarray]) -> typing.Any:
-    if isinstance(node, dict):
-        if set(node) == {"__array__"}:
-            i = node["__array__"]
-            if not isinstance(i, int) or not 0 <= i < len(arrays):
-                raise StateError(f"bad array reference {node!r}")
-            return arrays[i]
-        return {key: _put_arrays(value, arrays) for key, value in node.items()}
-    if isinstance(node, list):
-        return [_put_arrays(value, arrays) for value in node]
-    return node
+def _put_arrays(tree: dict, arrays: list[np.ndarray]) -> dict:
+    """Replace every {"__array__": i} of a freshly parsed header tree by arrays[i], in place and
+    without recursion; each array is referenced exactly once, as `dumps` writes them."""
+    used = [False] * len(arrays)
+    stack: list[typing.Any] = [tree]
+    while stack:
+        node = stack.pop()
+        for key, child in list(node.items() if isinstance(node, dict) else enumerate(node)):
+            if isinstance(child, dict) and "__array__" in child and len(child) == 1:
+                i = child["__array__"]
+                if type(i) is not int or not 0 <= i < len(arrays) or used[i]:
+                    raise StateError(f"bad array reference {child!r:.80}")
+                used[i] = True
+                node[key] = arrays[i]
+            elif isinstance(child, (dict, list)):
+                stack.append(child)
+    if not all(used):
+        raise StateError(f"array {used.index(False)} of the state is not referenced")
+    return tree
 
 
 def dumps(state: dict) -> bytes:
@@ -151,42 +171,112 @@ def dumps(state: dict) -> bytes:
     return b"".join([MAGIC, struct.pack("<Q", len(header)), header, *buffers])
 
 
-def loads(data: bytes) -> dict:
-    """Read bytes written by `dumps` back into a state dict. Never executes code."""
-    data = memoryview(bytes(data))
-    if len(data) < 16 or bytes(data[:8]) != MAGIC:
-        raise StateError("not a streammargin state (bad magic)")
-    (header_len,) = struct.unpack("<Q", data[8:16])
-    if 16 + header_len > len(data):
-        raise StateError("truncated state header")
+def _no_constant(name: str) -> typing.NoReturn:
+    raise StateError(f"the state header holds {name}, which JSON does not allow")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses as inf
+        raise StateError(f"the state header holds the number {text:.40}, beyond float64")
+    return value
+
+
+def _parse_header(raw: bytes) -> dict:
+    """The header's JSON, refusing invalid UTF-8, NaN/Infinity, numbers beyond float64 and
+    nesting deeper than MAX_DEPTH."""
     try:
-        header = json.loads(bytes(data[16 : 16 + header_len]))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        text = raw.decode("utf-8")
+        header = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except UnicodeDecodeError as error:
+        raise StateError(f"the state header is not UTF-8: {error}") from None
+    except RecursionError:
+        raise StateError(f"the state header is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as error:  # JSONDecodeError, and ints of more digits than Python converts
+        if isinstance(error, StateError):
+            raise
         raise StateError(f"unreadable state header: {error}") from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT_VERSION:
-        raise StateError(f"unsupported state format {header.get('format')!r}")
-    body = data[16 + header_len :]
-    arrays = []
-    for spec in header["arrays"]:
-        dtype = spec["dtype"]
-        if dtype not in _ALLOWED_DTYPES:
-            raise StateError(f"dtype {dtype!r} is not allowed in a state")
-        shape = tuple(int(n) for n in spec["shape"])
-        start, nbytes = int(spec["offset"]), int(spec["nbytes"])
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        if (
-            start < 0
-            or nbytes != count * np.dtype(dtype).itemsize
-            or start + nbytes > len(body)
-            or any(n < 0 for n in shape)
+    stack = [(header, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise StateError(f"the state header is nested deeper than {MAX_DEPTH} levels")
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+    if not isinstance(header, dict) or set(header) != _HEADER_KEYS:
+        raise StateError(
+            "the state header must be a JSON object with the keys 'arrays', 'format' and 'tree'"
+        )
+    if type(header["format"]) is not int or header["format"] != FORMAT_VERSION:
+        raise StateError(f"unsupported state format {header['format']!r:.40}")
+    if not isinstance(header["tree"], dict):
+        raise StateError("the state tree must be a JSON object")
+    if not isinstance(header["arrays"], list):
+        raise StateError("the state's array specs must be a list")
+    return header
+
+
+def _array_layout(specs: list, body_size: int) -> list[tuple[str, tuple[int, ...], int, int]]:
+    """(dtype, shape, offset, nbytes) of every array spec, checked with Python ints against the
+    body before anything is allocated: arrays follow each other as `dumps` lays them out (8-byte
+    aligned, no gaps, no overlap) and fill the body exactly."""
+    layout = []
+    end = 0
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, dict) or set(spec) != _SPEC_KEYS:
+            raise StateError(f"array spec {i} must be an object with keys {sorted(_SPEC_KEYS)}")
+        dtype, shape, offset, nbytes = spec["dtype"], spec["shape"], spec["offset"], spec["nbytes"]
+        if not isinstance(dtype, str) or dtype not in _ALLOWED_DTYPES:
+            raise StateError(f"array {i}: dtype {dtype!r:.40} is not allowed in a state")
+        if not (
+            isinstance(shape, list)
+            and len(shape) <= MAX_NDIM
+            and all(type(n) is int and 0 <= n <= MAX_DIM for n in shape)
         ):
-            raise StateError(f"array spec {spec!r} does not fit the state")
-        array = np.frombuffer(body[start : start + nbytes], dtype=dtype).reshape(shape)
+            raise StateError(
+                f"array {i}: shape {shape!r:.80} is not a list of at most {MAX_NDIM} "
+                f"integers in [0, 2**40]"
+            )
+        if type(offset) is not int or type(nbytes) is not int:
+            raise StateError(f"array {i}: offset and nbytes must be integers")
+        start = end + (-end) % 8
+        if offset != start or nbytes != math.prod(shape) * np.dtype(dtype).itemsize:
+            raise StateError(f"array {i}: offset or size does not fit the state's layout")
+        end = start + nbytes
+        if end > body_size:
+            raise StateError(f"array {i} runs past the end of the state ({end} > {body_size})")
+        layout.append((dtype, tuple(shape), offset, nbytes))
+    if end != body_size:
+        raise StateError(f"the state has {body_size - end} bytes after its last array")
+    return layout
+
+
+def loads(data: bytes) -> dict:
+    """Read bytes written by `dumps` back into a state dict. Never executes code.
+
+    Anything else raises `StateError`: every field of the header is checked, and every size is
+    computed with Python integers and checked against the data before an array is allocated, so
+    the memory used is at most about twice the size of `data`.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise StateError(f"a state is bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if len(data) < 16 or data[:8] != MAGIC:
+        raise StateError("not a streammargin state (bad magic)")
+    (header_len,) = struct.unpack_from("<Q", data, 8)
+    if header_len > len(data) - 16:
+        raise StateError(f"the state header ({header_len} bytes) runs past the data")
+    header = _parse_header(data[16 : 16 + header_len])
+    body = memoryview(data)[16 + header_len :]
+    arrays = []
+    for dtype, shape, offset, nbytes in _array_layout(header["arrays"], len(body)):
+        raw = body[offset : offset + nbytes]
+        if dtype == "|b1" and np.frombuffer(raw, dtype=np.uint8).max(initial=0) > 1:
+            raise StateError("a boolean array holds bytes other than 0 and 1")
+        array = np.frombuffer(raw, dtype=dtype).reshape(shape)
         arrays.append(array.astype(np.dtype(dtype).newbyteorder("="), copy=True))
-    tree = _put_arrays(header["tree"], arrays)
-    if not isinstance(tree, dict):
-        raise StateError("a state must be a dict")
-    return tree
+    return _put_arrays(header["tree"], arrays)
 
 
 # Model classes ----------------------------------------------------------------------------------
@@ -207,14 +297,15 @@ def registered_models() -> dict[str, type]:
 def from_state(state: dict, max_bytes: int | None = None) -> typing.Any:
     """Restore a model from `model.to_state()` (or `loads(...)` of its bytes).
 
+    A malformed state raises `StateError` and nothing else (see `MarginClassifier.from_state`).
     A state whose params imply a memory bound above `max_bytes` (default
     `streammargin.memory.DEFAULT_MAX_STATE_BYTES`, 1 GiB) raises `StateError` before anything is
     allocated (`streammargin.memory`).
     """
     name = state.get("model") if isinstance(state, dict) else None
-    cls = registered_models().get(name)  # type: ignore[arg-type]
+    cls = registered_models().get(name) if isinstance(name, str) else None
     if cls is None:
-        raise StateError(f"unknown model {name!r} in state; known: {sorted(_REGISTRY)}")
+        raise StateError(f"unknown model {name!r:.80} in state; known: {sorted(_REGISTRY)}")
     if max_bytes is None:
         return cls.from_state(state)
     return cls.from_state(state, max_bytes=max_bytes)
