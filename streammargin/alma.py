@@ -342,13 +342,13 @@ class ALMAClassifier(MarginClassifier):
         columns = cls._first_column + memory.int_param(params, "max_features", 1)
         return 8 * (columns * alma_jit.N_COLUMNS + alma_jit.STATE_SIZE)
 
+    def _state_shapes(self, n_columns: int, values: dict) -> dict[str, tuple]:
+        return {
+            "_vectors": (self._capacity(n_columns), alma_jit.N_COLUMNS),
+            "_st": (alma_jit.STATE_SIZE,),
+        }
+
     def _check_restored(self) -> None:
-        rows, columns = self._vectors.shape
-        fits = self._features.n_columns <= rows <= self._max_columns
-        if columns != alma_jit.N_COLUMNS or not fits:
-            raise state.StateError("ALMA weight arrays do not match its feature space")
-        if self._st.shape != (alma_jit.STATE_SIZE,):
-            raise state.StateError("ALMA state array has the wrong size")
         # The params are the source of truth for the hyper-parameter slots.
         self._st[alma_jit.P : alma_jit.AVERAGE_DECAY + 1] = self._hyper_values()
 

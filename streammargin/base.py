@@ -9,6 +9,8 @@ rows), keeping the paper's update rule in view.
 from __future__ import annotations
 
 import abc
+import copy
+import inspect
 import json
 import typing
 
@@ -16,12 +18,12 @@ import numpy as np
 from river import base
 
 from streammargin import memory, validation
-from streammargin import state as state_module
-from streammargin.errors import InvalidInput
+from streammargin.errors import InvalidInput, StateError
 from streammargin.features import MAX_MAX_FEATURES, FeatureSpace, validate_value
 from streammargin.jit import calibration
 
 __all__ = [
+    "Capacity",
     "InfiniteEntry",
     "MarginClassifier",
     "binary_target",
@@ -68,6 +70,37 @@ def binary_targets(y: typing.Any) -> np.ndarray:
         if np.isin(as_float, (1.0, 0.0, -1.0)).all():
             return np.where(as_float == 1.0, 1.0, -1.0)
     return np.array([binary_target(label) for label in labels], dtype=np.float64)
+
+
+_STATE_KEYS = frozenset({"model", "params", "features", "arrays", "values"})
+
+
+class Capacity(typing.NamedTuple):
+    """A saved array's dimension that grows with the feature space (by doubling, `grown`, up to
+    the model's bound): at least `needed` (the feature space's columns), at most `limit` (the
+    model's `_max_columns`, what `streammargin.memory` counts). An array with data is bounded by
+    the bytes it came in as well; an empty one is not, so its capacity may be at most what
+    learning makes it (`empty_limit`)."""
+
+    needed: int
+    limit: int
+
+    @property
+    def empty_limit(self) -> int:
+        return min(max(8, 2 * self.needed), self.limit)
+
+    def fits(self, dim: int, empty: bool) -> bool:
+        """Whether a saved array's dimension `dim` is one learning could have made."""
+        return self.needed <= dim <= (self.empty_limit if empty else self.limit)
+
+
+def _describe(shape: tuple) -> str:
+    dims = [f"{d.needed}..{d.limit}" if isinstance(d, Capacity) else str(d) for d in shape]
+    return f"({', '.join(dims)})"
+
+
+def _allocate_nothing() -> None:
+    """`_reset` while `from_state` validates the params (see `MarginClassifier._validated`)."""
 
 
 def grown(array: np.ndarray, n_rows: int, limit: int) -> np.ndarray:
@@ -366,40 +399,117 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
     ) -> MarginClassifier:
         """Rebuild a model from `to_state()`: it predicts and learns exactly like the original.
 
-        A state whose params imply more than `max_bytes` (`streammargin.memory.memory_bound`) is
-        refused with `StateError` before anything is constructed or allocated.
+        The state may come from an untrusted checkpoint: anything malformed raises `StateError`
+        and nothing else. In order: the dict's keys; the params (the constructor's own names
+        only, JSON scalars), validated by the constructor with nothing allocated yet; the memory
+        bound those params imply (`streammargin.memory.memory_bound`), refused above `max_bytes`;
+        the feature space (its bound must be the params'); every array's dtype and shape against
+        what the params and the feature space imply (`_state_shapes`, never beyond the bound's
+        capacity), and its finiteness; then the fresh state is allocated (bounded by the
+        validated params), the saved arrays and values put in, and the model's invariants
+        checked (`_check_restored`).
         """
-        if not isinstance(state, dict) or state.get("model") != cls.__name__:
-            name = state.get("model") if isinstance(state, dict) else state
-            raise state_module.StateError(f"state of {name!r:.80} cannot restore a {cls.__name__}")
-        memory.check_state_bound(cls, state.get("params"), max_bytes)
-        model = cls(**state["params"])
-        model._features = FeatureSpace.from_state(
-            state.get("features"), cls._first_column, model.max_features
-        )
-        arrays = state["arrays"]
-        for name in cls._state_arrays:
-            fresh = getattr(model, name)
-            array = state_module.check_array(arrays, name, fresh.dtype, fresh.ndim)
-            # A checkpoint read from a topic is untrusted, and the numba loops neither check
-            # bounds nor expect NaN: refuse what no learning could have produced.
-            if array.dtype.kind == "f" and not np.isfinite(array).all():
-                raise state_module.StateError(f"state array {name!r} holds NaN or infinite values")
+        if not isinstance(state, dict) or set(state) != _STATE_KEYS:
+            raise StateError(f"a model state is a dict with exactly the keys {sorted(_STATE_KEYS)}")
+        if state["model"] != cls.__name__:
+            raise StateError(f"state of {state['model']!r:.80} cannot restore a {cls.__name__}")
+        model = cls._validated(state["params"])
+        # Only validated params reach the formula: no bound is computed from an inf, a bool or
+        # a string.
+        memory.check_state_bound(cls, model._get_params(), max_bytes)
+        features = FeatureSpace.from_state(state["features"], cls._first_column, model.max_features)
+        values = state["values"]
+        if not isinstance(values, dict) or set(values) != set(cls._state_values):
+            raise StateError(f"the state's values must be a dict of {list(cls._state_values)}")
+        arrays = model._checked_arrays(state["arrays"], features.n_columns, values)
+        model._reset()
+        model._features = features
+        for name, array in arrays.items():
             setattr(model, name, array)
         for name in cls._state_values:
-            setattr(model, name, state["values"][name])
+            setattr(model, name, copy.deepcopy(values[name]))
         model._check_restored()
+        # A last guard on the whole: `_state_shapes` keeps each array within the bound's capacity,
+        # this checks every array, name and label against the formula.
         bound = memory.memory_bound(model) - memory.STATE_OVERHEAD
         if memory.memory_size(model) > bound:
-            raise state_module.StateError(
+            raise StateError(
                 f"the saved {cls.__name__}'s arrays are larger than its params allow "
                 f"({bound:,} bytes)"
             )
         return model
 
+    @classmethod
+    def _validated(cls, params: typing.Any) -> MarginClassifier:
+        """A model of the saved params, validated by the constructor (a bad value is a
+        `StateError` naming the parameter), before anything is allocated: `__init__` runs with
+        `_reset` shadowed, so it validates and sets the params only."""
+        names = set(inspect.signature(cls.__init__).parameters) - {"self"}
+        if not isinstance(params, dict):
+            raise StateError(f"the state's params must be a dict, got {type(params).__name__}")
+        for name, value in params.items():
+            if name not in names:
+                raise StateError(f"{cls.__name__} has no parameter {name!r:.80} (in the state)")
+            if not isinstance(value, (str, int, float, bool, type(None))):
+                raise StateError(f"state parameter {name} is not a JSON scalar: {value!r:.60}")
+        model = cls.__new__(cls)
+        model._reset = _allocate_nothing  # type: ignore[method-assign]
+        try:
+            model.__init__(**params)  # type: ignore[misc]
+        except (TypeError, ValueError) as error:
+            raise StateError(f"bad parameter in the state of a {cls.__name__}: {error}") from None
+        finally:
+            del model._reset
+        return model
+
+    def _checked_arrays(self, arrays: typing.Any, n_columns: int, values: dict) -> dict:
+        """Copies of the saved arrays, after checking each one's dtype (float64), shape
+        (`_state_shapes`) and finiteness: the numba loops index without bounds checks and
+        expect no NaN."""
+        if not isinstance(arrays, dict) or set(arrays) != set(self._state_arrays):
+            raise StateError(f"the state's arrays must be a dict of {list(self._state_arrays)}")
+        checked = {}
+        for name, expected in self._state_shapes(n_columns, values).items():
+            array = arrays[name]
+            if not (
+                isinstance(array, np.ndarray)
+                and array.dtype == np.float64
+                and array.ndim == len(expected)
+            ):
+                raise StateError(f"state array {name!r} is not a {len(expected)}-d float64 array")
+            for dim, want in zip(array.shape, expected):
+                if isinstance(want, Capacity):
+                    fits = want.fits(dim, empty=array.size == 0)
+                else:
+                    fits = dim == want
+                if not fits:
+                    raise StateError(
+                        f"state array {name!r} has the shape {array.shape}, where the params and "
+                        f"the feature space imply {_describe(expected)}"
+                    )
+            # A checkpoint read from a topic is untrusted, and the numba loops do not expect NaN:
+            # refuse what no learning could have produced.
+            if not np.isfinite(array).all():
+                raise StateError(f"state array {name!r} holds NaN or infinite values")
+            checked[name] = np.array(array, dtype=np.float64, order="C", copy=True)
+        return checked
+
+    @abc.abstractmethod
+    def _state_shapes(self, n_columns: int, values: dict) -> dict[str, tuple]:
+        """The shape of each array of `_state_arrays` that the params, the feature space
+        (`n_columns`, reserved columns included) and the saved `values` (already checked to
+        be a dict of `_state_values`) imply: a tuple of ints and `Capacity` dimensions
+        (`self._capacity(n_columns)`: never beyond the bound's `_max_columns`)."""
+
+    def _capacity(self, n_columns: int) -> Capacity:
+        """The dimension of a saved array that grows with the feature space: `n_columns` to
+        `_max_columns`."""
+        return Capacity(n_columns, self._max_columns)
+
     @abc.abstractmethod
     def _check_restored(self) -> None:
-        """Raise `StateError` if restored arrays do not fit together."""
+        """Raise `StateError` if the restored arrays and values break an invariant of the model
+        (a range no learning leaves, a cached quantity that does not match what it caches)."""
 
     @property
     def n_features(self) -> int:

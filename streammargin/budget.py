@@ -174,11 +174,12 @@ class BudgetKernelClassifier(ServedRow, KernelClassifier):
         self._gram_inv = np.zeros((side, side))
         self._new_scratch_row(self.budget + 2)
 
+    def _state_shapes(self, n_columns: int, values: dict) -> dict[str, tuple]:
+        side = self.budget if self.eviction == "project" else 0
+        return {**super()._state_shapes(n_columns, values), "_gram_inv": (side, side)}
+
     def _check_restored(self) -> None:
         super()._check_restored()
-        side = self.budget if self.eviction == "project" else 0
-        if self._gram_inv.shape != (side, side):
-            raise state.StateError("the inverse Gram matrix does not match the budget")
         if not (0.0 <= self._st[bjit.RNG_KEY] < 2**52 and self._st[bjit.SCALE] > 0.0):
             raise state.StateError("budget state out of range")
         for slot, value in self._hyper_values().items():

@@ -182,11 +182,12 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
         for slot, value in self._hyper_values().items():
             self._st[slot] = value
 
+    def _state_shapes(self, n_columns: int, values: dict) -> dict[str, tuple]:
+        rows = self.budget + self._extra_rows
+        return {**super()._state_shapes(n_columns, values), "_gram": (rows, rows)}
+
     def _check_restored(self) -> None:
         super()._check_restored()
-        rows = self.budget + self._extra_rows
-        if self._gram.shape != (rows, rows):
-            raise state.StateError("the Gram matrix does not match the budget")
         for slot, value in self._hyper_values().items():
             self._st[slot] = value
 

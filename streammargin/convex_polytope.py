@@ -456,12 +456,25 @@ class ConvexPolytopeClassifier(MarginClassifier):
 
     # Safe state -----------------------------------------------------------------------------------
 
-    def _check_restored(self) -> None:
-        if self._one and self._encoded_labels:
+    def _state_shapes(self, n_columns: int, values: dict) -> dict[str, tuple]:
+        labels = values["_encoded_labels"]
+        if not isinstance(labels, list):
+            raise state.StateError("a CPM's saved labels must be a list")
+        if self.polytopes == "one" and labels:
             raise state.StateError("a one-polytope CPM has no label list")
-        encoded = self._encoded_labels
-        if not isinstance(encoded, list) or len(encoded) > self.max_classes:
-            raise state.StateError("the saved labels are not a list of at most max_classes labels")
+        if len(labels) > self.max_classes:
+            raise state.StateError(
+                f"the state holds {len(labels)} labels, more than max_classes={self.max_classes}"
+            )
+        n_poly = 1 if self.polytopes == "one" else len(labels)
+        K = self.n_faces
+        return {
+            "_weights": (self._capacity(n_columns), n_poly * K),
+            "_window": (self.window if self.steps > 1 else 0, self._capacity(n_columns)),
+            "_st": (cpm_jit.CLASSES + n_poly * cpm_jit.block_size(K),),
+        }
+
+    def _check_restored(self) -> None:
         labels = [state.decode_name(encoded) for encoded in self._encoded_labels]
         for label in labels:
             try:
@@ -472,17 +485,9 @@ class ConvexPolytopeClassifier(MarginClassifier):
         self._label_index = {label: i for i, label in enumerate(labels)}
         if len(self._label_index) != len(labels):
             raise state.StateError("a label appears twice in the saved state")
-        n_poly = 1 if self._one else len(labels)
-        K = self.n_faces
-        if self._st.shape != (cpm_jit.CLASSES + n_poly * cpm_jit.block_size(K),):
-            raise state.StateError("CPM state array does not match its faces or classes")
-        if (
-            self._weights.shape[1] != n_poly * K
-            or not self._features.n_columns <= self._weights.shape[0] <= self._max_columns
-            or self._window.shape[0] != (self.window if self.steps > 1 else 0)
-            or not self._features.n_columns <= self._window.shape[1] <= self._max_columns
-        ):
-            raise state.StateError("CPM weights do not match its faces, classes or features")
+        # The replayed steps read the window's columns as rows of the weights.
+        if self._window.shape[1] > self._weights.shape[0]:
+            raise state.StateError("the CPM's window has more columns than its weights have rows")
         if not self._one and self._st[cpm_jit.N_ACTIVE] != len(labels):
             raise state.StateError("CPM state does not match its label list")
         self._st[cpm_jit.N_FACES : cpm_jit.SEED + 1] = self._hyper_values()

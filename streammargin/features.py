@@ -143,6 +143,14 @@ _frombuffer = np.frombuffer
 _NO_ENCODING: tuple = (-1, None, None, None, False, None, None, None)
 
 
+# The keys of a saved space (`FeatureSpace.to_state`), and those of a space saved before spaces had
+# a bound.
+_STATE_KEYS = frozenset(
+    {"first_column", "max_features", "n_hashed", "hashing", "features_hashed", "names"}
+)
+_UNBOUNDED_STATE_KEYS = frozenset({"first_column", "names"})
+
+
 class FeatureSpace:
     """Names of features and the vector columns they map to, at most `max_features` columns.
 
@@ -569,13 +577,23 @@ class FeatureSpace:
     @classmethod
     def from_state(cls, data: typing.Any, first_column: int, max_features: int) -> FeatureSpace:
         """The space saved by `to_state`, for a model whose params say `first_column` and
-        `max_features`; an untrusted state that does not fit them raises `StateError`.
+        `max_features`; anything else (a checkpoint is untrusted), or a space that does not fit
+        them, raises `StateError`.
 
-        A state saved before spaces had a bound holds only `first_column` and `names`: it is
-        restored if its names fit the bound."""
+        The dict holds exactly the keys `to_state` writes: the bound (equal to the params'), the
+        `hashing` flag and `features_hashed` counter (as learning leaves them: the hashed columns
+        are in use once a name was hashed or the exact columns are full), and the names (at most
+        the exact columns, each one `MAX_NAME_BYTES` of JSON at most, none twice). A state saved
+        before spaces had a bound holds exactly `first_column` and `names`: it is restored if its
+        names fit the bound."""
         from streammargin import state
 
-        if not isinstance(data, dict) or not isinstance(data.get("names"), list):
+        if not isinstance(data, dict) or set(data) not in (_STATE_KEYS, _UNBOUNDED_STATE_KEYS):
+            raise StateError(
+                f"a feature space state is a dict with exactly the keys {sorted(_STATE_KEYS)} "
+                "(or, saved before the bound, first_column and names)"
+            )
+        if not isinstance(data["names"], list):
             raise StateError("the saved feature space is not a dict with a list of names")
         space = cls(first_column=first_column, max_features=max_features)
         expected = {
@@ -596,12 +614,18 @@ class FeatureSpace:
                 f"the saved feature space holds {len(names)} names, more than the "
                 f"{space.n_exact} exact columns of max_features={space.max_features}"
             )
-        hashing = data.get("hashing", False)
-        features_hashed = data.get("features_hashed", 0)
+        bounded = set(data) == _STATE_KEYS
+        hashing = data["hashing"] if bounded else len(names) >= space.n_exact
+        features_hashed = data["features_hashed"] if bounded else 0
         if type(hashing) is not bool or type(features_hashed) is not int or not (
             0 <= features_hashed < 2**63
         ):
             raise StateError("the saved feature space has a bad 'hashing' flag or counter")
+        if not hashing and (features_hashed > 0 or len(names) >= space.n_exact):
+            raise StateError(
+                "the saved feature space's 'hashing' flag is off, but its counter or its full "
+                "exact columns say the hashed columns are in use"
+            )
         new_names: dict = {}
         for encoded in names:
             name = state.decode_name(encoded)

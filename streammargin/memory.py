@@ -29,9 +29,11 @@ table). A Python process holds more per stored name than its JSON (the str objec
 a dict entry: about 120 bytes plus the name's length), which the worker's RSS shows
 (`benchmarks/memory_ceiling.py`).
 
-`from_state` refuses, with `StateError` and before it constructs or allocates anything, a state
-whose parameters imply a bound above `max_bytes` (default `DEFAULT_MAX_STATE_BYTES`, 1 GiB): a
-checkpoint read from a topic cannot make a worker allocate beyond what its parameters say.
+`from_state` refuses, with `StateError` and before it allocates anything, a state whose
+parameters imply a bound above `max_bytes` (default `DEFAULT_MAX_STATE_BYTES`, 1 GiB): a
+checkpoint read from a topic cannot make a worker allocate beyond what its parameters say. The
+params are validated first (by the constructor, with nothing allocated), so the formula never
+reads an inf, a bool or a string; then every saved array must fit within the bound's capacity.
 """
 
 from __future__ import annotations
@@ -125,7 +127,8 @@ def memory_bound(model_or_class: typing.Any, params: dict | None = None) -> int:
 
 def check_state_bound(cls: type, params: typing.Any, max_bytes: int) -> None:
     """Raise `StateError` if a saved state's `params` are unreadable or imply a bound above
-    `max_bytes`: what `from_state` runs before it constructs anything."""
+    `max_bytes`: what `from_state` runs once the constructor validated the params (with nothing
+    allocated), before anything else of the state is read."""
     if not isinstance(params, dict) or not all(isinstance(name, str) for name in params):
         raise StateError(f"the params of a saved {cls.__name__} are not a dict of names")
     try:

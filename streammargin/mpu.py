@@ -267,17 +267,20 @@ class MPUClassifier(KernelClassifier):
             return 8 * columns  # the primal weights
         return 8 * (budget * budget + budget)  # the Gram matrix and the margins
 
-    def _check_restored(self) -> None:
-        super()._check_restored()  # cache shapes, a whole size within the budget, the kernel
+    def _state_shapes(self, n_columns: int, values: dict) -> dict[str, tuple]:
         budget = self.budget
-        columns = self._support.shape[1]
         primal = self._primal
-        if self._weights.shape != ((columns,) if primal else (0,)):
-            raise state.StateError("MPU weights do not match the cache")
-        if self._gram.shape != ((0, 0) if primal else (budget, budget)):
-            raise state.StateError("MPU Gram matrix does not match the budget")
-        if self._margins.shape != ((0,) if primal else (budget,)):
-            raise state.StateError("MPU margins do not match the budget")
+        return {
+            **super()._state_shapes(n_columns, values),
+            "_weights": (self._capacity(n_columns),) if primal else (0,),
+            "_gram": (0, 0) if primal else (budget, budget),
+            "_margins": (0,) if primal else (budget,),
+        }
+
+    def _check_restored(self) -> None:
+        super()._check_restored()  # a whole cache size within the budget, the kernel
+        if self._primal and self._weights.shape != (self._support.shape[1],):
+            raise state.StateError("MPU weights do not match the cache's columns")
         # A checkpoint read from a topic is untrusted: the numba loops index with these numbers.
         st = self._st
         size = st[kjit.ST_SIZE]

@@ -190,8 +190,8 @@ class SBPClassifier(KernelClassifier):
         super()._check_restored()
         self._st[sbp_jit.NU], self._st[sbp_jit.STEPS], self._st[sbp_jit.SEED] = self._model_values()
         self._st[sbp_jit.HORIZON] = self.window * self.steps
-        # The Gram matrix is derived state: rebuilt exactly as learning filled it.
-        self._gram = np.zeros((self.window, self.window))
+        # The Gram matrix is derived state (`_reset` allocated it): rebuilt exactly as learning
+        # filled it.
         sbp_jit.rebuild_gram(self._support, self._slots, self._st, self._gram)
 
     # Inspection -----------------------------------------------------------------------------------

@@ -121,16 +121,15 @@ class KernelClassifier(MarginClassifier):
         cache = 8 * (rows * columns + rows * cls._n_fields + cls._st_entries())
         return cache + cls._extra_array_bytes(params, budget, columns)
 
-    def _check_restored(self) -> None:
+    def _state_shapes(self, n_columns: int, values: dict) -> dict[str, tuple]:
         rows = self.budget + self._extra_rows
-        if self._support.shape[0] != rows or not (
-            self._features.n_columns <= self._support.shape[1] <= self._max_columns
-        ):
-            raise state.StateError("support vectors do not match the budget or feature space")
-        if self._slots.shape != (rows, self._n_fields):
-            raise state.StateError("support slots do not match the budget")
-        if self._st.shape != (kjit.ST_MODEL + self._n_model_state,):
-            raise state.StateError("kernel model state has the wrong size")
+        return {
+            "_support": (rows, self._capacity(n_columns)),
+            "_slots": (rows, self._n_fields),
+            "_st": (kjit.ST_MODEL + self._n_model_state,),
+        }
+
+    def _check_restored(self) -> None:
         size = self._st[kjit.ST_SIZE]
         if not (0 <= size <= self.budget and size == int(size)):  # numba indexes with it
             raise state.StateError("support size is not a whole number within the budget")

@@ -193,6 +193,14 @@ def test_a_restored_space_hashes_exactly_as_the_original():
         (lambda s: s.update(hashing="yes"), "flag"),
         (lambda s: s.update(features_hashed=-1), "counter"),
         (lambda s: s.update(names="n0"), "list of names"),
+        # the structure is strict: exactly the keys to_state writes, ints that are not bools,
+        # and the flag as learning leaves it
+        (lambda s: s.update(extra=1), "exactly the keys"),
+        (lambda s: s.pop("hashing"), "exactly the keys"),
+        (lambda s: s.update(first_column=True), "first_column"),
+        (lambda s: s.update(max_features=8.0), "max_features"),
+        (lambda s: s.update(features_hashed=3), "flag is off"),
+        (lambda s: s["names"].extend(["p", "q", "r", "s"]), "flag is off"),
     ],
 )
 def test_a_saved_space_that_does_not_fit_the_bound_is_refused(change, match):
@@ -384,21 +392,31 @@ def test_every_default_bound_fits_a_kafka_message_with_room_to_spare():
 
 
 @pytest.mark.parametrize(
-    ("cls", "params"),
+    ("cls", "params", "match"),
     [
-        (streammargin.BudgetPerceptron, {"budget": 10**12}),
-        (streammargin.SBPClassifier, {"window": 10**9}),
-        (streammargin.ALMAClassifier, {"max_features": 2**30}),
-        (streammargin.ConvexPolytopeClassifier, {"max_classes": 100_000, "n_faces": 10_000}),
+        # sizes beyond their validation bounds (`streammargin.validation`): bad parameters
+        (streammargin.BudgetPerceptron, {"budget": 10**12}, "budget must be"),
+        (streammargin.SBPClassifier, {"window": 10**9}, "window must be"),
+        # valid sizes whose memory bound passes the limit
+        (streammargin.BudgetPerceptron, {"budget": 100_000}, "limit"),
+        (streammargin.SBPClassifier, {"window": 10_000, "max_features": 2**16}, "limit"),
+        (streammargin.ALMAClassifier, {"max_features": 2**30}, "limit"),
+        (
+            streammargin.ConvexPolytopeClassifier,
+            {"max_classes": 100_000, "n_faces": 10_000},
+            "limit",
+        ),
     ],
 )
-def test_from_state_refuses_a_bound_above_the_limit_before_allocating(cls, params):
-    """Finding 2: `from_state` with budget=10**12 allocated before it validated (MemoryError)."""
+def test_from_state_refuses_a_bound_above_the_limit_before_allocating(cls, params, match):
+    """Finding 2: `from_state` with budget=10**12 allocated before it validated (MemoryError).
+    The params are validated first (a size beyond its bound is a bad parameter), then the bound
+    they imply is checked against the limit, both before anything is allocated."""
     saved = cls().to_state()
     saved["params"].update(params)
     tracemalloc.start()
     try:
-        with pytest.raises(StateError, match="limit"):
+        with pytest.raises(StateError, match=match):
             streammargin.from_state(saved)
         _, peak = tracemalloc.get_traced_memory()
     finally:

@@ -209,3 +209,175 @@ def test_from_state_of_something_that_is_not_a_model_state():
     for bad in (None, [], {"model": ["list"]}, {"model": None}, {"model": "NoSuchModel"}, "x"):
         with pytest.raises(StateError):
             streammargin.from_state(bad)
+
+
+# Model states: structure ------------------------------------------------------------------------
+
+MODEL_CLASSES = sorted(state.registered_models().values(), key=lambda cls: cls.__name__)
+CASES = [
+    pytest.param(cls, params, id=f"{cls.__name__}-{i}")
+    for cls in MODEL_CLASSES
+    for i, params in enumerate(cls._unit_test_params())
+]
+_TRAINED: dict[tuple, bytes] = {}
+
+
+def random_record(rng: np.random.Generator, names: list) -> dict:
+    keys = rng.choice(len(names), size=int(rng.integers(1, len(names) + 1)), replace=False)
+    return {names[k]: float(rng.normal()) for k in keys}
+
+
+def trained_bytes(cls, params, n=60, seed=0) -> bytes:
+    """The state bytes of a model trained on a short random stream (cached)."""
+    key = (cls.__name__, json.dumps(params, sort_keys=True), n, seed)
+    if key not in _TRAINED:
+        model = cls(**params)
+        rng = np.random.default_rng(seed)
+        names = ["a", "b", "c", 7, ("t", 1)]
+        for _ in range(n):
+            x = random_record(rng, names)
+            label = ["u", "v", "w"][int(rng.integers(3))] if model._multiclass else bool(
+                rng.random() < 0.5
+            )
+            model.learn_one(x, label)
+        _TRAINED[key] = state.dumps(model.to_state())
+    return _TRAINED[key]
+
+
+def loaded(cls, params) -> dict:
+    return state.loads(trained_bytes(cls, params))
+
+
+def structural_mutations(good: dict, cls) -> list[tuple[str, dict]]:
+    """(what, state) pairs, each a malformed variant of a real state."""
+    out = []
+
+    def variant(what, change):
+        bad = state.loads(state.dumps(good))
+        change(bad)
+        out.append((what, bad))
+
+    variant("model key missing", lambda s: s.pop("model"))
+    variant("extra key", lambda s: s.update(extra=1))
+    variant("params a list", lambda s: s.update(params=[1]))
+    variant("features None", lambda s: s.update(features=None))
+    variant("arrays a list", lambda s: s.update(arrays=[1]))
+    variant("values a list", lambda s: s.update(values=[]))
+    variant("unknown param", lambda s: s["params"].update(no_such_param=1))
+    variant("param a list", lambda s: s["params"].update({next(iter(s["params"])): [1]}))
+    variant("param a dict", lambda s: s["params"].update({next(iter(s["params"])): {"a": 1}}))
+    for name, value in good["params"].items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            variant(f"param {name} = -1e300", lambda s, n=name: s["params"].update({n: -1e300}))
+            variant(f"param {name} = True", lambda s, n=name: s["params"].update({n: True}))
+        elif isinstance(value, str):
+            variant(f"param {name} = 'nope'", lambda s, n=name: s["params"].update({n: "nope"}))
+    variant("features key missing", lambda s: s["features"].pop("names"))
+    variant("first column 5", lambda s: s["features"].update(first_column=5))
+    variant("first column True", lambda s: s["features"].update(first_column=True))
+    variant("names a dict", lambda s: s["features"].update(names={"a": 1}))
+    variant("name twice", lambda s: s["features"].update(names=["a", "a"]))
+    variant("a bad name", lambda s: s["features"].update(names=[{"int": 1.5}]))
+    variant("many names", lambda s: s["features"]["names"].extend(str(i) for i in range(1000)))
+    variant("values extra", lambda s: s["values"].update(extra=1))
+    for name, array in good["arrays"].items():
+        variant(f"{name} missing", lambda s, n=name: s["arrays"].pop(n))
+        variant(f"{name} a list", lambda s, n=name: s["arrays"].update(
+            {n: s["arrays"][n].tolist()}))
+        variant(f"{name} float32", lambda s, n=name: s["arrays"].update(
+            {n: s["arrays"][n].astype(np.float32)}))
+        variant(f"{name} int64", lambda s, n=name: s["arrays"].update(
+            {n: s["arrays"][n].astype(np.int64)}))
+        variant(f"{name} one more dim", lambda s, n=name: s["arrays"].update(
+            {n: s["arrays"][n][..., None]}))
+        variant(f"{name} one more row", lambda s, n=name: s["arrays"].update(
+            {n: np.concatenate([s["arrays"][n], s["arrays"][n][:1]]) if s["arrays"][n].size
+             else np.zeros((1,) + s["arrays"][n].shape[1:])}))
+        if array.ndim == 2 and array.shape[1] > 0:
+            variant(f"{name} one column less", lambda s, n=name: s["arrays"].update(
+                {n: np.ascontiguousarray(s["arrays"][n][:, 1:])}))
+        if array.ndim == 2 and array.shape[0] > 0:
+            variant(f"{name} one row less", lambda s, n=name: s["arrays"].update(
+                {n: np.ascontiguousarray(s["arrays"][n][1:])}))
+        if array.size == 0 and array.ndim == 2:  # an empty array: its capacity holds no bytes
+            variant(f"{name} empty with a huge capacity", lambda s, n=name: s["arrays"].update(
+                {n: np.zeros((0, 2**40) if s["arrays"][n].shape[0] == 0 else (2**40, 0))}))
+    return out
+
+
+def restore_or_refuse(data_or_state) -> object | None:
+    """`from_state(loads(data))`: the model, or None for a StateError; anything else escapes."""
+    try:
+        if isinstance(data_or_state, (bytes, bytearray)):
+            data_or_state = state.loads(data_or_state)
+        return streammargin.from_state(data_or_state)
+    except StateError:
+        return None
+
+
+def exercise(model, rng: np.random.Generator, n: int = 50) -> None:
+    """A restored model serves and learns: predictions and probabilities are finite (in
+    [0, 1]), nothing but InvalidInput is raised, and its state dumps again."""
+    names = ["a", "b", "c", 7, ("t", 1), "new", ("new", 2)]
+    for i in range(n):
+        scale = 10.0 ** rng.uniform(-300, 300)
+        chosen = rng.permutation(len(names))[: 1 + i % len(names)]
+        x = {names[k]: float(rng.normal()) * scale for k in chosen}
+        score = model.decision_one(x)
+        scores = score.values() if isinstance(score, dict) else [score]
+        assert all(np.isfinite(v) for v in scores), score
+        proba = model.predict_proba_one(x)
+        assert all(np.isfinite(p) and 0.0 <= p <= 1.0 for p in proba.values()), proba
+        model.predict_one(x)
+        label = ["u", "v", "w"][i % 3] if model._multiclass else bool(rng.random() < 0.5)
+        model.learn_one(x, label)
+    data = state.dumps(model.to_state())
+    arrays = state.loads(data)["arrays"]
+    assert all(np.isfinite(a).all() for a in arrays.values())
+
+
+@pytest.mark.parametrize(("cls", "params"), CASES)
+def test_malformed_model_states_raise_state_error(cls, params):
+    good = loaded(cls, params)
+    exercise(streammargin.from_state(good), np.random.default_rng(0), n=5)
+    for what, bad in structural_mutations(good, cls):
+        try:
+            model = restore_or_refuse(bad)
+            if model is not None:  # a variant that stays valid (a param moved within its range)
+                exercise(model, np.random.default_rng(1), n=5)
+        except Exception as error:  # the contract: StateError or a working model, nothing else
+            raise AssertionError(f"{what}: {type(error).__name__}: {error}") from error
+
+
+@pytest.mark.parametrize(
+    ("cls", "changes"),
+    [
+        (streammargin.BudgetPerceptron, {"budget": 10**12}),
+        (streammargin.BudgetSVMClassifier, {"budget": 10**12}),
+        (streammargin.MPUClassifier, {"budget": 10**12}),
+        (streammargin.KernelALMAClassifier, {"budget": 10**12}),
+        (streammargin.SBPClassifier, {"window": 10**12}),
+        (streammargin.ConvexPolytopeClassifier, {"window": 10**12}),
+        (streammargin.ConvexPolytopeClassifier, {"n_faces": 10**9}),
+        (streammargin.MPUClassifier, {"budget": 10_000, "kernel": "rbf"}),
+        (streammargin.SBPClassifier, {"window": 10_000}),
+        (streammargin.BudgetPerceptron, {"budget": 10_000, "eviction": "project"}),
+    ],
+)
+def test_huge_sizes_in_a_state_are_refused_before_allocation(cls, changes):
+    """`from_state` with budget=10**12 allocated before it validated (MemoryError). Sizes beyond
+    the bounds are refused by the constructor's validation; sizes within them whose arrays are
+    not in the state are refused by the shape checks, before `_reset` allocates."""
+    import tracemalloc
+
+    good = state.loads(state.dumps(cls().to_state()))
+    good["params"].update(changes)
+    data = state.dumps(good)
+    tracemalloc.start()
+    try:
+        with pytest.raises(StateError):
+            streammargin.from_state(state.loads(data))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * len(data) + 2**20
