@@ -116,7 +116,7 @@ class ALMAClassifier(MarginClassifier):
         The average forgets with weights (1 - 1/average_window)^age, an effective window of that
         many trials, so that after a change of concept it follows the new weights instead of
         remembering the old ones for ever. `None` gives the plain mean over all trials; else an
-        integer in [1, 10**9]. The default
+        integer in [2, 10**9]. The default
         of 10,000 matches the plain mean on stationary streams (Phishing, SEA, Hyperplane, Agrawal,
         breast cancer) and raises the accuracy after an abrupt change (`streammargin demo
         --stream hyperplane`: 0.67 -> 0.79 on the second half); 1,000-3,000 adapts faster still
@@ -190,7 +190,7 @@ class ALMAClassifier(MarginClassifier):
         validation.boolean("fit_intercept", fit_intercept)
         validation.positive_real("intercept_scale", intercept_scale, MAX_INTERCEPT_SCALE)
         validation.boolean("average", average)
-        validation.optional(validation.integer_in, "average_window", average_window, 1, MAX_WINDOW)
+        validation.optional(validation.integer_in, "average_window", average_window, 2, MAX_WINDOW)
         check_max_features(max_features)
         self.p = p
         self.alpha = alpha

@@ -158,8 +158,15 @@ def g(u_i, p):
 
 @njit(cache=True, inline="always")
 def _averaged_weight(vectors, i, p, factor_sum):
-    """sum over trials so far of w_t,i (divide by the number of trials for the mean)."""
-    return vectors[i, ACC] + g(vectors[i, U], p) * (factor_sum - vectors[i, MARK])
+    """sum over trials so far of w_t,i (divide by the number of trials for the mean).
+
+    A coordinate settled at this very trial (MARK = F) is its accumulator: u_i may have just grown
+    beyond |u|^(p-1)'s range (a large p; `_renormalise` is about to rescale it), and inf * 0
+    would be NaN."""
+    since = factor_sum - vectors[i, MARK]
+    if since == 0.0:
+        return vectors[i, ACC]
+    return vectors[i, ACC] + g(vectors[i, U], p) * since
 
 
 @njit(cache=True, inline="always")
