@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import typing
 
 import numpy as np
@@ -11,7 +12,12 @@ from streammargin.base import (
     InfiniteEntry,
     MarginClassifier,
     binary_target,
+    check_calibration,
+    check_close,
     check_max_features,
+    check_range,
+    check_whole,
+    check_zero,
     grown,
 )
 from streammargin.jit import alma as alma_jit
@@ -25,6 +31,7 @@ MIN_ALPHA = 1e-6  # the margin scale 1 / alpha stays within MAX_SCALE
 MAX_SCALE = 1e6  # upper bound of B and C
 MAX_INTERCEPT_SCALE = 1e100
 MAX_WINDOW = 10**9
+MIN_SCALE = 1e-200  # a restored theta's scale: learning keeps it above ~1e-75 (see _check_restored)
 
 
 # The per-record numba calls go through entry points (`streammargin.jit.entry`): half the cost of a
@@ -349,8 +356,61 @@ class ALMAClassifier(MarginClassifier):
         }
 
     def _check_restored(self) -> None:
+        """The invariants of ALMA's learnt state (`streammargin.jit.alma`), which keep every
+        later step finite: theta = SCALE u in the unit p-ball (the projection), S the sum of
+        |u_i|^p (recomputed here), and, for the average, marks behind the clock F and averaged
+        weights that are weighted means of weights of the unit ball."""
+        st, vectors = self._scalars, self._weight_table
         # The params are the source of truth for the hyper-parameter slots.
-        self._st[alma_jit.P : alma_jit.AVERAGE_DECAY + 1] = self._hyper_values()
+        st[alma_jit.P : alma_jit.AVERAGE_DECAY + 1] = self._hyper_values()
+        p = float(self.p)
+        check_zero("ALMA weights past the feature columns", vectors[self._features.n_columns :])
+        check_calibration("ALMA calibration", st[alma_jit.PLATT :])
+        check_whole("ALMA trials", st[alma_jit.TRIALS])
+        check_whole("ALMA k (corrections + 1)", st[alma_jit.K], 1.0, st[alma_jit.TRIALS] + 1.0)
+        check_whole("ALMA corrections since S was recomputed", st[alma_jit.SINCE_RECOMPUTE],
+                    0.0, alma_jit.RECOMPUTE_EVERY - 1)
+        # SCALE only shrinks (projection) or moves into u (renormalisation, which leaves
+        # SCALE S^(1/p) alone), so it stays <= 1; MIN_SCALE keeps a step eta / SCALE finite.
+        scale, total = st[alma_jit.SCALE], st[alma_jit.SUM_P]
+        check_range("ALMA scale", scale, MIN_SCALE, 1.0)
+        if not (total == 0.0 or alma_jit.S_LOW < total < alma_jit.S_HIGH):
+            raise state.StateError("state field ALMA S (sum of |u|^p) is out of its range")
+        u = vectors[:, alma_jit.U]
+        with np.errstate(over="ignore", under="ignore"):
+            exact = float(np.sum(u * u)) if p == 2.0 else float(np.sum(np.abs(u) ** p))
+        check_close("ALMA S (sum of |u|^p)", total, exact, 1e-6, 0.0)
+        if total > 0.0 and math.log(scale) + math.log(total) / p > 1e-9:
+            raise state.StateError("state field ALMA scale puts theta outside the unit ball")
+        self._check_restored_average(st, vectors, p)
+
+    def _check_restored_average(self, st: np.ndarray, vectors: np.ndarray, p: float) -> None:
+        acc, mark = vectors[:, alma_jit.ACC], vectors[:, alma_jit.MARK]
+        clock, growth, decayed = st[alma_jit.FACTOR_SUM], st[alma_jit.GROWTH], st[alma_jit.DECAYED]
+        if not self.average:  # nothing of the average is ever touched
+            check_zero("ALMA average accumulators", vectors[:, alma_jit.ACC :])
+            check_zero("ALMA average clock", st[[alma_jit.FACTOR_SUM, alma_jit.FACTOR_BASE,
+                                                 alma_jit.DECAYED]])
+            check_range("ALMA average growth", growth, 1.0, 1.0)
+            return
+        decay = st[alma_jit.AVERAGE_DECAY]
+        trials = st[alma_jit.TRIALS]
+        check_range("ALMA average clock F", clock, 0.0, 1e300)
+        check_range("ALMA average base factor", st[alma_jit.FACTOR_BASE], 0.0, 1e300)
+        check_range("ALMA average marks", mark, 0.0, clock)
+        # GROWTH = 1 / decay^t since the last re-basing, which happens past GROWTH_LIMIT.
+        check_range("ALMA average growth", growth, 1.0, alma_jit.GROWTH_LIMIT / decay * 1.000001)
+        # DECAYED = sum of decay^age over the trials: at most the trials and the window.
+        window = trials if self.average_window is None else min(trials, self.average_window)
+        check_range("ALMA average weight", decayed, min(trials, 1.0), window * 1.000001)
+        # Each averaged weight is a weighted mean of weights of the unit ball.
+        since = clock - mark
+        with np.errstate(over="ignore", invalid="ignore"):
+            g = np.abs(vectors[:, alma_jit.U]) ** (p - 1.0)
+            summed = acc + np.where(since == 0.0, 0.0, np.sign(vectors[:, alma_jit.U]) * g * since)
+        bound = growth * decayed * (1.0 + 1e-6) + 1e-300
+        if not np.all(np.abs(summed) <= bound):
+            raise state.StateError("state field ALMA averaged weights are outside the unit ball")
 
     # Inspection -----------------------------------------------------------------------------------
 

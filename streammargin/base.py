@@ -25,6 +25,11 @@ from streammargin.jit import calibration
 __all__ = [
     "Capacity",
     "InfiniteEntry",
+    "check_calibration",
+    "check_close",
+    "check_range",
+    "check_whole",
+    "check_zero",
     "MarginClassifier",
     "binary_target",
     "binary_targets",
@@ -101,6 +106,74 @@ def _describe(shape: tuple) -> str:
 
 def _allocate_nothing() -> None:
     """`_reset` while `from_state` validates the params (see `MarginClassifier._validated`)."""
+
+
+# Checks of a restored state (`_check_restored`): each raises `StateError` naming the field.
+
+MAX_COUNT = 2.0**53  # counters are whole numbers in float64, exact up to here
+
+
+def check_range(field: str, values: typing.Any, low: float, high: float) -> None:
+    """Every entry of `values` in [low, high] (NaN fails)."""
+    values = np.asarray(values)
+    if not (np.all(values >= low) and np.all(values <= high)):
+        raise StateError(f"state field {field} must be in [{low:g}, {high:g}]")
+
+
+def check_whole(field: str, values: typing.Any, low: float = 0.0, high: float = MAX_COUNT) -> None:
+    """Every entry of `values` a whole number in [low, high] (counters, sizes, labels)."""
+    values = np.asarray(values)
+    check_range(field, values, low, high)
+    if not np.all(values == np.floor(values)):
+        raise StateError(f"state field {field} must be whole numbers")
+
+
+def check_zero(field: str, values: typing.Any) -> None:
+    """Every entry of `values` zero: rows or columns past what is in use stay zero (learning
+    only writes what it uses, and removing a row zeroes it)."""
+    if np.any(np.asarray(values) != 0.0):
+        raise StateError(f"state field {field} must be zero")
+
+
+def check_close(
+    field: str, stored: typing.Any, exact: typing.Any, rtol: float, atol: typing.Any
+) -> None:
+    """A cached quantity equal to what it caches (recomputed) within rtol * |larger| + atol."""
+    stored, exact = np.asarray(stored, dtype=np.float64), np.asarray(exact, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        fits = np.abs(stored - exact) <= rtol * np.maximum(np.abs(stored), np.abs(exact)) + atol
+    if not np.all(fits):
+        raise StateError(f"state field {field} does not match its recomputed value")
+
+
+def check_calibration(field: str, st: np.ndarray) -> None:
+    """The online Platt state (`streammargin.jit.calibration`) in the ranges learning keeps:
+    the Hessian is the identity (the ridge, exactly so as it forgets) plus a positive
+    semi-definite sum of curvatures <= 1/4 of z in [-Z_CLIP, Z_CLIP], forgotten at BETA, so
+    its diagonal is in [1, 1 + 0.25 Z_CLIP^2 / (1 - BETA)] and [1, 1 + 0.25 / (1 - BETA)] and
+    its determinant at least 1 (which keeps every Newton step finite); the running mean square
+    of clamped scores is at most SCORE_LIMIT^2; the decayed weights and error rates in [0, 1]."""
+    tiny = 1e-9  # rounding
+    forget = 1.0 / (1.0 - calibration.BETA)
+    h00_max = 1.0 + 0.25 * calibration.Z_CLIP**2 * forget
+    h11_max = 1.0 + 0.25 * forget
+    h01_max = 0.25 * calibration.Z_CLIP * forget
+    check_range(f"{field}.a", st[calibration.A], -1e100, 1e100)
+    check_range(f"{field}.b", st[calibration.B], -1e100, 1e100)
+    check_range(f"{field}.h00", st[calibration.H00], 1.0 - tiny, h00_max * (1.0 + tiny))
+    check_range(f"{field}.h11", st[calibration.H11], 1.0 - tiny, h11_max * (1.0 + tiny))
+    check_range(f"{field}.h01", st[calibration.H01], -h01_max * (1 + tiny), h01_max * (1 + tiny))
+    det = st[calibration.H00] * st[calibration.H11] - st[calibration.H01] ** 2
+    check_range(f"{field} Hessian determinant", det, 0.5, np.inf)
+    check_range(
+        f"{field}.mean_square", st[calibration.MEAN_SQUARE], 0.0, calibration.SCORE_LIMIT**2
+    )
+    for name, slot in (
+        ("unseen", calibration.UNSEEN),
+        ("err_sign", calibration.ERR_SIGN),
+        ("err_calibrated", calibration.ERR_CALIBRATED),
+    ):
+        check_range(f"{field}.{name}", st[slot], 0.0, 1.0)
 
 
 def grown(array: np.ndarray, n_rows: int, limit: int) -> np.ndarray:
