@@ -16,6 +16,7 @@ import numpy as np
 
 from streammargin import state
 from streammargin import validation
+from streammargin.base import MAX_COUNT, check_close, check_range, check_whole, check_zero
 from streammargin.jit import budget as bjit
 from streammargin.jit import kernels as kjit
 from streammargin.support import MAX_BUDGET, MAX_GRAM_BUDGET, KernelClassifier, validate_kernel
@@ -23,6 +24,9 @@ from streammargin.support import MAX_BUDGET, MAX_GRAM_BUDGET, KernelClassifier, 
 __all__ = ["BudgetKernelClassifier", "EVICTIONS", "MAX_SEED", "ServedRow", "validate_budget"]
 
 EVICTIONS = tuple(bjit.POLICIES)  # ("random", "oldest", "smallest", "merge", "project")
+# Magnitude limits of a restored state's coefficients and margins (see _check_restored).
+COEF_MAX = 1e200
+MARGIN_MAX = 1e250
 MAX_SEED = 2**53 - 1  # seeds are exact in a float64 (the models keep them in their state array)
 
 
@@ -179,11 +183,74 @@ class BudgetKernelClassifier(ServedRow, KernelClassifier):
         return {**super()._state_shapes(n_columns, values), "_gram_inv": (side, side)}
 
     def _check_restored(self) -> None:
-        super()._check_restored()
-        if not (0.0 <= self._st[bjit.RNG_KEY] < 2**52 and self._st[bjit.SCALE] > 0.0):
-            raise state.StateError("budget state out of range")
+        """The invariants of `streammargin.jit.budget`'s state, which keep every later step
+        finite. Exact ones: SCALE in [FOLD_BELOW, 1] (it only shrinks, and is folded into the
+        coefficients below FOLD_BELOW), SELF = K(s_i, s_i), the cached margins equal to
+        sum_j a_j K(s_i, s_j) recomputed (zero when not tracked), the averaged clock CUM_SCALE
+        (a sum of SCALEs, so at most the trials) ahead of every mark, the Forgetron's damage
+        Q <= 15/32 M, the Projectron's inverse Gram matrix symmetric and zero past the cache, the
+        generator's key that of the params. Magnitudes: coefficients within COEF_MAX and margins
+        within MARGIN_MAX, so that a product with a kernel value (at most kernels.BIG) and its
+        sum over the cache stay finite; learning stays far below (a perceptron's effective
+        coefficients are about 1 per mistake, kernel ALMA's eta / ||phi(x)||)."""
+        st, slots = self._st, self._slots
         for slot, value in self._hyper_values().items():
-            self._st[slot] = value
+            st[slot] = value
+        super()._check_restored()
+        size = int(st[kjit.ST_SIZE])
+        trials = st[kjit.ST_TRIALS]
+        key = st[bjit.RNG_KEY]
+        if self.eviction != "random" or self.seed is not None:
+            if key != self._rng_key():
+                raise state.StateError("state field random key does not match the seed")
+        check_whole("random key", key, 0.0, 2.0**52 - 1.0)
+        check_whole("random draws", st[bjit.RNG_COUNTER])
+        check_range("coefficient scale", st[bjit.SCALE], bjit.FOLD_BELOW, 1.0)
+        for name, slot in (
+            ("updates", bjit.UPDATES),
+            ("evictions", bjit.EVICTIONS),
+            ("merges", bjit.MERGES),
+            ("projections", bjit.PROJECTIONS),
+            ("changes", bjit.CHANGES),
+        ):
+            check_whole(name, st[slot], 0.0, trials if slot == bjit.UPDATES else MAX_COUNT)
+        check_range("averaged clock", st[bjit.CUM_SCALE], 0.0, trials * (1.0 + 1e-9))
+        check_range("coefficients", slots[:size, kjit.COEF], -COEF_MAX, COEF_MAX)
+        if self.eviction != "project":  # only the Projectron's coefficients may change sign
+            check_range("coefficients", slots[:size, kjit.COEF], 0.0, COEF_MAX)
+        check_range("averaged marks", slots[:size, bjit.AVG_MARK], 0.0, st[bjit.CUM_SCALE])
+        check_range("averaged coefficients", slots[:size, bjit.AVG_BASE], -COEF_MAX, COEF_MAX)
+        summed = slots[:size, bjit.AVG_BASE] + slots[:size, kjit.COEF] * (
+            st[bjit.CUM_SCALE] - slots[:size, bjit.AVG_MARK]
+        )
+        check_range("averaged coefficients", summed, -COEF_MAX, COEF_MAX)
+        if not np.array_equal(slots[:size, bjit.SELF], self._self_kernels()):
+            raise state.StateError("state field SELF does not match K(s_i, s_i)")
+        self._check_margins()
+        mistakes = st[bjit.UPDATES]
+        # Q <= 15/32 M by the choice of phi; a damage is at least -2 sigma mu.
+        check_range("Forgetron damage", st[bjit.FORGETRON_Q], -COEF_MAX,
+                    15.0 / 32.0 * mistakes * (1.0 + 1e-9) + 1e-9)
+        gram_inv = self._gram_inv
+        if gram_inv.size:
+            check_zero("inverse Gram matrix past the cache", gram_inv[size:])
+            check_zero("inverse Gram matrix past the cache", gram_inv[:, size:])
+            if not np.array_equal(gram_inv, gram_inv.T):
+                raise state.StateError("state field inverse Gram matrix must be symmetric")
+            check_range("inverse Gram matrix", gram_inv, -COEF_MAX, COEF_MAX)
+
+    def _check_margins(self) -> None:
+        """Cached margins MARGIN_i = sum_j a_j K(s_i, s_j): 0 when not tracked, else within
+        MARGIN_MAX. They are not compared with their recomputed values: between two refreshes
+        they are updated incrementally, and with kernel values near the clamp (kernels.BIG) the
+        terms of a removed vector can dwarf the margin left, so that learning itself keeps a
+        margin far from its exact value (measured: 0.7 for -1.4e76 after an eviction, poly
+        kernel, values of 1e300)."""
+        size = int(self._st[kjit.ST_SIZE])
+        margins = self._slots[:size, bjit.MARGIN]
+        if not self._tracks_margins():
+            check_zero("cached margins (not tracked)", margins)
+        check_range("cached margins", margins, -MARGIN_MAX, MARGIN_MAX)
 
     # Inspection -----------------------------------------------------------------------------------
 

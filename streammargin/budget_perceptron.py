@@ -7,9 +7,11 @@ import typing
 
 
 from streammargin import state
-from streammargin.base import check_max_features
+from streammargin.base import check_max_features, check_range
 from streammargin.budget import BudgetKernelClassifier, validate_budget
+from streammargin.jit import budget as bjit
 from streammargin.jit import budget_perceptron as bp_jit
+from streammargin.jit import kernels as kjit
 
 __all__ = ["BudgetPerceptron"]
 
@@ -163,6 +165,23 @@ class BudgetPerceptron(BudgetKernelClassifier):
         self.seed = seed
         self.max_features = int(max_features)
         self._reset()
+
+    def _check_restored(self) -> None:
+        """Beyond the budget cache's invariants, the effective coefficients SCALE a_i of the
+        perceptron's rule: each mistake adds one of 1; "random" and "smallest" never change them
+        (SCALE stays 1), the Forgetron only shrinks them, a merge adds two of them up."""
+        super()._check_restored()
+        st, slots = self._st, self._slots
+        size = int(st[kjit.ST_SIZE])
+        coefs = slots[:size, kjit.COEF]
+        if self.eviction in ("random", "smallest"):
+            check_range("coefficient scale", st[bjit.SCALE], 1.0, 1.0)
+            check_range("coefficients", coefs, 1.0, 1.0)
+        elif self.eviction == "oldest":
+            check_range("effective coefficients", coefs * st[bjit.SCALE], 0.0, 1.0 + 1e-9)
+        elif self.eviction == "merge":
+            bound = st[bjit.UPDATES] * (1.0 + 1e-9)
+            check_range("effective coefficients", coefs * st[bjit.SCALE], 0.0, bound)
 
     @classmethod
     def _unit_test_params(cls) -> typing.Iterator[dict]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import typing
 
 from streammargin import state, validation
 from streammargin.base import check_max_features
 from streammargin.budget import BudgetKernelClassifier, validate_budget
+from streammargin.jit import budget as bjit
 from streammargin.jit import kernel_alma as ka_jit
 
 __all__ = ["KernelALMAClassifier"]
@@ -174,9 +174,10 @@ class KernelALMAClassifier(BudgetKernelClassifier):
         self._st[ka_jit.K] = 1.0
 
     def _check_restored(self) -> None:
+        """Beyond the budget cache's invariants: k = corrections + 1."""
         super()._check_restored()
-        if not (self._st[ka_jit.K] >= 1.0 and math.isfinite(self._st[ka_jit.K])):
-            raise state.StateError("ALMA correction counter out of range")
+        if self._st[ka_jit.K] != self._st[bjit.UPDATES] + 1.0:
+            raise state.StateError("state field ALMA k must be the number of corrections + 1")
 
     @classmethod
     def _unit_test_params(cls) -> typing.Iterator[dict]:

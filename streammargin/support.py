@@ -13,7 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from streammargin import memory, state, validation
-from streammargin.base import MarginClassifier
+from streammargin.base import (
+    MarginClassifier,
+    check_calibration,
+    check_close,
+    check_whole,
+    check_zero,
+)
 from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
 
@@ -130,11 +136,32 @@ class KernelClassifier(MarginClassifier):
         }
 
     def _check_restored(self) -> None:
-        size = self._st[kjit.ST_SIZE]
-        if not (0 <= size <= self.budget and size == int(size)):  # numba indexes with it
-            raise state.StateError("support size is not a whole number within the budget")
+        """The cache's invariants: a whole size within the budget (numba indexes with it), rows
+        past the size and columns past the feature space zero, labels +-1, birth times among the
+        trials, squared norms equal to the stored vectors', calibration in range. A subclass
+        writes its hyper-parameter slots before calling this, and checks its own fields after."""
+        st, S, slots = self._st, self._support, self._slots
         # The params are the source of truth for the kernel.
-        self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = self._kernel_params()
+        st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = self._kernel_params()
+        check_whole("support size", st[kjit.ST_SIZE], 0.0, self.budget)
+        check_whole("trials", st[kjit.ST_TRIALS])
+        size = int(st[kjit.ST_SIZE])
+        check_zero("support vectors past the support size", S[size:])
+        check_zero("support vectors past the feature columns", S[:, self._features.n_columns :])
+        check_zero("support slots past the support size", slots[size:])
+        if not np.all(np.abs(slots[:size, kjit.LABEL]) == 1.0):
+            raise state.StateError("state field support labels must be -1 or +1")
+        check_whole("support birth times", slots[:size, kjit.BORN], 0.0, st[kjit.ST_TRIALS])
+        with np.errstate(over="ignore"):
+            squares = np.minimum(np.sum(S[:size] * S[:size], axis=1), kjit.MAX_FINITE)
+        check_close("support squared norms", slots[:size, kjit.SQ_NORM], squares, 1e-9, 0.0)
+        check_calibration("calibration", st[kjit.ST_PLATT : kjit.ST_MODEL])
+
+    def _self_kernels(self) -> np.ndarray:
+        """K(s_i, s_i) of the stored vectors, from their squared norms (as learning computes it)."""
+        kp = self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE]
+        size = int(self._st[kjit.ST_SIZE])
+        return np.array([kjit.self_kernel(kp, sq) for sq in self._slots[:size, kjit.SQ_NORM]])
 
     @property
     def support_size(self) -> int:
