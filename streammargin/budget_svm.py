@@ -7,7 +7,13 @@ import typing
 import numpy as np
 
 from streammargin import state, validation
-from streammargin.base import check_max_features
+from streammargin.base import (
+    check_close,
+    check_max_features,
+    check_range,
+    check_whole,
+    check_zero,
+)
 from streammargin.budget import ServedRow
 from streammargin.jit import budget_svm as svm_jit
 from streammargin.jit import kernels as kjit
@@ -187,9 +193,44 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
         return {**super()._state_shapes(n_columns, values), "_gram": (rows, rows)}
 
     def _check_restored(self) -> None:
-        super()._check_restored()
+        """The invariants of the cached dual problem (`streammargin.jit.budget_svm`): the box
+        0 <= a_i <= C, sum a_i <= B C and its running total, K_ii = K(x_i, x_i) on the Gram
+        matrix's diagonal and in SELF, a symmetric Gram matrix, zero past the cache, with kernel
+        values in their range ([0, 1] for RBF, clamped at kernels.BIG otherwise); gradients
+        within what |1 - y_i f(x_i)| can reach with those; whole counters."""
+        st, slots, gram = self._st, self._slots, self._gram
         for slot, value in self._hyper_values().items():
-            self._st[slot] = value
+            st[slot] = value
+        super()._check_restored()
+        size = int(st[kjit.ST_SIZE])
+        C, cap = st[svm_jit.C_BOX], st[svm_jit.CAP]
+        coefs = slots[:size, kjit.COEF]
+        check_range("dual coefficients", coefs, 0.0, C)
+        check_range("sum of the dual coefficients", st[svm_jit.ALPHA_SUM], 0.0, cap)
+        check_close("sum of the dual coefficients", st[svm_jit.ALPHA_SUM],
+                    min(float(coefs.sum()), cap), 0.0, 1e-6 * cap)
+        for name, slot in (
+            ("examples added", svm_jit.ADDED),
+            ("support vectors pruned", svm_jit.PRUNED),
+            ("examples released", svm_jit.RELEASED),
+            ("SMO steps", svm_jit.SMO_STEPS),
+        ):
+            check_whole(name, st[slot])
+        check_whole("SMO steps since the refresh", st[svm_jit.SINCE_REFRESH], 0.0,
+                    svm_jit.REFRESH_EVERY - 1)
+        self_k = self._self_kernels()
+        if not np.array_equal(slots[:size, svm_jit.SELF], self_k):
+            raise state.StateError("state field SELF does not match K(x_i, x_i)")
+        check_zero("Gram matrix past the cache", gram[size:])
+        check_zero("Gram matrix past the cache", gram[:, size:])
+        if not np.array_equal(gram, gram.T):
+            raise state.StateError("state field Gram matrix must be symmetric")
+        if not np.array_equal(np.diag(gram)[:size], self_k):
+            raise state.StateError("state field Gram matrix diagonal does not match K(x_i, x_i)")
+        low = 0.0 if self.kernel == "rbf" else -kjit.BIG
+        check_range("Gram matrix", gram, low, 1.0 if self.kernel == "rbf" else kjit.BIG)
+        largest = 1.0 + (size + 1) * C * float(np.abs(gram).max(initial=0.0))
+        check_range("gradients", slots[:size, svm_jit.GRAD], -largest * 1.01, largest * 1.01)
 
     @classmethod
     def _extra_array_bytes(cls, params: dict, budget: int, columns: int) -> int:
