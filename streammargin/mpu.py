@@ -12,7 +12,14 @@ import typing
 import numpy as np
 
 from streammargin import state, validation
-from streammargin.base import binary_targets, check_max_features
+from streammargin.base import (
+    binary_targets,
+    check_close,
+    check_max_features,
+    check_range,
+    check_whole,
+    check_zero,
+)
 from streammargin.jit import kernels as kjit
 from streammargin.jit import mpu as mpu_jit
 from streammargin.support import (
@@ -278,25 +285,62 @@ class MPUClassifier(KernelClassifier):
         }
 
     def _check_restored(self) -> None:
-        super()._check_restored()  # a whole cache size within the budget, the kernel
+        """The invariants of `streammargin.jit.mpu`'s state: the counts I_k whole numbers in
+        [0, I] and COUNT_SUM their sum, I = floor(Cp b) + 1 for
+        the current R (1 before any pattern), R = 0 or at least R_MIN, z_k / R of norm in (0, 1]
+        and the weights (a / R) or margins (a . z_k / R^2) within sum_k I_k, as
+        a = sum_k I_k z_k makes them; the Gram matrix symmetric, its diagonal ||z_k||^2 / R^2,
+        its entries within [-1, 1] (Cauchy-Schwarz), zero past the cache; whole counters."""
+        st, slots = self._st, self._slots
+        # The params are the source of truth for the hyper-parameter slots.
+        mpu_jit.write_hyper(st, *self._hyper_values())
+        super()._check_restored()  # a whole cache size within the budget, the kernel, ...
         if self._primal and self._weights.shape != (self._support.shape[1],):
             raise state.StateError("MPU weights do not match the cache's columns")
-        # A checkpoint read from a topic is untrusted: the numba loops index with these numbers.
-        st = self._st
-        size = st[kjit.ST_SIZE]
-        counts = self._slots[:, kjit.COEF]
-        if not (np.all(counts >= 0) and np.all(counts <= mpu_jit.CAP_MAX)
-                and np.all(counts == np.floor(counts))):
-            raise state.StateError("MPU dual counts must be non-negative integers")
-        if not np.all(np.abs(self._slots[: int(size), kjit.LABEL]) == 1.0):
-            raise state.StateError("MPU cached labels must be -1 or +1")
-        cursor, cap = st[mpu_jit.CURSOR], st[mpu_jit.CAP]
-        if not (0 <= cursor <= mpu_jit.CAP_MAX and 1 <= cap <= mpu_jit.CAP_MAX):
-            raise state.StateError("MPU replay cursor or cap out of range")
-        if not 0.0 <= st[mpu_jit.R_NORM]:
-            raise state.StateError("MPU largest norm R must be non-negative")
-        # The params are the source of truth for the hyper-parameter slots.
-        mpu_jit.write_hyper(self._st, *self._hyper_values())
+        size = int(st[kjit.ST_SIZE])
+        r = st[mpu_jit.R_NORM]
+        if not (r == 0.0 or mpu_jit.R_MIN <= r <= mpu_jit.DOUBLE_MAX) or (size and r == 0.0):
+            raise state.StateError("state field MPU largest norm R is out of range")
+        cap = st[mpu_jit.CAP]
+        expected_cap = 1.0 if r == 0.0 else mpu_jit.cap_for(st, r)
+        if cap != expected_cap:
+            raise state.StateError("state field MPU cap I does not match C, epsilon and R")
+        counts = slots[:size, kjit.COEF]
+        check_whole("MPU dual counts", counts, 0.0, cap)
+        total = float(np.sum(counts))
+        # Whole numbers add exactly while the sums stay below 2**53 (the hard margin's cap is
+        # 2**53 itself, beyond which they round).
+        check_close("MPU count sum", st[mpu_jit.COUNT_SUM], total, 1e-9, 0.0)
+        z_sq = slots[:size, mpu_jit.Z_SQ]
+        if not np.all((z_sq > 0.0) & (z_sq <= 1.0)):
+            raise state.StateError("state field MPU ||z_k||^2 / R^2 must be in (0, 1]")
+        # (a multiple update adds up to I steps, so the step counters pass 2**53)
+        check_whole("learning steps", st[mpu_jit.LEARN_STEPS], 0.0, 1e300)
+        check_whole("unlearning steps", st[mpu_jit.UNLEARN_STEPS], 0.0, 1e300)
+        check_whole("evictions", st[mpu_jit.EVICTIONS])
+        check_whole("MPU updates since the refresh", st[mpu_jit.SINCE_REFRESH], 0.0,
+                    mpu_jit.REFRESH_EVERY - 1)
+        check_whole("MPU replay cursor", st[mpu_jit.CURSOR], 0.0, self.budget)
+        # |a . e_c| / R and |a . z_k| / R^2 are at most sum_k I_k (||z_k / R|| <= 1), plus the
+        # rounding of the incremental updates between refreshes.
+        bound = total * (1.0 + 1e-6) + 1e-6 * (1.0 + cap)
+        if self._primal:
+            check_zero("MPU weights past the feature columns",
+                       self._weights[self._features.n_columns :])
+            check_range("MPU weights", self._weights, -bound, bound)
+            check_range("MPU bias", st[mpu_jit.BIAS], -bound, bound)
+        else:
+            check_zero("MPU bias (kernel form)", st[mpu_jit.BIAS])
+            gram, margins = self._gram, self._margins
+            check_zero("MPU Gram matrix past the cache", gram[size:])
+            check_zero("MPU Gram matrix past the cache", gram[:, size:])
+            check_zero("MPU margins past the cache", margins[size:])
+            if not np.array_equal(gram, gram.T):
+                raise state.StateError("state field MPU Gram matrix must be symmetric")
+            if not np.array_equal(np.diag(gram)[:size], z_sq):
+                raise state.StateError("state field MPU Gram diagonal must be ||z_k||^2 / R^2")
+            check_range("MPU Gram matrix", gram, -1.0, 1.0)
+            check_range("MPU margins", margins, -bound, bound)
 
     # Numeric core ---------------------------------------------------------------------------------
 
