@@ -7,7 +7,8 @@ import typing
 import numpy as np
 
 from streammargin import state, validation
-from streammargin.base import check_max_features
+from streammargin.base import check_max_features, check_range, check_whole
+from streammargin.jit import kernels as kjit
 from streammargin.jit import sbp as sbp_jit
 from streammargin.support import MAX_GRAM_BUDGET, KernelClassifier, validate_kernel
 
@@ -16,6 +17,7 @@ __all__ = ["SBPClassifier"]
 MAX_NU = 1e6
 MAX_STEPS = 10_000  # SBP steps per example, each O(window)
 MAX_SEED = 2**53 - 1  # the seed is kept exactly in the float64 state array
+VALUE_MAX = 1e150  # a restored coefficient or response (see _check_restored)
 
 
 @state.register
@@ -187,9 +189,25 @@ class SBPClassifier(KernelClassifier):
         sbp_jit.learn_rows(self._support, self._slots, self._gram, self._st, X, cols, targets)
 
     def _check_restored(self) -> None:
+        """The invariants of `streammargin.jit.sbp`'s state: coefficients and their averages
+        non-negative (steps add eta > 0, the projection divides), one draw per step, steps
+        within trials x `steps`; magnitudes of the coefficients and responses within VALUE_MAX,
+        which keeps a step's products finite. The Gram matrix is rebuilt, not checked."""
+        st, slots = self._st, self._slots
+        st[sbp_jit.NU], st[sbp_jit.STEPS], st[sbp_jit.SEED] = self._model_values()
+        st[sbp_jit.HORIZON] = self.window * self.steps
         super()._check_restored()
-        self._st[sbp_jit.NU], self._st[sbp_jit.STEPS], self._st[sbp_jit.SEED] = self._model_values()
-        self._st[sbp_jit.HORIZON] = self.window * self.steps
+        size = int(st[kjit.ST_SIZE])
+        # An eviction may leave ||w|| above 1 until the next step projects, and with kernel
+        # values clamped at MAX_KERNEL (no longer positive definite) the running ||w||^2 can
+        # even turn negative (measured: -1e50, poly kernel, values of 1e300).
+        check_range("SBP ||w||^2", st[sbp_jit.R2], -1e300, 1e300)
+        check_range("SBP coefficients", slots[:size, kjit.COEF], 0.0, VALUE_MAX)
+        check_range("SBP averaged coefficients", slots[:size, sbp_jit.AVG], 0.0, VALUE_MAX)
+        check_range("SBP responses", slots[:size, sbp_jit.RESP], -VALUE_MAX, VALUE_MAX)
+        check_whole("SBP steps", st[sbp_jit.STEPS_DONE], 0.0, st[kjit.ST_TRIALS] * self.steps)
+        if st[sbp_jit.DRAWS] != st[sbp_jit.STEPS_DONE]:
+            raise state.StateError("state field SBP draws must equal the steps taken")
         # The Gram matrix is derived state (`_reset` allocated it): rebuilt exactly as learning
         # filled it.
         sbp_jit.rebuild_gram(self._support, self._slots, self._st, self._gram)
