@@ -9,7 +9,16 @@ import typing
 import numpy as np
 
 from streammargin import memory, state, validation
-from streammargin.base import MarginClassifier, check_max_features, grown
+from streammargin.base import (
+    MarginClassifier,
+    check_calibration,
+    check_close,
+    check_max_features,
+    check_range,
+    check_whole,
+    check_zero,
+    grown,
+)
 from streammargin.errors import InvalidInput
 from streammargin.jit import convex_polytope as cpm_jit
 from streammargin.jit.entry import lazy_entry_point
@@ -475,6 +484,14 @@ class ConvexPolytopeClassifier(MarginClassifier):
         }
 
     def _check_restored(self) -> None:
+        """The invariants of `streammargin.jit.convex_polytope`'s state: exactly `steps` SGD
+        steps and `steps - 1` draws per trial; G a sum of SGD_STEPS signed instances shrunk to
+        norm MAX_NORM, so within SGD_STEPS * MAX_NORM, zero past the feature rows; the window's
+        used rows with a valid class code and zero past the feature columns, the rest zero;
+        per class, decayed face counts in [0, 1 / (1 - DECAY)] with their total and sum of
+        n log n (checked against their recomputed values), calibration in range."""
+        st, W, window = self._st, self._weights, self._window
+        st[cpm_jit.N_FACES : cpm_jit.SEED + 1] = self._hyper_values()
         labels = [state.decode_name(encoded) for encoded in self._encoded_labels]
         for label in labels:
             try:
@@ -485,12 +502,42 @@ class ConvexPolytopeClassifier(MarginClassifier):
         self._label_index = {label: i for i, label in enumerate(labels)}
         if len(self._label_index) != len(labels):
             raise state.StateError("a label appears twice in the saved state")
-        # The replayed steps read the window's columns as rows of the weights.
-        if self._window.shape[1] > self._weights.shape[0]:
-            raise state.StateError("the CPM's window has more columns than its weights have rows")
-        if not self._one and self._st[cpm_jit.N_ACTIVE] != len(labels):
+        n_poly = 1 if self._one else len(labels)
+        if st[cpm_jit.N_ACTIVE] != (0 if self._one else len(labels)):
             raise state.StateError("CPM state does not match its label list")
-        self._st[cpm_jit.N_FACES : cpm_jit.SEED + 1] = self._hyper_values()
+        # The replayed steps read the window's columns as rows of the weights.
+        if window.shape[1] > W.shape[0]:
+            raise state.StateError("the CPM's window has more columns than its weights have rows")
+        trials = st[cpm_jit.TRIALS]
+        check_whole("CPM trials", trials)
+        if st[cpm_jit.SGD_STEPS] != trials * self.steps:
+            raise state.StateError("state field CPM SGD steps must be trials x steps")
+        if st[cpm_jit.DRAWS] != trials * (self.steps - 1):
+            raise state.StateError("state field CPM draws must be trials x (steps - 1)")
+        n_columns = self._features.n_columns
+        check_zero("CPM weights past the feature columns", W[n_columns:])
+        bound = st[cpm_jit.SGD_STEPS] * cpm_jit.MAX_NORM
+        check_range("CPM weights", W, -bound, bound)
+        filled = int(min(trials, window.shape[0]))
+        check_zero("CPM window rows not yet used", window[filled:])
+        check_zero("CPM window past the feature columns", window[:, n_columns:])
+        check_whole("CPM window class codes", window[:filled, 0], 0.0, 1.0 if self._one else
+                    max(n_poly - 1, 0))
+        K = self.n_faces
+        most = 1.0 / (1.0 - cpm_jit.DECAY)
+        for c in range(n_poly):
+            block = st[self._block(c)]
+            counts = block[:K]
+            sums = block[K : K + cpm_jit.PLATT]
+            check_range("CPM face counts", counts, 0.0, most * (1.0 + 1e-9))
+            check_close("CPM face count total", sums[cpm_jit.TOTAL], counts.sum(), 1e-6, 1e-9)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                nlogn = np.where(counts > 0.0, counts * np.log(counts), 0.0).sum()
+            check_close("CPM face count entropy sum", sums[cpm_jit.SUM_NLOGN], nlogn, 1e-6,
+                        1e-6 * (1.0 + sums[cpm_jit.TOTAL]))
+            check_whole("CPM positives since the exact sums", sums[cpm_jit.SINCE_EXACT], 0.0,
+                        cpm_jit.EXACT_EVERY - 1)
+            check_calibration("CPM calibration", block[K + cpm_jit.PLATT :])
 
     # Inspection -----------------------------------------------------------------------------------
 
