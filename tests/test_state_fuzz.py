@@ -3,20 +3,26 @@ input and nothing else, within bounded memory, and a restored model never emits 
 
 Checkpoints come back from a Kafka topic that anyone with write access can fill. The regression
 tests reproduce what issue 12 found; the hypothesis tests mutate real states (bytes, header JSON,
-shapes, sizes, parameters, array contents) and check the contract.
+shapes, sizes, parameters, array contents, the bounded feature space) and check the contract. The
+real states hold hashed names (a name longer than `MAX_NAME_BYTES`, and new names beyond a small
+`max_features`), so the hashed columns and their counter are in use in every one of them.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+import tracemalloc
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import streammargin
 from streammargin import state
-from streammargin.errors import StateError
+from streammargin.errors import InvalidInput, StateError
+from streammargin.features import MAX_NAME_BYTES, hashed_columns
 
 
 def raw_state(header: object, body: bytes = b"") -> bytes:
@@ -222,20 +228,28 @@ CASES = [
 _TRAINED: dict[tuple, bytes] = {}
 
 
+# A name whose JSON is longer than MAX_NAME_BYTES: always hashed, never stored.
+LONG_NAME = "L" * (MAX_NAME_BYTES + 10)
+
+
 def random_record(rng: np.random.Generator, names: list) -> dict:
     keys = rng.choice(len(names), size=int(rng.integers(1, len(names) + 1)), replace=False)
     return {names[k]: float(rng.normal()) for k in keys}
 
 
 def trained_bytes(cls, params, n=60, seed=0) -> bytes:
-    """The state bytes of a model trained on a short random stream (cached)."""
+    """The state bytes of a model trained on a short random stream (cached): a few stable names,
+    the long name (hashed) and a new name every fourth record (hashed once a small
+    `max_features` is full)."""
     key = (cls.__name__, json.dumps(params, sort_keys=True), n, seed)
     if key not in _TRAINED:
         model = cls(**params)
         rng = np.random.default_rng(seed)
-        names = ["a", "b", "c", 7, ("t", 1)]
-        for _ in range(n):
+        names = ["a", "b", "c", 7, ("t", 1), LONG_NAME]
+        for i in range(n):
             x = random_record(rng, names)
+            if i % 4 == 0:
+                x[f"id{i}"] = float(rng.normal())
             label = ["u", "v", "w"][int(rng.integers(3))] if model._multiclass else bool(
                 rng.random() < 0.5
             )
@@ -248,7 +262,7 @@ def loaded(cls, params) -> dict:
     return state.loads(trained_bytes(cls, params))
 
 
-def structural_mutations(good: dict, cls) -> list[tuple[str, dict]]:
+def structural_mutations(good: dict) -> list[tuple[str, dict]]:
     """(what, state) pairs, each a malformed variant of a real state."""
     out = []
 
@@ -279,6 +293,40 @@ def structural_mutations(good: dict, cls) -> list[tuple[str, dict]]:
     variant("name twice", lambda s: s["features"].update(names=["a", "a"]))
     variant("a bad name", lambda s: s["features"].update(names=[{"int": 1.5}]))
     variant("many names", lambda s: s["features"]["names"].extend(str(i) for i in range(1000)))
+    # the bounded feature space (its keys, the bound, the flag and counter, the names)
+    space = good["features"]
+    bound = space["max_features"]
+    variant("a long name stored", lambda s: s["features"]["names"].append(LONG_NAME))
+    variant("exact columns overfull", lambda s: s["features"]["names"].extend(
+        f"z{i}" for i in range(bound)))
+    variant("features max_features + 1", lambda s: s["features"].update(max_features=bound + 1))
+    variant("features max_features True", lambda s: s["features"].update(max_features=True))
+    variant("features max_features 2**40", lambda s: s["features"].update(max_features=2**40))
+    variant("features n_hashed + 1", lambda s: s["features"].update(
+        n_hashed=s["features"]["n_hashed"] + 1))
+    variant("hashing off", lambda s: s["features"].update(hashing=False))
+    variant("hashing 1", lambda s: s["features"].update(hashing=1))
+    variant("features_hashed -1", lambda s: s["features"].update(features_hashed=-1))
+    variant("features_hashed 2**63", lambda s: s["features"].update(features_hashed=2**63))
+    variant("features_hashed 1.5", lambda s: s["features"].update(features_hashed=1.5))
+    variant("features_hashed True", lambda s: s["features"].update(features_hashed=True))
+    variant("hashing key missing", lambda s: s["features"].pop("hashing"))
+    variant("features_hashed key missing", lambda s: s["features"].pop("features_hashed"))
+    variant("a space saved before the bound", lambda s: s.update(features={
+        "first_column": s["features"]["first_column"], "names": s["features"]["names"]}))
+    for new_bound in (1, 8, bound // 2 or 1, bound * 2, 2**30):
+        variant(f"param max_features {new_bound}", lambda s, m=new_bound: s["params"].update(
+            max_features=m))
+        # the params and the space agree: the names, the arrays and the bound decide
+        variant(f"max_features {new_bound} everywhere", lambda s, m=new_bound: (
+            s["params"].update(max_features=m),
+            s["features"].update(max_features=m, n_hashed=hashed_columns(m)),
+        ))
+    if "max_classes" in good["params"]:
+        n_labels = len(good["values"]["_encoded_labels"])
+        for classes in (1, max(n_labels - 1, 1), n_labels, 10**6, True, 2.5):
+            variant(f"max_classes {classes!r}", lambda s, c=classes: s["params"].update(
+                max_classes=c))
     variant("values extra", lambda s: s["values"].update(extra=1))
     for name, array in good["arrays"].items():
         variant(f"{name} missing", lambda s, n=name: s["arrays"].pop(n))
@@ -316,13 +364,16 @@ def restore_or_refuse(data_or_state) -> object | None:
 
 
 def exercise(model, rng: np.random.Generator, n: int = 50) -> None:
-    """A restored model serves and learns: predictions and probabilities are finite (in
-    [0, 1]), nothing but InvalidInput is raised, and its state dumps again."""
-    names = ["a", "b", "c", 7, ("t", 1), "new", ("new", 2)]
+    """A restored model serves and learns: on finite values from 1e-300 to 1e300, old, new and
+    hashed names, decisions are finite and probabilities in [0, 1], and nothing is raised; a NaN
+    raises InvalidInput and nothing else; its state dumps again, finite."""
+    names = ["a", "b", "c", 7, ("t", 1), "new", ("new", 2), LONG_NAME, "M" * 200]
     for i in range(n):
         scale = 10.0 ** rng.uniform(-300, 300)
         chosen = rng.permutation(len(names))[: 1 + i % len(names)]
         x = {names[k]: float(rng.normal()) * scale for k in chosen}
+        if i % 5 == 0:
+            x[f"fresh{i}"] = float(rng.normal())  # beyond a small bound: hashed
         score = model.decision_one(x)
         scores = score.values() if isinstance(score, dict) else [score]
         assert all(np.isfinite(v) for v in scores), score
@@ -331,6 +382,8 @@ def exercise(model, rng: np.random.Generator, n: int = 50) -> None:
         model.predict_one(x)
         label = ["u", "v", "w"][i % 3] if model._multiclass else bool(rng.random() < 0.5)
         model.learn_one(x, label)
+    with pytest.raises(InvalidInput):
+        model.learn_one({"a": 1.0, "b": float("nan")}, label)
     data = state.dumps(model.to_state())
     arrays = state.loads(data)["arrays"]
     assert all(np.isfinite(a).all() for a in arrays.values())
@@ -340,7 +393,7 @@ def exercise(model, rng: np.random.Generator, n: int = 50) -> None:
 def test_malformed_model_states_raise_state_error(cls, params):
     good = loaded(cls, params)
     exercise(streammargin.from_state(good), np.random.default_rng(0), n=5)
-    for what, bad in structural_mutations(good, cls):
+    for what, bad in structural_mutations(good):
         try:
             model = restore_or_refuse(bad)
             if model is not None:  # a variant that stays valid (a param moved within its range)
@@ -362,14 +415,18 @@ def test_malformed_model_states_raise_state_error(cls, params):
         (streammargin.MPUClassifier, {"budget": 10_000, "kernel": "rbf"}),
         (streammargin.SBPClassifier, {"window": 10_000}),
         (streammargin.BudgetPerceptron, {"budget": 10_000, "eviction": "project"}),
+        # sizes within the validation bounds whose memory bound passes from_state's limit
+        (streammargin.ALMAClassifier, {"max_features": 2**30}),
+        (streammargin.BudgetPerceptron, {"budget": 100_000}),
+        (streammargin.ConvexPolytopeClassifier, {"max_classes": 100_000, "n_faces": 10_000}),
+        (streammargin.MPUClassifier, {"max_features": 2**30}),
     ],
 )
 def test_huge_sizes_in_a_state_are_refused_before_allocation(cls, changes):
     """`from_state` with budget=10**12 allocated before it validated (MemoryError). Sizes beyond
-    the bounds are refused by the constructor's validation; sizes within them whose arrays are
-    not in the state are refused by the shape checks, before `_reset` allocates."""
-    import tracemalloc
-
+    the bounds are refused by the constructor's validation; sizes within them whose memory bound
+    passes `max_bytes` by the bound check (`streammargin.memory`); others whose arrays are not in
+    the state by the shape checks: all before `_reset` allocates."""
     good = state.loads(state.dumps(cls().to_state()))
     good["params"].update(changes)
     data = state.dumps(good)
@@ -381,3 +438,349 @@ def test_huge_sizes_in_a_state_are_refused_before_allocation(cls, changes):
     finally:
         tracemalloc.stop()
     assert peak < 4 * len(data) + 2**20
+
+
+def extreme_stream(n: int, seed: int):
+    """Values from 1e-300 to 1e300, old and new names (what `test_common` learns from)."""
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        scale = [1e-300, 1e-8, 1.0, 1e8, 1e300][i % 5]
+        x = {f"f{j}": float(v) * scale for j, v in enumerate(rng.normal(size=4)) if v > -1.0}
+        if i % 11 == 0:
+            x[f"new{i}"] = float(rng.normal())
+        if i % 7 == 0:
+            x[LONG_NAME] = float(rng.normal()) * scale  # hashed
+        yield x or {"f0": scale}, bool(rng.random() < 0.5) if i % 3 == 0 else bool(
+            next(iter(x.values()), 0.0) > 0
+        )
+
+
+@pytest.mark.parametrize(("cls", "params"), CASES)
+def test_states_that_learning_produces_are_restored(cls, params):
+    """The range checks refuse no state that learning produces, even from values of 1e-300 to
+    1e300 and with hashed names; the restored model predicts exactly like the original."""
+    model = cls(**params)
+    for i, (x, y) in enumerate(extreme_stream(400, seed=3)):
+        if model._multiclass:
+            y = ["u", "v", "w"][i % 3]
+        model.learn_one(x, y)
+        if i % 97 == 0 or i == 399:
+            twin = streammargin.from_state(state.loads(state.dumps(model.to_state())))
+            for probe, _ in extreme_stream(5, seed=i):
+                assert twin.predict_proba_one(probe) == model.predict_proba_one(probe)
+
+
+# Fuzzing real states (hypothesis) ---------------------------------------------------------------
+# Each example: a real state (a model trained on a short random stream), one mutation, then
+# `from_state(loads(data))` within bounded memory: a StateError, or a model that serves and learns
+# finitely on 50 records of values from 1e-300 to 1e300, old and new names (`exercise`).
+
+# 40 examples a test and a case: as many per case as the four fuzz tests of 60 gave before the
+# feature space's own fuzz test came (real states with hashed names are larger: ~40 s the file).
+FUZZ = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+# JSON values that replace a header value: other types, huge, negative, fractional and boolean
+# numbers, deep nesting.
+NUMBERS = st.sampled_from(
+    [0, 1, -1, 2, 3, 10**9, 10**12, 2**53, 2**64, -(2**63), 1e308, -1e308, 5e-324, 0.5, 1.5,
+     -0.0, 1e-300, 2.0**53 + 2]
+)
+JSON_VALUES = st.one_of(
+    NUMBERS,
+    st.booleans(),
+    st.none(),
+    st.sampled_from(["", "x", "rbf", "joint", "<f8", "__array__"]),
+    st.just([]),
+    st.just({}),
+    st.just({"__array__": 0}),
+    st.integers(1, 200).map(lambda depth: json.loads("[" * depth + "]" * depth)),
+    st.lists(NUMBERS, max_size=4),
+)
+SPECIAL_FLOATS = st.sampled_from(
+    [1e308, -1e308, 5e-324, -5e-324, 1e300, -1e300, 1e150, 1e100, 2.0**53, 2.0**64, -1.0,
+     -(2.0**53), 0.0, 0.5, 2.5, 3.0, 1e-300, np.nan, np.inf, -np.inf]
+) | st.floats(allow_nan=True, allow_infinity=True)
+
+
+def check_contract(data: bytes, seed: int) -> None:
+    """StateError or a working model, nothing else; memory within a few times the input (the
+    bytes, their parsed header, the loaded arrays, the fresh state and the copies put in it)."""
+    tracemalloc.start()
+    try:
+        model = restore_or_refuse(data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * len(data) + 4 * 2**20, f"{peak} bytes for a state of {len(data)}"
+    if model is not None:
+        exercise(model, np.random.default_rng(seed), n=50)
+
+
+def split(data: bytes) -> tuple[dict, bytes]:
+    header_len = struct.unpack("<Q", data[8:16])[0]
+    return json.loads(data[16 : 16 + header_len]), data[16 + header_len :]
+
+
+def paths(node, prefix=()) -> list[tuple]:
+    """Every path (keys and indices) into a JSON tree."""
+    out = [prefix]
+    if isinstance(node, dict):
+        for key, child in node.items():
+            out += paths(child, prefix + (key,))
+    elif isinstance(node, list):
+        for i, child in enumerate(node):
+            out += paths(child, prefix + (i,))
+    return out
+
+
+@pytest.mark.parametrize(("cls", "params"), CASES)
+@FUZZ
+@given(data=st.data())
+def test_fuzzed_bytes(cls, params, data):
+    """Byte flips, truncation and extension of real state bytes."""
+    raw = bytearray(trained_bytes(cls, params))
+    kind = data.draw(st.sampled_from(["flip", "truncate", "extend", "overwrite"]))
+    if kind == "flip":
+        for position in data.draw(st.lists(st.integers(0, len(raw) - 1), min_size=1, max_size=8)):
+            raw[position] ^= 1 << data.draw(st.integers(0, 7))
+    elif kind == "truncate":
+        raw = raw[: data.draw(st.integers(0, len(raw) - 1))]
+    elif kind == "extend":
+        raw += data.draw(st.binary(min_size=1, max_size=64))
+    else:
+        start = data.draw(st.integers(0, len(raw) - 1))
+        patch = data.draw(st.binary(min_size=1, max_size=16))
+        raw[start : start + len(patch)] = patch
+    check_contract(bytes(raw), data.draw(st.integers(0, 2**32)))
+
+
+@pytest.mark.parametrize(("cls", "params"), CASES)
+@FUZZ
+@given(data=st.data())
+def test_fuzzed_header(cls, params, data):
+    """A value of the JSON header (params, feature names, array specs: shapes, dtypes, sizes,
+    offsets, references, ...) replaced by another JSON value, or a key removed or added."""
+    header, body = split(trained_bytes(cls, params))
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(paths(header)[1:]))
+        parent = header
+        for key in path[:-1]:
+            parent = parent[key]
+        action = data.draw(st.sampled_from(["replace", "replace", "delete", "add"]))
+        if action == "replace":
+            parent[path[-1]] = data.draw(JSON_VALUES)
+        elif action == "delete":
+            del parent[path[-1]]
+        elif isinstance(parent, dict):
+            parent[data.draw(st.sampled_from(["extra", "budget", "x", "0"]))] = data.draw(
+                JSON_VALUES
+            )
+        else:
+            parent.append(data.draw(JSON_VALUES))
+        if not path[:-1] or not isinstance(parent, (dict, list)):
+            break
+    check_contract(raw_state(json.dumps(header), body), data.draw(st.integers(0, 2**32)))
+
+
+SIZE_PARAMS = ["budget", "window", "n_faces", "steps", "smo_steps", "replay", "degree",
+               "average_window", "max_features", "max_classes"]
+
+
+@pytest.mark.parametrize(("cls", "params"), CASES)
+@FUZZ
+@given(data=st.data())
+def test_fuzzed_params(cls, params, data):
+    """Parameters changed to huge sizes (refused before anything is allocated), bad values, or
+    other valid values (then the arrays no longer fit, or the model must still work)."""
+    saved = state.loads(trained_bytes(cls, params))
+    names = sorted(saved["params"])
+    for _ in range(data.draw(st.integers(1, 2))):
+        name = data.draw(st.sampled_from([n for n in SIZE_PARAMS if n in names] or names))
+        if data.draw(st.booleans()):
+            name = data.draw(st.sampled_from(names))
+        value = saved["params"][name]
+        if isinstance(value, float) and data.draw(st.booleans()):  # often another valid value
+            new = value * data.draw(st.sampled_from([0.5, 0.9, 1.1, 2.0, 10.0, 1e-3]))
+        elif isinstance(value, bool) and data.draw(st.booleans()):
+            new = not value
+        elif isinstance(value, int) and data.draw(st.booleans()):  # a nearby size
+            new = value + data.draw(st.sampled_from([-1, 1, value, -(value // 2), 2**30]))
+        else:
+            new = data.draw(
+                st.sampled_from([10**12, 10**9, 2**64, 10**5, 10_001, 100_001, 2**30 + 1])
+                | JSON_VALUES
+            )
+        saved["params"][name] = new
+        if name == "max_features" and type(new) is int and new >= 1 and data.draw(st.booleans()):
+            # the space follows: its names, the arrays' widths and the bound decide
+            saved["features"].update(max_features=new, n_hashed=hashed_columns(new))
+    check_contract(state.dumps(saved), data.draw(st.integers(0, 2**32)))
+
+
+@pytest.mark.parametrize(("cls", "params"), CASES)
+@FUZZ
+@given(data=st.data())
+def test_fuzzed_arrays(cls, params, data):
+    """Array contents (1e308, 5e-324, NaN, inf, huge and negative counts, any float), whole
+    arrays filled, and shapes and dtypes changed."""
+    saved = state.loads(trained_bytes(cls, params))
+    arrays = saved["arrays"]
+    for _ in range(data.draw(st.integers(1, 4))):
+        name = data.draw(st.sampled_from(sorted(arrays)))
+        array = arrays[name]
+        action = data.draw(
+            st.sampled_from(["entry", "entry", "fill", "scale", "perturb", "perturb", "shape"])
+        )
+        if action == "shape" or array.size == 0:
+            change = data.draw(st.sampled_from(["row+", "row-", "col+", "col-", "f4", "i8", "T"]))
+            if change == "row+":
+                array = np.concatenate([array, np.zeros((1, *array.shape[1:]))])
+            elif change == "row-" and array.shape[0]:
+                array = array[1:]
+            elif change == "col+" and array.ndim == 2:
+                array = np.hstack([array, np.zeros((array.shape[0], 1))])
+            elif change == "col-" and array.ndim == 2 and array.shape[1]:
+                array = array[:, 1:]
+            elif change in ("f4", "i8"):
+                with np.errstate(all="ignore"):
+                    array = array.astype(np.float32 if change == "f4" else np.int64)
+            elif change == "T":
+                array = array.T
+            arrays[name] = np.ascontiguousarray(array)
+        elif array.dtype != np.float64:  # (changed by an earlier "shape" action)
+            continue
+        elif action == "entry":
+            for _ in range(data.draw(st.integers(1, 3))):
+                array.flat[data.draw(st.integers(0, array.size - 1))] = data.draw(SPECIAL_FLOATS)
+        elif action == "fill":
+            array[...] = data.draw(SPECIAL_FLOATS)
+        elif action == "perturb":  # small changes, which invariants with a tolerance accept
+            factor = data.draw(st.sampled_from([1 + 1e-12, 1 - 1e-9, 1.001, 0.5, 2.0, -1.0]))
+            for _ in range(data.draw(st.integers(1, 3))):
+                with np.errstate(all="ignore"):
+                    array.flat[data.draw(st.integers(0, array.size - 1))] *= factor
+        else:
+            with np.errstate(all="ignore"):
+                array.flat[data.draw(st.integers(0, array.size - 1))] *= data.draw(SPECIAL_FLOATS)
+    check_contract(state.dumps(saved), data.draw(st.integers(0, 2**32)))
+
+
+FEATURE_NAMES = st.one_of(
+    st.sampled_from(["a", "b", 7, "id0", LONG_NAME, "x" * 126, "x" * 127]),
+    st.text(max_size=8),
+    st.integers(-(2**70), 2**70),
+    st.tuples(st.integers(0, 3), st.sampled_from(["t", "u"])),
+)
+
+
+@pytest.mark.parametrize(("cls", "params"), CASES)
+@FUZZ
+@given(data=st.data())
+def test_fuzzed_feature_space(cls, params, data):
+    """The bounded feature space's fields (its bound, hashed columns, flag, counter and names)
+    and the params that bound it (max_features, the CPM's max_classes): other valid-looking
+    values, other JSON values, names added, removed or repeated, params and space changed
+    together."""
+    saved = state.loads(trained_bytes(cls, params))
+    space = saved["features"]
+    for _ in range(data.draw(st.integers(1, 3))):
+        field = data.draw(st.sampled_from(
+            ["max_features", "n_hashed", "hashing", "features_hashed", "names", "names",
+             "param max_features", "both max_features", "param max_classes"]
+        ))
+        if field == "names":
+            names = space["names"]
+            action = data.draw(st.sampled_from(["add", "remove", "repeat", "replace"]))
+            if action == "add":
+                names.append(state.encode_name(data.draw(FEATURE_NAMES)))
+            elif names and action == "remove":
+                del names[data.draw(st.integers(0, len(names) - 1))]
+            elif names and action == "repeat":
+                names.append(names[data.draw(st.integers(0, len(names) - 1))])
+            elif names:
+                names[data.draw(st.integers(0, len(names) - 1))] = state.encode_name(
+                    data.draw(FEATURE_NAMES)
+                )
+            continue
+        if field == "param max_classes" and "max_classes" not in saved["params"]:
+            field = "hashing"
+        key = field.split()[-1]
+        current = saved["params"][key] if field.startswith("param") else space.get(key, 0)
+        if data.draw(st.booleans()) and type(current) is int:  # a nearby int
+            value = current + data.draw(st.sampled_from([-1, 1, -current, current, 2**20]))
+        elif type(current) is bool:
+            value = data.draw(st.booleans() | JSON_VALUES)
+        else:
+            value = data.draw(JSON_VALUES)
+        if field.startswith("param"):
+            saved["params"][key] = value
+        else:
+            space[key] = value
+        if field == "both max_features":
+            saved["params"]["max_features"] = value
+            if type(value) is int and value >= 1:
+                space["n_hashed"] = hashed_columns(value)
+    check_contract(state.dumps(saved), data.draw(st.integers(0, 2**32)))
+
+
+# Regression tests of issue 12's findings in from_state -----------------------------------------
+
+
+def alma_state(**params) -> dict:
+    return state.loads(trained_bytes(streammargin.ALMAClassifier, params))
+
+
+def test_an_alma_state_filled_with_1e308_is_refused():
+    """It was accepted, then wrote NaN into the worker's prediction JSON."""
+    saved = alma_state()
+    for array in saved["arrays"].values():
+        array[...] = 1e308
+    with pytest.raises(StateError):
+        streammargin.from_state(saved)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("K", 0.0), ("SCALE", 0.0), ("SCALE", 5e-324), ("GROWTH", 0.0)],
+)
+def test_alma_states_that_divided_by_zero_are_refused(field, value):
+    """A correction counter k = 0 or a scale of 0 made the next trial divide by zero
+    (ZeroDivisionError from the compiled trial)."""
+    from streammargin.jit import alma as alma_jit
+
+    saved = alma_state()
+    saved["arrays"]["_st"][getattr(alma_jit, field)] = value
+    with pytest.raises(StateError, match="ALMA"):
+        streammargin.from_state(saved)
+
+
+def test_alma_average_window_1_is_refused():
+    """average_window=1 made the average's decay 0, and the first trial divided by it."""
+    with pytest.raises(ValueError, match="average_window"):
+        streammargin.ALMAClassifier(average_window=1)
+    saved = alma_state()
+    saved["params"]["average_window"] = 1
+    with pytest.raises(StateError, match="average_window"):
+        streammargin.from_state(saved)
+    model = streammargin.ALMAClassifier(average_window=2)
+    exercise(model, np.random.default_rng(0), n=50)
+
+
+def test_alma_with_a_large_p_and_c_stays_finite():
+    """With p = 100 and C = 1e6 the first corrections made |u|^(p-1) overflow, and the average's
+    re-basing multiplied that inf by 0: NaN from the second record on."""
+    model = streammargin.ALMAClassifier(p=100.0, C=1e6, alpha=1.0)
+    exercise(model, np.random.default_rng(0), n=200)
+
+
+def test_a_cpm_window_with_codes_beyond_the_classes_is_refused():
+    """The replayed steps index polytopes by the window's class codes, without bounds checks:
+    codes of 1e6 crashed the process (segmentation fault)."""
+    saved = state.loads(trained_bytes(streammargin.ConvexPolytopeClassifier, {}))
+    saved["arrays"]["_window"][:60, 0] = 1e6  # the rows in use (60 trials)
+    with pytest.raises(StateError, match="window class codes"):
+        streammargin.from_state(saved)
