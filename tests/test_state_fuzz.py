@@ -494,9 +494,9 @@ JSON_VALUES = st.one_of(
     st.booleans(),
     st.none(),
     st.sampled_from(["", "x", "rbf", "joint", "<f8", "__array__"]),
-    st.just([]),
-    st.just({}),
-    st.just({"__array__": 0}),
+    st.builds(list),  # (fresh objects: st.just would share one that a mutation changes)
+    st.builds(dict),
+    st.builds(lambda: {"__array__": 0}),
     st.integers(1, 200).map(lambda depth: json.loads("[" * depth + "]" * depth)),
     st.lists(NUMBERS, max_size=4),
 )
