@@ -16,7 +16,7 @@ import numpy as np
 
 from streammargin import state
 from streammargin import validation
-from streammargin.base import MAX_COUNT, check_close, check_range, check_whole, check_zero
+from streammargin.base import MAX_COUNT, check_range, check_whole, check_zero
 from streammargin.jit import budget as bjit
 from streammargin.jit import kernels as kjit
 from streammargin.support import MAX_BUDGET, MAX_GRAM_BUDGET, KernelClassifier, validate_kernel
