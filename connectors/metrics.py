@@ -249,27 +249,74 @@ class PartitionMetrics:
 
 
 class Throughput:
-    """Records per second from the first to the last record, and since the previous report."""
+    """Records per second of processing, overall and since the previous report.
 
-    def __init__(self) -> None:
-        # The clock starts with the first record, not while the consumer joins its group, and
-        # the overall rate stops at the last record (idle time is not processing time).
-        self.start = self._last_time = self.last_record = None
-        self.count = self._last_count = 0
+    `add(n, started)` counts `n` records whose processing began at `started` (a
+    `time.monotonic()` reading taken before the batch) and ended now. The overall clock runs from
+    the first batch's `started` to the end of the last batch, so the first batch's processing
+    time counts while the wait for the consumer group does not, and idle time after the last
+    record does not either. A caller that does not pass `started` leaves the first batch's
+    duration unknown: that batch only starts the clock, and its records are counted in `count`
+    but not in the rates, which then measure the batches after it.
 
-    def add(self, n: int) -> None:
-        now = time.monotonic()
-        if self.start is None:
-            self.start = self._last_time = now
+    A rate measured over less than `min_seconds` is noise (one tiny batch over a microsecond gave
+    668,000,000,000 records/s): `rates()` reports 0.0 for an overall rate not measured yet, and
+    keeps the previous recent rate, extending the interval of the next one, when called again
+    within `min_seconds` (e.g. one metrics record per partition at once).
+
+    >>> now = [0.0]
+    >>> throughput = Throughput(clock=lambda: now[0])
+    >>> started = now[0]; now[0] += 0.5
+    >>> throughput.add(1000, started)            # one batch of 1000 records in 0.5 s
+    >>> throughput.rates()
+    (2000.0, 2000.0)
+    >>> now[0] += 10.0                            # idle: the overall rate stops at the last record
+    >>> throughput.rates()
+    (2000.0, 0.0)
+
+    """
+
+    def __init__(
+        self, min_seconds: float = 0.01, clock: typing.Callable[[], float] = time.monotonic
+    ) -> None:
+        self.min_seconds = min_seconds
+        self._clock = clock
+        # The clock starts with the first batch, not while the consumer joins its group.
+        self.start: float | None = None
+        self.last_record: float | None = None
+        self.count = 0
+        self._timed_count = 0  # records processed inside [start, last_record]
+        self._last_time: float | None = None  # end of the previous recent-rate interval
+        self._last_count = 0
+        self._recent = 0.0
+
+    def add(self, n: int, started: float | None = None) -> None:
+        """Count `n` records processed from `started` (monotonic seconds; None: unknown) to now."""
+        now = self._clock()
         self.count += n
+        if self.start is None:
+            if started is None:  # the batch's own duration is unknown: it starts the clock
+                self.start = self._last_time = now
+                self._last_count = self.count
+            else:
+                self.start = self._last_time = min(started, now)
+                self._timed_count += n
+        else:
+            self._timed_count += n
         self.last_record = now
 
     def rates(self) -> tuple[float, float]:
-        """(overall, recent) records/s; `recent` covers the time since the previous call."""
-        now = time.monotonic()
+        """(overall, recent) records/s; `recent` covers the time since the previous report.
+
+        0.0 for a rate not measured yet (no batch, or less than `min_seconds` of processing).
+        """
         if self.start is None:
             return 0.0, 0.0
-        overall = self.count / max(self.last_record - self.start, 1e-9)
-        recent = (self.count - self._last_count) / max(now - self._last_time, 1e-9)
-        self._last_time, self._last_count = now, self.count
-        return overall, recent
+        now = self._clock()
+        span = self.last_record - self.start
+        overall = self._timed_count / span if span >= self.min_seconds else 0.0
+        interval = now - self._last_time
+        if interval >= self.min_seconds:
+            self._recent = (self.count - self._last_count) / interval
+            self._last_time, self._last_count = now, self.count
+        return overall, self._recent
