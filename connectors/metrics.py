@@ -27,7 +27,7 @@ import numpy as np
 from connectors import river_state
 from streammargin.errors import StateError
 
-__all__ = ["PartitionMetrics", "Throughput", "make_detector", "detector_names"]
+__all__ = ["PartitionMetrics", "Throughput", "make_detector", "detector_names", "detector_params"]
 
 # Bounds of a partition's metrics (checked before a restore allocates anything).
 MAX_ROLLING_WINDOW = 1 << 24
@@ -58,6 +58,21 @@ def make_detector(name: str = "adwin", params: dict | None = None) -> typing.Any
         )
     class_name = next(n for n, c in river_state.DETECTORS.items() if c is cls)
     return cls(**river_state.check_detector_params(class_name, params or {}, complete=False))
+
+
+def detector_params(detector: typing.Any) -> dict[str, typing.Any]:
+    """The constructor parameters of a detector of `detector_names()`, as JSON values: what a
+    metrics record reports beside the detector's name, so a detection says which settings fired.
+
+    >>> detector_params(make_detector("adwin", {"delta": 0.001}))
+    {'delta': 0.001, 'clock': 32, 'max_buckets': 5, 'min_window_length': 5, 'grace_period': 10}
+
+    """
+    name = next((n for n, cls in river_state.DETECTORS.items() if type(detector) is cls), None)
+    if name is None:  # not one the worker offers: its class name is all a record can say
+        return {}
+    keys = river_state.check_detector_params(name, {}, complete=False)
+    return {key: getattr(detector, key) for key in keys}
 
 
 class PartitionMetrics:
@@ -154,6 +169,7 @@ class PartitionMetrics:
             "log_loss": self.log_loss,
             "drift": {
                 "detector": type(self.detector).__name__,
+                "params": detector_params(self.detector),
                 "detections": self.n_detections,
                 "recent_detection_offsets": list(self.detections),
             },

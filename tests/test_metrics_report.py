@@ -1,12 +1,13 @@
-"""What a metrics record reports: honest records/s."""
+"""What a metrics record reports: honest records/s, and which drift detector (and settings) fired."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
-from connectors.metrics import Throughput
+from connectors.metrics import PartitionMetrics, Throughput, detector_names, make_detector
 
 
 class FakeClock:
@@ -74,3 +75,22 @@ def test_real_clock_rate_is_within_reason():
     throughput.add(300, started)
     overall, _ = throughput.rates()
     assert 300 / 5.0 < overall <= 300 / 0.03
+
+
+@pytest.mark.parametrize("name", sorted(detector_names()))
+def test_the_metrics_record_names_the_detector_and_its_settings(name):
+    detector = make_detector(name)
+    metrics = PartitionMetrics(detector=detector)
+    drift = metrics.summary()["drift"]
+    assert drift["detector"] == type(detector).__name__
+    json.dumps(drift, allow_nan=False)
+    for key, value in drift["params"].items():
+        assert getattr(detector, key) == value
+
+
+def test_the_reported_settings_are_the_ones_given():
+    metrics = PartitionMetrics(detector=make_detector("PageHinkley", {"threshold": 80.0, "delta": 0.01}))
+    params = metrics.summary()["drift"]["params"]
+    assert params["threshold"] == 80.0 and params["delta"] == 0.01
+    restored = PartitionMetrics.from_state(metrics.to_state())
+    assert restored.summary()["drift"]["params"] == params
