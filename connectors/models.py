@@ -2,7 +2,8 @@
 
 Every class registered with `streammargin.state.register` gets a short name: the class name in
 lower case without a trailing "classifier" (`ALMAClassifier` -> "alma"). Models added to the
-package later join the registry by themselves.
+package later join the registry by themselves. Wrappers (`streammargin.OneVsRestClassifier`) are
+not models one picks by name: they take a model to wrap, and `from_state` restores them.
 
 >>> "alma" in model_names()
 True
@@ -39,10 +40,12 @@ def short_name(cls: type) -> str:
 
 
 def model_names() -> dict[str, type]:
-    """Short name -> class of every registered model, sorted by name."""
+    """Short name -> class of every registered model but the wrappers, sorted by name."""
+    from river import base
+
     from streammargin import state
 
-    classes = state.registered_models().values()
+    classes = [c for c in state.registered_models().values() if not issubclass(c, base.Wrapper)]
     return {short_name(cls): cls for cls in sorted(classes, key=short_name)}
 
 

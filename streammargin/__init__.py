@@ -10,6 +10,7 @@ from streammargin.convex_polytope import ConvexPolytopeClassifier
 from streammargin.errors import InvalidInput, StateError
 from streammargin.kernel_alma import KernelALMAClassifier
 from streammargin.mpu import MPUClassifier
+from streammargin.multiclass import OneVsRestClassifier
 from streammargin.sbp import SBPClassifier
 from streammargin.scaler import StandardScaler
 from streammargin.state import from_state
@@ -24,6 +25,7 @@ __all__ = [
     "InvalidInput",
     "KernelALMAClassifier",
     "MPUClassifier",
+    "OneVsRestClassifier",
     "SBPClassifier",
     "StandardScaler",
     "StateError",

@@ -297,7 +297,8 @@ def test_checkpoint_bytes_round_trip_and_reject_other_data():
 def test_every_registered_model_has_a_short_name_and_builds():
     names = models.model_names()
     assert names["alma"] is streammargin.ALMAClassifier
-    assert set(names.values()) == set(state.registered_models().values())
+    wrappers = {streammargin.OneVsRestClassifier}  # they need a model to wrap: no short name
+    assert set(names.values()) == set(state.registered_models().values()) - wrappers
     for name, cls in names.items():
         assert name == cls.__name__.lower().removesuffix("classifier")
         assert isinstance(models.build_model(name), cls)
