@@ -3,15 +3,32 @@
 On a terminal the line is redrawn in place (carriage return, at most `refresh` times a second);
 when the output is a file or a pipe (CI logs), a plain line is printed every `log_every` seconds
 instead, so logs stay readable. A dozen lines of code do not warrant a dependency.
+
+A rate is shown only once it means something: measured over at least `MIN_SECONDS`, else the
+rate field stays blank ("-/s") rather than show e.g. 1,000 records over a microsecond.
+
+>>> import io
+>>> out = io.StringIO()
+>>> line = ProgressLine(1250, label="alma ", stream=out)
+>>> line.close(1250, rate=float("nan"))          # no rate measured: none shown
+>>> line = ProgressLine(1250, label="alma ", stream=out)
+>>> line.close(1250, rate=25_000.0)
+>>> print(out.getvalue(), end="")
+alma [############################] 100.0%     1,250 rec         -/s
+alma [############################] 100.0%     1,250 rec    25,000/s
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 import typing
 
-__all__ = ["ProgressLine", "format_table"]
+__all__ = ["ProgressLine", "format_table", "MIN_SECONDS"]
+
+#: The shortest interval a rate is measured over; a shorter one is noise.
+MIN_SECONDS = 0.05
 
 
 class ProgressLine:
@@ -46,7 +63,11 @@ class ProgressLine:
     def update(
         self, done: int, fields: str = "", force: bool = False, rate: float | None = None
     ) -> None:
-        """Redraw with `done` records; `rate` overrides the records/s measured from the start."""
+        """Redraw with `done` records.
+
+        `rate` is the records/s to show; None measures it from the line's creation; NaN (a rate
+        the caller could not measure) shows none.
+        """
         self.last_done = done
         now = time.perf_counter()
         if not force and now - self._last < self.interval:
@@ -54,8 +75,9 @@ class ProgressLine:
         self._last = now
         if rate is None:
             elapsed = now - self.start
-            rate = done / elapsed if elapsed > 0 else 0.0
-        text = f"{self.label}{self.bar(done)}{done:>9,} rec {rate:>9,.0f}/s {fields}"
+            rate = done / elapsed if elapsed >= MIN_SECONDS else math.nan
+        shown = f"{rate:>9,.0f}" if math.isfinite(rate) else f"{'-':>9}"
+        text = f"{self.label}{self.bar(done)}{done:>9,} rec {shown}/s {fields}"
         if self.interactive:
             self.stream.write("\r" + text.ljust(110)[:160])
             self._drawn = True
