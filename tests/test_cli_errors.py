@@ -27,6 +27,8 @@ def two_lines(err: str, prog: str) -> tuple[str, str]:
         (["evaluate", "--model", "alma", "--dataset", "Phishing", "-n", "many"],
          "streammargin evaluate", "invalid int value: 'many'"),
         (["evaluate", "--dataset", "Phishing"], "streammargin evaluate", "--model"),
+        (["evaluate", "--model", "alma", "--dataset", "Phishing", "--on-bad-record", "ignore"],
+         "streammargin evaluate", "invalid choice: 'ignore'"),
         (["demo", "--size", "ten"], "streammargin demo", "invalid int value"),
     ],
 )
@@ -39,7 +41,7 @@ def test_a_bad_command_line_is_two_lines_not_the_whole_usage(argv, prog, message
 
 def test_help_still_exits_zero(capsys):
     assert cli.main(["evaluate", "--help"]) == 0
-    assert "--model" in capsys.readouterr().out
+    assert "--one-hot" in capsys.readouterr().out
 
 
 def test_an_unwritable_plot_path_names_the_file(tmp_path, capsys):
