@@ -22,6 +22,7 @@ BENCHMARKS = [
     ("kafka_throughput.py", [], ["--records", "20000", "--repeats", "2"]),
     ("feature_bound_accuracy.py", [], ["--quick"]),
     ("memory_ceiling.py", [], ["--quick"]),
+    ("drift_detectors.py", [], ["--quick"]),
 ]
 
 
