@@ -62,7 +62,7 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
      "checkpoint, commit and exit 0 after SECONDS caught up with the log end of every owned "
      "partition, as confirmed by the broker (default: run forever)"),
     ("--rolling-window", "int", 1000, "window of the rolling accuracy"),
-    ("--drift-detector", "str", "adwin", "River drift detector on the error stream"),
+    ("--drift-detector", "str", "ddm", "River drift detector on the error stream"),
     ("--drift-param", "params", {}, "drift detector parameter key=value (repeatable)"),
     ("--label-store-size", "int", 100_000, "max unlabelled events waiting for their label"),
     ("--label-store-bytes", "int", 256 << 20,

@@ -104,7 +104,7 @@ class WorkerConfig:
     # many seconds (None: run forever).
     idle_timeout: float | None = None
     rolling_window: int = 1000
-    drift_detector: str = "adwin"
+    drift_detector: str = "ddm"
     drift_params: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
     # Delayed labels: at most this many unlabelled events, of at most this many bytes in all,
     # wait; an event older than the limits (in records of its partition, or in seconds of Kafka

@@ -337,6 +337,7 @@ def test_command_options_come_from_the_command_line_and_the_environment(monkeypa
             "STREAMMARGIN_METRICS_TOPIC": "",
             "STREAMMARGIN_SECURITY_PROTOCOL": "SASL_SSL",
             "STREAMMARGIN_SASL_PLAIN_PASSWORD": "secret",
+            "STREAMMARGIN_DRIFT_DETECTOR": "adwin",  # delta is ADWIN's (the default is DDM)
             "STREAMMARGIN_DRIFT_PARAM": "delta=0.01",
             "STREAMMARGIN_CREATE_TOPICS": "false",
             "STREAMMARGIN_ON_UNDECODABLE": "skip",

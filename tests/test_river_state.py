@@ -63,7 +63,10 @@ CASES = [
 
 
 def trained(name, params, n, seed=0):
-    detector = make_detector(name, params)
+    # River's defaults under `params` (not the worker's TUNED_PARAMS): the mutations below are
+    # inconsistent for a detector past River's warm start.
+    defaults = river_state.check_detector_params(name, {}, complete=False)
+    detector = make_detector(name, {**defaults, **params})
     for x in error_stream(n, seed):
         detector.update(x)
     return detector
