@@ -9,6 +9,10 @@ running: the broker stops with the demo, whatever happens.
     streammargin demo                                  # ALMA on SEA, 40,000 records
     streammargin demo --model budgetperceptron --stream hyperplane --size 60000
     streammargin demo --model alma --param alpha=0.5 --partitions 2
+    streammargin demo --drift-detector adwin --drift-param delta=0.0002
+
+The drift detector is the worker's default (chosen by benchmarks/drift_detectors.py for few false
+alarms on stationary streams and a prompt detection after a change).
 """
 
 from __future__ import annotations
@@ -18,12 +22,12 @@ import itertools
 import json
 import math
 import pathlib
-import sys
 import threading
 import time
 import typing
 
 from connectors import models, terminal
+from connectors.errors import EXIT_FAILURE, CommandError
 
 STREAMS = ("sea", "hyperplane", "agrawal")
 
@@ -46,8 +50,38 @@ def add_parser(subparsers) -> None:
                         help="one malformed record every N (0: none), to show the dead letters")
     parser.add_argument("--no-scale", action="store_true",
                         help="no StandardScaler in front of the model")
+    parser.add_argument("--drift-detector", default=None, metavar="NAME",
+                        help="drift detector on the error stream (default: the worker's, "
+                        f"{default_detector_label()})")
+    parser.add_argument("--drift-param", action="append", default=[], metavar="KEY=VALUE",
+                        help="a drift detector parameter (repeatable)")
     parser.add_argument("--out", default="demo-output", help="folder of the PNG and the summary")
+    parser.add_argument("--log-level", default="WARNING",
+                        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                        help="DEBUG also prints the traceback of a failure")
     parser.set_defaults(func=run)
+
+
+def default_detector() -> tuple[str, dict]:
+    """The worker's default drift detector and its parameters (`WorkerConfig`)."""
+    from connectors.worker import WorkerConfig
+
+    fields = WorkerConfig.__dataclass_fields__
+    return fields["drift_detector"].default, fields["drift_params"].default_factory()
+
+
+def detector_label(name: str, params: dict) -> str:
+    """'DDM(warm_start=1000, warning_threshold=2.0, drift_threshold=4.0)': the detector's class
+    and every setting it runs with."""
+    from connectors.metrics import detector_params, make_detector
+
+    detector = make_detector(name, params)
+    settings = ", ".join(f"{k}={v}" for k, v in detector_params(detector).items())
+    return f"{type(detector).__name__}({settings})"
+
+
+def default_detector_label() -> str:
+    return detector_label(*default_detector())
 
 
 def drifting_stream(name: str, size: int, seed: int = 7) -> typing.Iterator[tuple[dict, bool]]:
@@ -129,7 +163,8 @@ def dead_letter_reasons(bootstrap: str, topic: str) -> dict[str, int]:
     return reasons
 
 
-def plot(curves: dict, changes: dict, detections: dict, path: pathlib.Path, title: str) -> None:
+def plot(curves: dict, changes: dict, detections: dict, path: pathlib.Path, title: str,
+         detector: str = "drift detector") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -147,7 +182,7 @@ def plot(curves: dict, changes: dict, detections: dict, path: pathlib.Path, titl
     for partition, offsets in detections.items():
         for offset in offsets:
             ax.axvline(offset, color="tab:red", alpha=0.6, linewidth=1,
-                       label="drift detected (ADWIN)" if first else None)
+                       label=f"drift detected ({detector})" if first else None)
             first = False
     ax.set_xlabel("input offset (records of the partition)")
     ax.set_ylabel("rolling accuracy")
@@ -160,15 +195,44 @@ def plot(curves: dict, changes: dict, detections: dict, path: pathlib.Path, titl
 
 
 def run(args: argparse.Namespace) -> int:
-    from connectors.broker import FAST_GROUP_SETTINGS, EmbeddedBroker, create_topics
+    import logging
+
+    from connectors.broker import FAST_GROUP_SETTINGS, BrokerError, EmbeddedBroker, create_topics
+    from connectors.metrics import make_detector
     from connectors.worker import Worker, WorkerConfig
 
+    logging.basicConfig(level=getattr(logging, args.log_level),
+                        format="%(levelname)s %(name)s: %(message)s")
+    # kafka-python's own warnings (a slow event loop, reconnects) are noise in a demo.
+    logging.getLogger("kafka").setLevel(logging.DEBUG if args.log_level == "DEBUG" else logging.ERROR)
+    for option, value, least in (("--size", args.size, 100), ("--partitions", args.partitions, 1),
+                                 ("--bad-every", args.bad_every, 0)):
+        if value < least:
+            raise CommandError(f"{option} {value}: expected at least {least}",
+                               "see `streammargin demo --help`")
+    if args.partitions > 64:
+        raise CommandError(f"--partitions {args.partitions}: at most 64 in the demo",
+                           "use the kafka command for larger topics")
+    # A bad name or parameter fails before the broker starts.
     try:
         params = models.parse_params(args.param)
-        models.build_model(args.model, params)  # a bad name or parameter fails before the broker
+        models.build_model(args.model, params)
     except ValueError as error:
-        print(f"streammargin demo: {error}", file=sys.stderr)
-        return 2
+        raise CommandError(str(error), "`streammargin kafka --list-models` lists the models "
+                           "and `--param key=value` sets their parameters") from None
+    if args.drift_detector is None:
+        if args.drift_param:
+            raise CommandError("--drift-param without --drift-detector",
+                               f"name the detector too, e.g. --drift-detector {default_detector()[0]}")
+        detector_name, detector_params = default_detector()
+    else:
+        detector_name = args.drift_detector
+        try:
+            detector_params = models.parse_params(args.drift_param)
+            make_detector(detector_name, detector_params)
+        except ValueError as error:
+            raise CommandError(str(error), "see River's drift module for the parameters") from None
+    detector = detector_label(detector_name, detector_params)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     topic = "demo.events"
@@ -177,8 +241,17 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
 
     print(f"streammargin demo: {args.model} on a {args.stream.upper()} stream of {args.size:,} "
-          f"records, concept change at {args.size // 2:,}, {n_bad} malformed records")
-    with EmbeddedBroker() as broker:
+          f"records, concept change at {args.size // 2:,}, {n_bad} malformed records; "
+          f"drift detector {detector}")
+    try:
+        broker = EmbeddedBroker().start()  # `with` below stops it, whatever happens
+    except (BrokerError, OSError) as error:  # OSError: STREAMMARGIN_TANSU is no executable
+        raise CommandError(
+            f"the embedded Kafka broker did not start: {error}",
+            "install the kafka extra (pip install 'streammargin[kafka]') or set "
+            "STREAMMARGIN_TANSU to a tansu executable", EXIT_FAILURE,
+        ) from None
+    with broker:
         bootstrap = broker.bootstrap_servers
         print(f"  embedded Kafka broker (Tansu) at {bootstrap}")
         create_topics(bootstrap, [topic], partitions=args.partitions)
@@ -196,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
             predictions_topic="demo.predictions", metrics_topic="demo.metrics",
             dead_letter_topic="demo.dead-letters", checkpoint_topic="demo.checkpoints",
             model=args.model, params=params, scale=not args.no_scale,
+            drift_detector=detector_name, drift_params=detector_params,
             metrics_every=500, checkpoint_every=10_000, idle_timeout=3.0,
             **FAST_GROUP_SETTINGS,
         )
@@ -224,16 +298,20 @@ def run(args: argparse.Namespace) -> int:
             fields = (f"lag {lag:>7,}  rolling acc {sum(rolling) / len(rolling):.3f}" if rolling
                       else f"lag {lag:>7,}")
             # The worker's own rate: the bar's clock also counts the broker start and group join.
-            # (A metrics record right after another one can carry a recent rate of 0.)
+            # 0.0 is a rate the worker has not measured yet: none is shown.
             rate = sum(r["records_per_s_recent"] or r["records_per_s"] for r in latest.values())
-            progress.update(done, fields, rate=rate)
+            progress.update(done, fields, rate=rate or math.nan)
 
         summary = Worker(config).run(on_metrics=on_metrics)
-        progress.close(sum(r["records"] for r in latest.values()), rate=summary["records_per_s"])
+        progress.close(sum(r["records"] for r in latest.values()),
+                       rate=summary["records_per_s"] or math.nan)
         producer.join(timeout=30)
         if producer_errors:
-            print(f"streammargin demo: producing failed: {producer_errors[0]}", file=sys.stderr)
-            return 1
+            error = producer_errors[0]
+            raise CommandError(
+                f"producing the demo stream failed: {type(error).__name__}: {error}",
+                "run again with --log-level DEBUG for details", EXIT_FAILURE,
+            )
         reasons = dead_letter_reasons(bootstrap, "demo.dead-letters")
 
     # The broker is stopped here. Summary and plot.
@@ -278,14 +356,17 @@ def run(args: argparse.Namespace) -> int:
     if counters:
         print("model counters: " + ", ".join(f"{k} {v:,}" for k, v in counters.items()))
     elapsed = time.perf_counter() - started
-    print(f"worker throughput {summary['records_per_s']:,.0f} records/s; demo wall time "
+    throughput = (f"{summary['records_per_s']:,.0f} records/s" if summary["records_per_s"]
+                  else "not measured")
+    print(f"worker throughput {throughput}; demo wall time "
           f"{elapsed:.1f} s (broker start, group join, idle timeout included)")
     png = out / "demo.png"
     plot(curves, change_offsets, detections, png,
-         f"{args.model} on {args.stream.upper()} through Kafka: {records:,} records")
+         f"{args.model} on {args.stream.upper()} through Kafka: {records:,} records", detector)
     (out / "summary.json").write_text(json.dumps(
         {"args": vars(args) | {"func": None}, "worker": summary, "detections": detections,
          "change_offsets": change_offsets, "detection_delays": delays,
+         "drift_detector": {"name": detector_name, "params": detector_params},
          "dead_letter_reasons": reasons}, indent=2, default=str))
     print(f"plot: {png}   summary: {out / 'summary.json'}")
     ok = records >= total and all(

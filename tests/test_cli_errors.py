@@ -44,6 +44,31 @@ def test_help_still_exits_zero(capsys):
     assert "--one-hot" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["demo", "--model", "nosuch"], "unknown model 'nosuch'"),
+        (["demo", "--size", "10"], "--size 10"),
+        (["demo", "--partitions", "0"], "--partitions 0"),
+        (["demo", "--drift-param", "delta=0.1"], "--drift-param without --drift-detector"),
+        (["demo", "--drift-detector", "nosuch"], "unknown drift detector"),
+        (["demo", "--drift-detector", "adwin", "--drift-param", "delta=7"], "delta"),
+    ],
+)
+def test_demo_refuses_bad_options_before_starting_anything(argv, message, capsys):
+    assert cli.main(argv) == errors.EXIT_USAGE
+    cause, _ = two_lines(capsys.readouterr().err, "streammargin demo")
+    assert message in cause
+
+
+def test_demo_without_a_broker_binary_says_how_to_get_one(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("STREAMMARGIN_TANSU", str(tmp_path / "no-tansu-here"))
+    assert cli.main(["demo", "--out", str(tmp_path)]) == errors.EXIT_FAILURE
+    cause, fix = two_lines(capsys.readouterr().err, "streammargin demo")
+    assert "embedded Kafka broker did not start" in cause
+    assert "streammargin[kafka]" in fix and "STREAMMARGIN_TANSU" in fix
+
+
 def test_an_unwritable_plot_path_names_the_file(tmp_path, capsys):
     plot = tmp_path / "no" / "such" / "folder" / "curve.png"
     code = cli.main(["evaluate", "--model", "alma", "--dataset", "Phishing", "-n", "50",

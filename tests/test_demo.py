@@ -54,6 +54,9 @@ def test_demo_runs_end_to_end_and_leaves_nothing_running(tmp_path, capsys):
     assert summary["detection_delays"] and 0 <= summary["detection_delays"][0] <= 400
     assert (tmp_path / "demo.png").read_bytes()[:4] == b"\x89PNG"
     assert "partition 0" in out and "dead letters by reason" in out
+    # It runs the worker's default detector and says which, with every setting.
+    assert summary["drift_detector"] == {"name": "ddm", "params": {}}
+    assert "drift detector DDM(warm_start=1000, warning_threshold=2.0, drift_threshold=4.0)" in out
     # The demo's embedded broker stopped with the demo.
     assert brokers_started_by_this_process() <= before
 
@@ -61,6 +64,13 @@ def test_demo_runs_end_to_end_and_leaves_nothing_running(tmp_path, capsys):
 def test_demo_rejects_a_bad_model_before_starting_anything(capsys):
     assert cli.main(["demo", "--model", "nosuch"]) == 2
     assert "unknown model" in capsys.readouterr().err
+
+
+def test_the_demo_runs_the_workers_default_detector():
+    fields = WorkerConfig.__dataclass_fields__
+    assert demo.default_detector() == (
+        fields["drift_detector"].default, fields["drift_params"].default_factory()
+    )
 
 
 @pytest.mark.parametrize("stream", demo.STREAMS)
