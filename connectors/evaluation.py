@@ -146,13 +146,11 @@ def check_record(
     `one_hot` are categories (str, int, bool or finite float), those of `drop` go. The label
     must be a str, int, bool or finite float.
     """
+    if hasattr(y, "dtype") and hasattr(y, "item") and getattr(y, "ndim", None) == 0:
+        y = y.item()  # a numpy scalar (scikit-learn data): the plain value
     if y is None or (isinstance(y, str) and not y.strip()):
         return BadRecord(where, "no label")
-    if isinstance(y, bool) or isinstance(y, (str, int)) or (
-        isinstance(y, float) and math.isfinite(y)
-    ):
-        pass
-    else:
+    if not (isinstance(y, (str, int)) or (isinstance(y, float) and math.isfinite(y))):
         return BadRecord(where, f"label {y!r:.60} is not a class: expected a str, number or bool")
     if not isinstance(x, dict):
         return BadRecord(where, f"features must be an object, got {type(x).__name__}")

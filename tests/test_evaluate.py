@@ -324,3 +324,14 @@ def test_evaluate_keeps_the_figures_of_a_model_that_fails():
     assert first.error == "RuntimeError: boom" and first.n == 101  # its prediction was scored
     assert first.accuracy is not None
     assert second.error is None and second.n == 1250
+
+
+def test_numpy_labels_are_plain_classes_and_bad_labels_bad_records():
+    import numpy as np
+
+    empty = frozenset()
+    assert evaluation.check_record("r", {"a": 1.0}, np.int64(3), empty, empty) == ({"a": 1.0}, 3)
+    assert evaluation.check_record("r", {"a": 1.0}, np.bool_(True), empty, empty)[1] is True
+    for label in (np.float64("nan"), [1], {"c": 1}, None, "  "):
+        bad = evaluation.check_record("r", {"a": 1.0}, label, empty, empty)
+        assert isinstance(bad, evaluation.BadRecord) and "label" in bad.reason
