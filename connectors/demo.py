@@ -204,7 +204,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(levelname)s %(name)s: %(message)s")
     # kafka-python's own warnings (a slow event loop, reconnects) are noise in a demo.
-    logging.getLogger("kafka").setLevel(logging.DEBUG if args.log_level == "DEBUG" else logging.ERROR)
+    kafka_level = logging.DEBUG if args.log_level == "DEBUG" else logging.ERROR
+    logging.getLogger("kafka").setLevel(kafka_level)
     for option, value, least in (("--size", args.size, 100), ("--partitions", args.partitions, 1),
                                  ("--bad-every", args.bad_every, 0)):
         if value < least:
@@ -222,8 +223,10 @@ def run(args: argparse.Namespace) -> int:
                            "and `--param key=value` sets their parameters") from None
     if args.drift_detector is None:
         if args.drift_param:
-            raise CommandError("--drift-param without --drift-detector",
-                               f"name the detector too, e.g. --drift-detector {default_detector()[0]}")
+            raise CommandError(
+                "--drift-param without --drift-detector",
+                f"name the detector too, e.g. --drift-detector {default_detector()[0]}",
+            )
         detector_name, detector_params = default_detector()
     else:
         detector_name = args.drift_detector

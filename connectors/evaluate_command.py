@@ -2,7 +2,8 @@
 
     streammargin evaluate --model alma --model "alma(p=4.0)" \\
         --model "river.linear_model.LogisticRegression" --dataset Phishing
-    streammargin evaluate --model budgetperceptron --dataset "Hyperplane(seed=1, n_features=5)" -n 20000
+    streammargin evaluate --model budgetperceptron --dataset "Hyperplane(seed=1, n_features=5)" \\
+        -n 20000
     streammargin evaluate --model alma --csv events.csv --target label --delay 100 --plot curve.png
     streammargin evaluate --model alma --model convexpolytope --dataset ImageSegments
     streammargin evaluate --model alma --csv shop.csv --target bought --one-hot country --drop id
@@ -130,14 +131,18 @@ def build(
 
 def _check_numbers(args: argparse.Namespace) -> None:
     if args.n is not None and args.n < 1:
-        raise CommandError(f"-n {args.n}: expected a positive number of records", "drop -n to use them all")
+        raise CommandError(f"-n {args.n}: expected a positive number of records",
+                           "drop -n to use them all")
     if args.delay < 0:
-        raise CommandError(f"--delay {args.delay}: expected 0 or more records", "use --delay 0 for labels at once")
+        raise CommandError(f"--delay {args.delay}: expected 0 or more records",
+                           "use --delay 0 for labels at once")
     if args.rolling < 1:
-        raise CommandError(f"--rolling {args.rolling}: expected a positive window", "e.g. --rolling 500")
+        raise CommandError(f"--rolling {args.rolling}: expected a positive window",
+                           "e.g. --rolling 500")
     both = set(args.one_hot) & set(args.drop)
     if both:
-        raise CommandError(f"{', '.join(sorted(both))}: both --one-hot and --drop", "choose one of them per column")
+        raise CommandError(f"{', '.join(sorted(both))}: both --one-hot and --drop",
+                           "choose one of them per column")
 
 
 def _source(args: argparse.Namespace) -> evaluation.Source:
@@ -177,7 +182,9 @@ def _source(args: argparse.Namespace) -> evaluation.Source:
 
 
 def _survey(args: argparse.Namespace, source: evaluation.Source) -> evaluation.Survey:
-    found = evaluation.survey(source, args.one_hot, args.drop, stop_at_bad=args.on_bad_record == "stop")
+    found = evaluation.survey(
+        source, args.one_hot, args.drop, stop_at_bad=args.on_bad_record == "stop"
+    )
     if args.on_bad_record == "stop" and found.bad:
         bad = found.bad[0]
         fix = "fix the record, or pass --on-bad-record skip to skip bad records and count them"
@@ -222,7 +229,9 @@ def _survey(args: argparse.Namespace, source: evaluation.Source) -> evaluation.S
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=getattr(logging, args.log_level), format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, args.log_level), format="%(levelname)s %(name)s: %(message)s"
+    )
     _check_numbers(args)
     source = _source(args)
     for spec in args.model:  # a bad spec fails before the data is read
@@ -257,7 +266,8 @@ def run(args: argparse.Namespace) -> int:
             lines[name].update(done, rate=rate)
 
     def on_result(result: evaluation.Result) -> None:
-        lines[result.name].close(result.n, fields="failed" if result.error else "", rate=result.rate)
+        fields = "failed" if result.error else ""
+        lines[result.name].close(result.n, fields=fields, rate=result.rate)
 
     results = evaluation.evaluate(
         built,
@@ -277,7 +287,9 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         rate = r.rate
         rows.append(
-            [r.name + (" (failed)" if r.error else ""), r.n, _cell(r.accuracy)] + ([] if binary else [_cell(r.macro_f1)]) + [
+            [r.name + (" (failed)" if r.error else ""), r.n, _cell(r.accuracy)]
+            + ([] if binary else [_cell(r.macro_f1)])
+            + [
                 _cell(r.log_loss), f"{r.seconds:.2f}",
                 f"{rate:,.0f}" if math.isfinite(rate) else "-",
                 f"{r.memory_bytes / 1024:.1f}" if r.memory_bytes is not None else "-",
@@ -296,7 +308,8 @@ def run(args: argparse.Namespace) -> int:
         if found.n_bad > len(shown):
             print(f"  ... and {found.n_bad - len(shown):,} more")
     if args.plot:
-        evaluation.plot(results, args.plot, title=f"rolling accuracy ({args.rolling}) on {source.name}")
+        title = f"rolling accuracy ({args.rolling}) on {source.name}"
+        evaluation.plot(results, args.plot, title=title)
         print(f"plot: {args.plot}")
     return EXIT_FAILURE if failed else 0
 

@@ -163,7 +163,8 @@ def check_record(
                 features[name] = value
                 continue
             return BadRecord(
-                where, f"feature {name!r} has value {value!r:.60}: expected a category (str or number)"
+                where,
+                f"feature {name!r} has value {value!r:.60}: expected a category (str or number)",
             )
         try:
             validate_value(name, value)
@@ -310,7 +311,9 @@ def source_from_args(
     """The chosen stream; `SourceError` for a bad name, file or label column."""
     chosen = [s for s in (dataset, csv_path, jsonl_path) if s]
     if len(chosen) != 1:
-        raise SourceError("choose exactly one of a dataset/generator, a CSV file, a JSON-lines file")
+        raise SourceError(
+            "choose exactly one of a dataset/generator, a CSV file, a JSON-lines file"
+        )
     if dataset:
         try:
             name, kwargs = parse_call(dataset)
@@ -584,7 +587,9 @@ def plot(results: list[Result], path: str | pathlib.Path, title: str = "") -> No
     for result in results:
         if result.curve:
             xs, ys = zip(*result.curve)
-            label = f"{result.name} ({result.accuracy:.4f})" if result.accuracy is not None else result.name
+            label = result.name
+            if result.accuracy is not None:
+                label += f" ({result.accuracy:.4f})"
             ax.plot(xs, ys, label=label, linewidth=1.2)
     ax.set_xlabel("records")
     ax.set_ylabel("rolling accuracy")

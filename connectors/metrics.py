@@ -51,7 +51,9 @@ _MAX_LOG_LOSS = -math.log(1e-15)  # probabilities are clamped to [1e-15, 1 - 1e-
 #: streams and 0.5 per 100k around real concept changes (River's ADWIN: 2.1 per 100k on the
 #: stationary ones, 4.0 around the changes), and missed no change, with a median delay of 829
 #: records after a real concept change (ADWIN: 159).
-TUNED_PARAMS: dict[str, dict[str, typing.Any]] = {"DDM": {"warm_start": 1000, "drift_threshold": 4.0}}
+TUNED_PARAMS: dict[str, dict[str, typing.Any]] = {
+    "DDM": {"warm_start": 1000, "drift_threshold": 4.0},
+}
 
 
 def detector_names() -> dict[str, type]:

@@ -108,7 +108,9 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
             and not isinstance(max_classes, bool)
             and 2 <= max_classes <= MAX_CLASSES
         ):
-            raise ValueError(f"max_classes must be an integer in [2, {MAX_CLASSES}], got {max_classes!r}")
+            raise ValueError(
+                f"max_classes must be an integer in [2, {MAX_CLASSES}], got {max_classes!r}"
+            )
         self.classifier = classifier
         self.max_classes = int(max_classes)
         self.classifiers: dict[typing.Any, typing.Any] = {}
@@ -164,7 +166,9 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
             self.classifiers[y] = new
 
     def _positive_probabilities(self, x: dict) -> dict:
-        return {label: member.predict_proba_one(x)[True] for label, member in self.classifiers.items()}
+        return {
+            label: member.predict_proba_one(x)[True] for label, member in self.classifiers.items()
+        }
 
     def predict_proba_one(self, x: dict, **kwargs: typing.Any) -> dict:
         if not self.classifiers:
@@ -297,7 +301,9 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
             raise StateError(f"{cls.__name__} state: params must be {{'max_classes': n}}")
         max_classes = params["max_classes"]
         if type(max_classes) is not int or not 2 <= max_classes <= MAX_CLASSES:
-            raise StateError(f"{cls.__name__} state: max_classes must be an int in [2, {MAX_CLASSES}]")
+            raise StateError(
+                f"{cls.__name__} state: max_classes must be an int in [2, {MAX_CLASSES}]"
+            )
         wrapped = data["classifier"]
         if type(wrapped) is not dict or set(wrapped) != {"model", "params"}:
             raise StateError(f"{cls.__name__} state: classifier must be {{'model', 'params'}}")
@@ -318,7 +324,9 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
             raise StateError(f"{cls.__name__} state: bad wrapped model: {error}") from None
         labels, members = data["labels"], data["members"]
         if type(labels) is not list or type(members) is not list or len(labels) != len(members):
-            raise StateError(f"{cls.__name__} state: labels and members must be lists of one length")
+            raise StateError(
+                f"{cls.__name__} state: labels and members must be lists of one length"
+            )
         if len(labels) > max_classes:
             raise StateError(f"{cls.__name__} state: {len(labels)} classes, beyond max_classes")
         decoded = []
