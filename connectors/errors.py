@@ -62,6 +62,13 @@ def _one_line(text: typing.Any, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+def _named(error: BaseException) -> str:
+    """`Class: message` on one line (kafka-python's messages already start with the class)."""
+    text = _one_line(error)
+    name = type(error).__name__
+    return text if text.startswith(name) else f"{name}: {text}"
+
+
 def describe(error: BaseException, args: argparse.Namespace | None = None) -> CommandError:
     """The cause and fix of an exception a command did not handle itself."""
     if isinstance(error, CommandError):
@@ -94,7 +101,7 @@ def describe(error: BaseException, args: argparse.Namespace | None = None) -> Co
         )
     if kafka_errors is not None and isinstance(error, kafka_errors.KafkaError):
         return CommandError(
-            f"Kafka error{where}: {type(error).__name__}: {_one_line(error)}",
+            f"Kafka error{where}: {_named(error)}",
             "check the broker address, the topics and this client's permissions on them",
             EXIT_FAILURE,
         )
@@ -120,7 +127,7 @@ def describe(error: BaseException, args: argparse.Namespace | None = None) -> Co
             EXIT_FAILURE,
         )
     return CommandError(
-        f"unexpected error: {type(error).__name__}: {_one_line(error)}",
+        f"unexpected error: {_named(error)}",
         "run again with --log-level DEBUG for the traceback, and report it if it is a bug",
         EXIT_FAILURE,
     )

@@ -284,20 +284,17 @@ def _failure_message(error: BaseException) -> str:
 
 
 def _failure_text(error: BaseException) -> str:
-    from kafka import errors
-
+    from connectors import errors
     from connectors.task import TaskFailure
     from connectors.worker import WorkerError
 
     if isinstance(error, (WorkerError, TaskFailure)):
         return str(error)  # these name the cause and the fix themselves
-    text = str(error)[:300]
-    if not text.startswith(type(error).__name__):  # kafka-python's errors start with it
-        text = f"{type(error).__name__}: {text}"
-    if isinstance(error, errors.KafkaError):
-        return (f"{text}: a Kafka client error; check the broker and the client settings, "
-                "nothing was committed")
-    return f"{text} (nothing was committed)"
+    # What every command can meet (Kafka errors, missing packages, files): the same words as
+    # `streammargin evaluate` and `demo` use, as one log line.
+    described = errors.describe(error)
+    fix = f". Fix: {described.fix}" if described.fix else ""
+    return f"{described.cause}{fix} (nothing was committed)"
 
 
 def _failure_fields(error: BaseException) -> dict[str, typing.Any]:

@@ -110,7 +110,7 @@ class TaskSettings:
     max_record_bytes: int = 1 << 20
     metrics_every: int = 10_000
     rolling_window: int = 1000
-    drift_detector: str = "adwin"
+    drift_detector: str = "ddm"  # with metrics.TUNED_PARAMS: see benchmarks/drift_detectors.py
     drift_params: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
     label_store_size: int = 100_000
     label_store_bytes: int = 256 << 20

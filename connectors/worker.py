@@ -669,10 +669,11 @@ class Worker:
         stop_set = self._stop.is_set
         start, end = 0, len(records)
         while start < end:
+            started = time.monotonic()  # the rate's clock includes the first batch
             output = task.process(records, start, stop_set)
             self.status.processed(task, output)
             self._send_output(task, output)
-            self.throughput.add(output.processed)
+            self.throughput.add(output.processed, started)
             start = output.end
             if stop_set():
                 return

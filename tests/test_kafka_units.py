@@ -457,8 +457,8 @@ def test_command_failures_are_one_line_naming_the_cause_and_the_fix():
     from connectors.worker import WorkerError
 
     message = kafka_command._failure_message(errors.KafkaTimeoutError("slow"))
-    assert message == ("KafkaTimeoutError: slow: a Kafka client error; check the broker and the "
-                       "client settings, nothing was committed")
+    assert message == ("Kafka error: KafkaTimeoutError: slow. Fix: check the broker address, the "
+                       "topics and this client's permissions on them (nothing was committed)")
     assert kafka_command._failure_message(WorkerError("cause. Fix: this")) == (
         "cause. Fix: this")
     failure = TaskFailure("t", 0, 7, ValueError("bug"))

@@ -439,7 +439,7 @@ BASE = ("--topic", "t", "--bootstrap-servers", "127.0.0.1:1")
     (("--model", "nope"), 2, "unknown model 'nope'; known models: alma, budgetperceptron"),
     (("--drift-detector", "nope"), 2,
      "--drift-detector nope: unknown drift detector 'nope'; known: adwin,"),
-    (("--drift-param", "delta=-1"), 2,
+    (("--drift-detector", "adwin", "--drift-param", "delta=-1"), 2,
      "--drift-detector adwin --drift-param delta=-1: ADWIN parameters.delta: must be in "
      "[0.0, 1.0], got -1"),
     (("--checkpoint-every", "0"), 2, "--checkpoint-every must be >= 1, got 0"),

@@ -458,7 +458,11 @@ def test_an_abrupt_concept_change_is_detected_shortly_after_the_change_point():
     offsets = final["drift"]["recent_detection_offsets"]
     after = [o for o in offsets if o >= change]
     assert after and after[0] < change + 300, offsets
-    assert final["drift"]["detector"] == "ADWIN"
+    # The metrics record says which detector fired, with its settings (the default).
+    assert final["drift"]["detector"] == "DDM"
+    assert final["drift"]["params"] == {
+        "warm_start": 1000, "warning_threshold": 2.0, "drift_threshold": 4.0
+    }
     drift_events = [m for m in out.metrics if m["event"] == "drift"]
     # Each detection was reported as it happened: process returned right after its record.
     assert [m["next_offset"] - 1 for m in drift_events] == offsets
