@@ -113,6 +113,9 @@ def memory_bound(model_or_class: typing.Any, params: dict | None = None) -> int:
     True
 
     """
+    own = getattr(model_or_class, "_memory_bound", None)
+    if own is not None:  # a wrapper: its bound is made of its members' bounds
+        return own(params)
     cls, params = _class_and_params(model_or_class, params)
     max_features = int_param(params, "max_features", minimum=1)
     n_exact = max_features - hashed_columns(max_features)
@@ -145,6 +148,9 @@ def check_state_bound(cls: type, params: typing.Any, max_bytes: int) -> None:
 def memory_size(model: typing.Any) -> int:
     """What `memory_bound` bounds (less `STATE_OVERHEAD`): the bytes of every numpy array the model
     holds, plus the JSON its stored feature names (and labels) take in a checkpoint."""
+    own = getattr(model, "_memory_size", None)
+    if own is not None:  # a wrapper: its members' sizes
+        return own()
     flush = getattr(model, "_flush", None)
     if flush is not None:  # ALMA's deferred trial
         flush()

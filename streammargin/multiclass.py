@@ -269,6 +269,34 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
                 totals[name] = totals.get(name, 0) + value
         return totals
 
+    # Memory -------------------------------------------------------------------------------------
+
+    @classmethod
+    def _class_bound(cls, member_cls: type, member_params: dict, max_classes: int) -> int:
+        """max_classes members within their own bound, one label each, one header."""
+        from streammargin import memory
+
+        member = memory.memory_bound(member_cls, member_params) - memory.STATE_OVERHEAD
+        return (
+            max_classes * (member + memory.MAX_LABEL_BYTES + 1) + memory.STATE_OVERHEAD
+        )
+
+    def _memory_bound(self, params: dict | None = None) -> int:
+        """`streammargin.memory.memory_bound` of this model (its params updated with `params`)."""
+        chosen = {"classifier": self.classifier, "max_classes": self.max_classes, **(params or {})}
+        classifier = chosen["classifier"]
+        return self._class_bound(
+            type(classifier), classifier._get_params(), int(chosen["max_classes"])
+        )
+
+    def _memory_size(self) -> int:
+        """`streammargin.memory.memory_size`: the members' sizes and the labels' JSON."""
+        from streammargin import memory
+        from streammargin.features import name_json
+
+        labels = sum(len(name_json(label)) + 1 for label in self.classifiers)
+        return labels + sum(memory.memory_size(m) for m in self.classifiers.values())
+
     # Safe state ---------------------------------------------------------------------------------
 
     def to_state(self) -> dict:
@@ -283,7 +311,7 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
         }
 
     @classmethod
-    def from_state(cls, data: typing.Any) -> OneVsRestClassifier:
+    def from_state(cls, data: typing.Any, max_bytes: int | None = None) -> OneVsRestClassifier:
         """Rebuild a model from `to_state()`; `StateError` for anything malformed.
 
         Everything is checked before the members are restored: the fields, `max_classes`, the
@@ -317,6 +345,19 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
             )
         if type(wrapped["params"]) is not dict:
             raise StateError(f"{cls.__name__} state: the wrapped model's params must be an object")
+        # The bound first: nothing is built for params that imply too much memory.
+        from streammargin import memory
+
+        limit = memory.DEFAULT_MAX_STATE_BYTES if max_bytes is None else max_bytes
+        try:
+            bound = cls._class_bound(member_cls, wrapped["params"], max_classes)
+        except (ValueError, TypeError) as error:
+            raise StateError(f"{cls.__name__} state: the wrapped model's params: {error}") from None
+        if bound > limit:
+            raise StateError(
+                f"a saved {cls.__name__} with these params may hold up to {bound:,} bytes, above "
+                f"the limit of {limit:,}: pass a larger max_bytes to from_state if this is expected"
+            )
         try:
             prototype = member_cls(**wrapped["params"])
             _check_prototype(prototype)
@@ -354,7 +395,7 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
         model = cls(prototype, max_classes)
         for label, member_state in zip(decoded, members):
             try:
-                model.classifiers[label] = member_cls.from_state(member_state)
+                model.classifiers[label] = member_cls.from_state(member_state, max_bytes=limit)
             except StateError:
                 raise
             except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:

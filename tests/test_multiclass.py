@@ -168,14 +168,14 @@ def test_learn_many_equals_learn_one_for_many_classes(labels, chunk):
 
 def test_counters_sum_the_members():
     model = streammargin.OneVsRestClassifier(streammargin.ALMAClassifier())
-    assert model.counters == {"classes": 0, "corrections": 0, "trials": 0}
+    names = ("corrections", "trials", "features", "features_hashed")
+    assert model.counters == {"classes": 0, **dict.fromkeys(names, 0)}
     for x, y in segments(200):
         model.learn_one(x, y)
     members = list(model.classifiers.values())
     assert model.counters == {
         "classes": len(members),
-        "corrections": sum(m.counters["corrections"] for m in members),
-        "trials": sum(m.counters["trials"] for m in members),
+        **{name: sum(m.counters[name] for m in members) for name in names},
     }
 
 
@@ -302,3 +302,52 @@ def test_random_edits_of_the_state_raise_state_error_or_restore(data):
     x = {"a": 1.0}
     proba = model.predict_proba_one(x)
     assert not proba or math.isclose(sum(proba.values()), 1.0)
+
+
+# Memory ---------------------------------------------------------------------------------------------
+
+
+def test_memory_stays_within_max_classes_times_the_members_bound_whatever_the_stream():
+    from streammargin import memory
+
+    model = streammargin.OneVsRestClassifier(
+        streammargin.BudgetPerceptron(budget=5, max_features=16), max_classes=4
+    )
+    bound = memory.memory_bound(model)
+    member_bound = memory.memory_bound(model.classifier) - memory.STATE_OVERHEAD
+    assert bound == 4 * (member_bound + memory.MAX_LABEL_BYTES + 1) + memory.STATE_OVERHEAD
+    rng = np.random.default_rng(3)
+    for i in range(600):  # a new name in every record, labels beyond max_classes refused
+        x = {"a": float(rng.normal()), f"id{i}": 1.0}
+        try:
+            model.learn_one(x, f"class{i % 6}")
+        except streammargin.InvalidInput:
+            assert i % 6 >= 4
+    assert len(model.classifiers) == 4
+    assert memory.memory_size(model) <= bound - memory.STATE_OVERHEAD
+    assert len(state_bytes(model)) <= bound
+
+
+def test_from_state_refuses_a_state_whose_params_imply_too_much_before_building_anything():
+    import tracemalloc
+
+    model = streammargin.OneVsRestClassifier(streammargin.ALMAClassifier(), max_classes=3)
+    for x, y in segments(30):
+        try:
+            model.learn_one(x, y)
+        except streammargin.InvalidInput:
+            pass
+    saved = state.loads(state_bytes(model))
+    saved["params"]["max_classes"] = 10_000
+    saved["classifier"]["params"]["max_features"] = 2**24
+    tracemalloc.start()
+    with pytest.raises(StateError, match="may hold up to .* above the limit"):
+        streammargin.from_state(saved)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1 << 20
+    # The same state under a limit that fits it: refused by max_bytes only.
+    small = state.loads(state_bytes(model))
+    with pytest.raises(StateError, match="above the limit"):
+        streammargin.from_state(small, max_bytes=1000)
+    assert streammargin.from_state(small).classifiers.keys() == model.classifiers.keys()
