@@ -87,7 +87,7 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
     >>> list(ovr.classifiers)
     ['path', 'foliage', 'sky', 'grass', 'brickface', 'cement', 'window']
     >>> ovr.counters
-    {'classes': 7, 'corrections': 1200, 'trials': 16133}
+    {'classes': 7, 'corrections': 1200, 'trials': 16133, 'features': 126, 'features_hashed': 0}
 
     Its state restores a model that predicts and learns identically:
 
