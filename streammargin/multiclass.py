@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import numbers
 import typing
 
 import numpy as np
 from river import base
 
-from streammargin import state
+from streammargin import state, validation
 from streammargin.base import frame_values
 from streammargin.convex_polytope import _plain_label
 from streammargin.errors import InvalidInput, StateError
@@ -103,16 +102,8 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
 
     def __init__(self, classifier: base.Classifier, max_classes: int = 100):
         _check_prototype(classifier)
-        if not (
-            isinstance(max_classes, numbers.Integral)
-            and not isinstance(max_classes, bool)
-            and 2 <= max_classes <= MAX_CLASSES
-        ):
-            raise ValueError(
-                f"max_classes must be an integer in [2, {MAX_CLASSES}], got {max_classes!r}"
-            )
         self.classifier = classifier
-        self.max_classes = int(max_classes)
+        self.max_classes = int(validation.integer_in("max_classes", max_classes, 2, MAX_CLASSES))
         self.classifiers: dict[typing.Any, typing.Any] = {}
 
     @property

@@ -14,7 +14,11 @@ import streammargin
 from streammargin import state, validation
 from streammargin.features import FeatureSpace
 
-MODEL_CLASSES = sorted(state.registered_models().values(), key=lambda cls: cls.__name__)
+# Models with a numeric core; wrappers (OneVsRestClassifier) take a model and are checked below.
+MODEL_CLASSES = sorted(
+    (cls for cls in state.registered_models().values() if not hasattr(cls, "_wrapped_model")),
+    key=lambda cls: cls.__name__,
+)
 
 # Parameters that take a value a generic rule would call bad.
 ALLOWS_NEGATIVE = {"coef0"}
@@ -155,3 +159,25 @@ def test_max_features_is_validated_like_every_parameter():
         assert type(model.max_features) is int and model.max_features == 16
     with pytest.raises(ValueError, match=r"^max_features must be an integer"):
         FeatureSpace(0, max_features=True)
+
+
+@pytest.mark.parametrize(
+    "classifier",
+    [None, "alma", streammargin.ALMAClassifier, streammargin.ConvexPolytopeClassifier(),
+     streammargin.OneVsRestClassifier(streammargin.ALMAClassifier())],
+    ids=repr,
+)
+def test_one_vs_rest_takes_an_instance_of_a_binary_streammargin_model_only(classifier):
+    from river import linear_model
+
+    for bad in (classifier, linear_model.LogisticRegression()):
+        with pytest.raises(ValueError, match=r"\bclassifier\b|multiclass already"):
+            streammargin.OneVsRestClassifier(bad)
+
+
+def test_one_vs_rest_max_classes_is_validated_like_every_parameter():
+    model = streammargin.ALMAClassifier()
+    for bad in (1, 10_001, True, 3.0, float("nan"), "7", None):
+        with pytest.raises(ValueError, match=r"^max_classes must be an integer in \[2, 10000\]"):
+            streammargin.OneVsRestClassifier(model, max_classes=bad)
+    assert streammargin.OneVsRestClassifier(model, max_classes=np.int64(7)).max_classes == 7
