@@ -299,9 +299,36 @@ def test_random_edits_of_the_state_raise_state_error_or_restore(data):
         model = streammargin.from_state(good)
     except StateError:
         return
-    x = {"a": 1.0}
-    proba = model.predict_proba_one(x)
-    assert not proba or math.isclose(sum(proba.values()), 1.0)
+    # A restored model works: finite probabilities summing to 1, learning, a state that saves.
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    for i in range(30):
+        x = {name: float(rng.normal()) * 10.0 ** float(rng.integers(-300, 300))
+             for name in ("a", "b", f"new{i % 4}")}
+        proba = model.predict_proba_one(x)
+        assert all(math.isfinite(p) and 0.0 <= p <= 1.0 for p in proba.values())
+        assert not proba or math.isclose(sum(proba.values()), 1.0)
+        try:
+            model.learn_one(x, ["u", "v", "w"][i % 3])
+        except InvalidInput:  # a label beyond max_classes, say
+            pass
+    state.dumps(model.to_state())
+
+
+@FAST
+@given(data=st.data())
+def test_random_bytes_of_a_checkpoint_raise_state_error_or_restore(data):
+    """Flipped, cut or extended bytes: a model or a StateError, nothing else."""
+    raw = bytearray(state.dumps(trained_state()))
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(raw) - 1))
+        raw[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.sampled_from([None, len(raw) // 2, len(raw) - 1]))
+    if cut is not None:
+        raw = raw[:cut]
+    try:
+        streammargin.from_state(state.loads(bytes(raw)))
+    except StateError:
+        pass
 
 
 # Memory ---------------------------------------------------------------------------------------------
