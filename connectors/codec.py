@@ -3,11 +3,15 @@
 A codec turns the raw value of a Kafka record into an *event* `(id, x, y)`:
 
 - `x`: a dict of feature name -> finite real number, or `None` for a label record;
-- `y`: `True` / `False`, or `None` when the record carries no label;
+- `y`: the label, or `None` when the record carries no label: `True` / `False` for a binary
+  model, the label as it came (a str, an int or a bool) for a multiclass one;
 - `id`: the join key of delayed labels (a str or an int), or `None`.
 
-Anything that cannot be decoded or validated raises `DeadLetter(reason)`: the worker sends the
-raw bytes to the dead-letter topic with that reason and goes on, without touching the model.
+Anything that cannot be decoded or validated raises `DeadLetter(reason)`, or one of its
+subclasses that say what was wrong (`NullRecord`, `OversizedRecord`, `MalformedJSON`,
+`InvalidRecord`, `InvalidFeature`, `InvalidLabel`): the worker sends the raw record to the
+dead-letter topic with the reason and the class name in its headers, and goes on without
+touching the model.
 
 The default `JSONCodec` implements the event contract of DESIGN.md::
 
@@ -15,10 +19,14 @@ The default `JSONCodec` implements the event contract of DESIGN.md::
     {"id": "a2", "x": {"amount": 3.0, "n_items": 1}}                 event waiting for its label
     {"id": "a2", "y": false}                                         the label, later
 
-Labels are binary: true/false, 1/0 or 1/-1 (JSON numbers), normalised to `True`/`False` so that
-metrics compare them with the predicted labels exactly as River does. Other codecs plug in by
-import path (`get_codec("mypackage.codecs:AvroCodec")`): any class with a `decode(value)` method
-following the rules above.
+Labels of a binary model (`multiclass=False`, the default) are true/false, 1/0 or 1/-1 (JSON
+numbers), normalised to `True`/`False` so that metrics compare them with the predicted labels
+exactly as River does. Labels of a multiclass model (`multiclass=True`: a natively multiclass
+model, or a binary one wrapped one-vs-rest) are taken as they come: strings (at most
+`MAX_LABEL_CHARS` characters), integers (64-bit) or booleans; a number with a zero fraction
+(`2.0`) is the integer, as JSON does not tell them apart. Other codecs plug in by import path
+(`get_codec("mypackage.codecs:AvroCodec")`): any class with a `decode(value)` method following the
+rules above, taking the keyword `multiclass=True` if it serves multiclass models.
 
 This module also gives kafka-python a compiled CRC-32C (`install_fast_crc32c`): the client checks
 and computes a CRC-32C over every record batch, in pure Python unless the optional `crc32c`
@@ -33,12 +41,25 @@ import logging
 import math
 import numbers
 import typing
+from json.encoder import encode_basestring
 
 import numba
 import numpy as np
 
+from streammargin.errors import StateError
+
 __all__ = [
     "DeadLetter",
+    "NullRecord",
+    "OversizedRecord",
+    "MalformedJSON",
+    "InvalidRecord",
+    "InvalidFeature",
+    "InvalidLabel",
+    "MAX_LABEL_CHARS",
+    "label_json",
+    "label_to_state",
+    "label_from_state",
     "Codec",
     "JSONCodec",
     "get_codec",
@@ -48,11 +69,45 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Event = tuple[typing.Any, typing.Optional[dict], typing.Optional[bool]]
+Event = tuple[typing.Any, typing.Optional[dict], typing.Any]
+
+# Labels of multiclass models: strings up to this length (a label is kept per class in the model,
+# the metrics and every waiting event), integers of 64 bits (what Kafka's JSON consumers map to a
+# long), booleans.
+MAX_LABEL_CHARS = 256
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class DeadLetter(ValueError):
-    """A record that cannot be processed; the message is the reason written to the dead letter."""
+    """A record that cannot be processed; the message is the reason written to the dead letter.
+
+    The subclasses say what was wrong; the dead letter's `__connect.errors.exception.class.name`
+    header names the class, so a consumer of the dead-letter topic can route on it.
+    """
+
+
+class NullRecord(DeadLetter):
+    """The record has no value (a tombstone)."""
+
+
+class OversizedRecord(DeadLetter):
+    """The record is larger than the codec's `max_record_bytes`."""
+
+
+class MalformedJSON(DeadLetter):
+    """The value is not JSON (or not UTF-8, or holds NaN/Infinity)."""
+
+
+class InvalidRecord(DeadLetter):
+    """Valid JSON, but not an event or a label record (not an object, bad id, missing x, ...)."""
+
+
+class InvalidFeature(DeadLetter):
+    """A feature value that is not a finite real number."""
+
+
+class InvalidLabel(DeadLetter):
+    """A label the model cannot take."""
 
 
 class Codec(typing.Protocol):
@@ -72,7 +127,7 @@ def _short(value: typing.Any, limit: int = 100) -> str:
 
 
 def _non_finite(constant: str) -> typing.NoReturn:
-    raise DeadLetter(f"non-finite number {constant} (NaN and infinities are not allowed)")
+    raise MalformedJSON(f"non-finite number {constant} (NaN and infinities are not allowed)")
 
 
 def _feature_reason(x: dict) -> str | None:
@@ -107,7 +162,7 @@ def _check_features(x: dict) -> None:
         pass
     reason = _feature_reason(x)
     if reason is not None:
-        raise DeadLetter(reason)
+        raise InvalidFeature(reason)
 
 
 def _label(y: typing.Any) -> bool | None:
@@ -118,9 +173,71 @@ def _label(y: typing.Any) -> bool | None:
             return True
         if y == 0 or y == -1:
             return False
-    raise DeadLetter(
-        f"unknown label {_short(y)}: a binary model takes true/false, 1/0 or 1/-1"
+    raise InvalidLabel(
+        f"unknown label {_short(y)}: a binary model takes true/false, 1/0 or 1/-1; for more "
+        "classes run a multiclass model (--model convexpolytope) or --one-vs-rest"
     )
+
+
+def _multiclass_label(y: typing.Any) -> typing.Any:
+    """A label of a multiclass model: a str, an int or a bool, as it came (see the module doc)."""
+    kind = type(y)
+    if kind is str:
+        if len(y) > MAX_LABEL_CHARS:
+            raise InvalidLabel(
+                f"label {_short(y)} is longer than {MAX_LABEL_CHARS} characters"
+            )
+        return y
+    if kind is float and y.is_integer():
+        y = int(y)
+        kind = int
+    if kind is int:
+        if not _INT64_MIN <= y <= _INT64_MAX:
+            raise InvalidLabel(f"label {_short(y)} is beyond 64-bit integers")
+        return y
+    if kind is bool:
+        return y
+    raise InvalidLabel(
+        f"label {_short(y)} of type {kind.__name__}: a label is a string, an integer or a boolean"
+    )
+
+
+def label_json(label: typing.Any) -> str:
+    """A label as JSON text (`y_pred`, `y`); `null` for None."""
+    if type(label) is str:
+        return encode_basestring(label)
+    if label is True:
+        return "true"
+    if label is False:
+        return "false"
+    if label is None:
+        return "null"
+    return json.dumps(label, allow_nan=False)
+
+
+def label_to_state(label: typing.Any) -> typing.Any:
+    """A label of the codec's types as a JSON value of a checkpoint (strings as they are)."""
+    if type(label) is str:
+        return label
+    if type(label) is bool:
+        return {"bool": label}
+    return {"int": int(label)}
+
+
+def label_from_state(data: typing.Any) -> typing.Any:
+    """A label saved by `label_to_state`: only the types and bounds the codec produces, anything
+    else raises `StateError` (a checkpoint is untrusted)."""
+    if type(data) is str:
+        if len(data) > MAX_LABEL_CHARS:
+            raise StateError(f"a label of {len(data)} characters (at most {MAX_LABEL_CHARS})")
+        return data
+    if type(data) is dict and len(data) == 1:
+        if type(data.get("bool")) is bool:
+            return data["bool"]
+        value = data.get("int")
+        if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
+            return value
+    raise StateError(f"not a label: {_short(data, 60)}")
 
 
 class JSONCodec:
@@ -130,6 +247,9 @@ class JSONCodec:
     ----------
     max_record_bytes
         Records larger than this are dead letters ("oversized record"), before any parsing.
+    multiclass
+        False: binary labels, normalised to True/False. True: labels as they come (strings,
+        integers, booleans).
 
     Examples
     --------
@@ -142,26 +262,30 @@ class JSONCodec:
     >>> try:
     ...     codec.decode(b'{"x": {"amount": "12.5"}}')
     ... except DeadLetter as error:
-    ...     print(error)
-    feature 'amount' has value '12.5' of type str: expected a finite real number
+    ...     print(type(error).__name__, error)
+    InvalidFeature feature 'amount' has value '12.5' of type str: expected a finite real number
+    >>> JSONCodec(multiclass=True).decode(b'{"x": {"a": 1.0}, "y": "sky"}')
+    (None, {'a': 1.0}, 'sky')
 
     """
 
     name = "json"
 
-    def __init__(self, max_record_bytes: int = 1 << 20):
+    def __init__(self, max_record_bytes: int = 1 << 20, multiclass: bool = False):
         if max_record_bytes <= 0:
             raise ValueError(f"max_record_bytes must be positive, got {max_record_bytes!r}")
         self.max_record_bytes = max_record_bytes
+        self.multiclass = bool(multiclass)
+        self._label = _multiclass_label if multiclass else _label
         # One decoder for every record: json.loads(..., parse_constant=...) would build a new
         # decoder per call.
         self._decode_text = json.JSONDecoder(parse_constant=_non_finite).decode
 
     def decode(self, value: bytes | None) -> Event:
         if value is None:
-            raise DeadLetter("empty record (null value)")
+            raise NullRecord("empty record (null value)")
         if len(value) > self.max_record_bytes:
-            raise DeadLetter(
+            raise OversizedRecord(
                 f"oversized record: {len(value)} bytes > max_record_bytes={self.max_record_bytes}"
             )
         try:
@@ -169,29 +293,32 @@ class JSONCodec:
         except DeadLetter:
             raise
         except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError
-            raise DeadLetter(f"bad JSON: {error}") from None
+            raise MalformedJSON(f"bad JSON: {error}") from None
         if type(doc) is not dict:
-            raise DeadLetter(f"record is a JSON {type(doc).__name__}, expected an object")
+            raise InvalidRecord(f"record is a JSON {type(doc).__name__}, expected an object")
         event_id = doc.get("id")
         if event_id is not None and (type(event_id) is not str and type(event_id) is not int):
-            raise DeadLetter(f"id {_short(event_id)} must be a string or an integer")
+            raise InvalidRecord(f"id {_short(event_id)} must be a string or an integer")
         y = doc.get("y")
         if y is not True and y is not False and y is not None:
-            y = _label(y)
+            y = self._label(y)
         x = doc.get("x")
         if x is None:
             if y is None:
-                raise DeadLetter("missing x: an event needs features, a label record needs y")
+                raise InvalidRecord("missing x: an event needs features, a label record needs y")
             if event_id is None:
-                raise DeadLetter("label record without an id: cannot join it to an event")
+                raise InvalidRecord("label record without an id: cannot join it to an event")
             return event_id, None, y
         if type(x) is not dict:
-            raise DeadLetter(f"x must be a JSON object of feature values, got {_short(x, 80)}")
+            raise InvalidRecord(
+                f"x must be a JSON object of feature values, got {_short(x, 80)}"
+            )
         _check_features(x)
         return event_id, x, y
 
     def __repr__(self) -> str:
-        return f"JSONCodec(max_record_bytes={self.max_record_bytes})"
+        return (f"JSONCodec(max_record_bytes={self.max_record_bytes}, "
+                f"multiclass={self.multiclass})")
 
 
 _CODECS: dict[str, type] = {"json": JSONCodec}

@@ -88,6 +88,81 @@ def test_codec_rejects_integers_beyond_float64():
         codec.JSONCodec().decode(big)
 
 
+@pytest.mark.parametrize(
+    ("value", "cls"),
+    [
+        (None, codec.NullRecord),
+        (b"x" * 301, codec.OversizedRecord),
+        (b"not json", codec.MalformedJSON),
+        (b'{"x": {"f": NaN}}', codec.MalformedJSON),
+        (b"[1, 2]", codec.InvalidRecord),
+        (b'{"y": true}', codec.InvalidRecord),
+        (b'{"x": {"f": "1.5"}}', codec.InvalidFeature),
+        (b'{"x": {"f": 1}, "y": 2}', codec.InvalidLabel),
+    ],
+)
+def test_codec_dead_letters_say_what_was_wrong_by_their_class(value, cls):
+    with pytest.raises(cls):
+        JSON.decode(value)
+
+
+MULTICLASS = codec.JSONCodec(multiclass=True)
+
+
+@pytest.mark.parametrize(
+    ("value", "label"),
+    [
+        (b'{"x": {"f": 1}, "y": "sky"}', "sky"),
+        (b'{"x": {"f": 1}, "y": 7}', 7),
+        (b'{"x": {"f": 1}, "y": 0}', 0),
+        (b'{"x": {"f": 1}, "y": -1}', -1),
+        (b'{"x": {"f": 1}, "y": 2.0}', 2),  # JSON has one number type: 2.0 is the integer 2
+        (b'{"x": {"f": 1}, "y": true}', True),
+        (b'{"x": {"f": 1}, "y": ""}', ""),
+        (b'{"id": "a", "y": "cat"}', "cat"),
+        (b'{"x": {"f": 1}, "y": 9223372036854775807}', 2**63 - 1),
+    ],
+)
+def test_a_multiclass_codec_takes_labels_as_they_come(value, label):
+    y = MULTICLASS.decode(value)[2]
+    assert y == label and type(y) is type(label)
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b'{"x": {"f": 1}, "y": 2.5}', "label 2.5 of type float"),
+        (b'{"x": {"f": 1}, "y": [1]}', r"label \[1\] of type list"),
+        (b'{"x": {"f": 1}, "y": {"a": 1}}', "of type dict"),
+        (b'{"x": {"f": 1}, "y": 9223372036854775808}', "beyond 64-bit integers"),
+        (b'{"x": {"f": 1}, "y": "' + b"c" * 257 + b'"}', "longer than 256 characters"),
+    ],
+)
+def test_a_multiclass_codec_refuses_labels_of_other_types(value, reason):
+    with pytest.raises(codec.InvalidLabel, match=reason):
+        MULTICLASS.decode(value)
+
+
+def test_the_binary_codec_names_the_multiclass_options_for_other_labels():
+    with pytest.raises(codec.InvalidLabel, match="--one-vs-rest"):
+        JSON.decode(b'{"x": {"f": 1}, "y": "sky"}')
+
+
+@pytest.mark.parametrize("label", ["", "sky", "s" * 256, 0, -5, 2**63 - 1, -(2**63), True, False])
+def test_labels_round_trip_through_checkpoint_state(label):
+    restored = codec.label_from_state(state.loads(state.dumps(
+        {"l": codec.label_to_state(label)}))["l"])
+    assert restored == label and type(restored) is type(label)
+
+
+@pytest.mark.parametrize("data", ["s" * 257, {"int": 2**63}, {"int": True}, {"float": 1.0},
+                                  {"tuple": []}, {"none": None}, None, 3, [1],
+                                  {"bool": 1}, {"int": 1, "bool": True}])
+def test_labels_from_checkpoint_state_are_only_the_codecs_types(data):
+    with pytest.raises(streammargin.StateError):
+        codec.label_from_state(data)
+
+
 def test_get_codec_by_name_and_import_path():
     assert isinstance(codec.get_codec("json"), codec.JSONCodec)
     assert isinstance(codec.get_codec("connectors.codec:JSONCodec"), codec.JSONCodec)
