@@ -71,7 +71,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # /2: explicit detector and scaler state (no object graph), pending labels with sizes.
-CHECKPOINT_FORMAT = "streammargin.checkpoint/2"
+# /3: per-class metrics (macro F1), multiclass pending labels.
+CHECKPOINT_FORMAT = "streammargin.checkpoint/3"
 
 # Checkpoint records -------------------------------------------------------------------------------
 #

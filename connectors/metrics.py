@@ -5,15 +5,24 @@ Each labelled prediction (test-then-train, or a delayed label joined to its even
 - accuracy so far, equal to River's `metrics.Accuracy` of the same predictions;
 - accuracy over a rolling window of the last `rolling_window` labelled predictions, equal to
   `utils.Rolling(metrics.Accuracy, window_size=rolling_window)`;
-- log loss, with River's `metrics.LogLoss` arithmetic (probabilities clamped to [1e-15, 1 - 1e-15],
-  River's incremental mean), so the figures match River's to the last bit;
+- log loss with River's arithmetic, to the last bit: `metrics.LogLoss` of the probability of True
+  for a binary model (`update`), `metrics.CrossEntropy` of the class probabilities for a
+  multiclass one (`update_multiclass`); probabilities are clamped to [1e-15, 1 - 1e-15];
+- per class: the labels (support), the predictions and the correct ones, hence each class's F1
+  and their mean, equal to River's `metrics.MacroF1` (same arithmetic, same order of the sum);
 - a River drift detector fed with the error stream (1.0 for a mistake, 0.0 otherwise): any
   detector of `connectors.river_state.DETECTORS` by name; the worker's default is DDM with
   `TUNED_PARAMS` (chosen by `benchmarks/drift_detectors.py`).
 
+As in River's progressive validation, a label whose prediction was None (a multiclass model that
+had no class yet) counts in none of these (`unscored`), and an empty probability dict in no log
+loss.
+
 Everything here is plain numbers plus the detector, saved in the partition's checkpoint
 (`to_state` / `from_state`, every field validated on restore: a checkpoint is untrusted input), so
-a restored task reports the same metrics an uninterrupted one would.
+a restored task reports the same metrics an uninterrupted one would. The classes are bounded by
+`max_classes` (the model's): a label beyond it is left out of the per-class counts and counted in
+`classes_untracked` (a model with `max_classes` refuses such labels before they get here).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import typing
 import numpy as np
 
 from connectors import river_state
+from connectors.codec import label_from_state, label_to_state
 from streammargin.errors import StateError
 
 __all__ = [
@@ -35,11 +45,18 @@ __all__ = [
     "make_detector",
     "detector_names",
     "detector_params",
+    "label_key",
+    "MAX_CLASSES",
+    "MAX_REPORTED_CLASSES",
 ]
 
 # Bounds of a partition's metrics (checked before a restore allocates anything).
 MAX_ROLLING_WINDOW = 1 << 24
 MAX_KEEP_DETECTIONS = 1 << 16
+MAX_CLASSES = 100_000  # the largest max_classes a model takes
+# A metrics record lists at most this many classes (those with the most labels): the record must
+# stay far below a broker's message size limit.
+MAX_REPORTED_CLASSES = 1000
 _MAX_COUNT = 2**53  # counts are also kept as floats (the log loss mean's n)
 _MAX_LOG_LOSS = -math.log(1e-15)  # probabilities are clamped to [1e-15, 1 - 1e-15]
 
@@ -102,6 +119,23 @@ def detector_params(detector: typing.Any) -> dict[str, typing.Any]:
     return {key: getattr(detector, key) for key in keys}
 
 
+def label_key(label: typing.Any) -> str:
+    """A label as the key of a JSON object (`proba`, `per_class`): strings as they are, booleans
+    as "true"/"false", integers in decimal."""
+    if type(label) is str:
+        return label
+    if label is True:
+        return "true"
+    if label is False:
+        return "false"
+    return str(label)
+
+
+def _clamp(p: float) -> float:
+    # River's utils.math.clamp(p, 1e-15, 1 - 1e-15)
+    return max(min(p, 1.0 - 1e-15), 1e-15)
+
+
 class PartitionMetrics:
     """Progressive-validation metrics and drift detection of one partition's model.
 
@@ -113,6 +147,8 @@ class PartitionMetrics:
         A River drift detector fed with the error stream; `None` means ADWIN().
     keep_detections
         How many of the most recent detection offsets to report.
+    max_classes
+        At most this many classes are counted per class (the model's `max_classes`).
 
     Examples
     --------
@@ -122,11 +158,26 @@ class PartitionMetrics:
     ...     _ = metrics.update(y, p_true > 0.5, p_true, offset)
     >>> metrics.accuracy, metrics.rolling_accuracy, round(metrics.log_loss, 6)
     (0.6666666666666666, 0.5, 0.690491)
+    >>> metrics.macro_f1
+    0.6666666666666666
+
+    A multiclass model's predictions come with their class probabilities:
+
+    >>> metrics = PartitionMetrics()
+    >>> _ = metrics.update_multiclass("sky", None, {}, 0)  # no class yet: not scored
+    >>> _ = metrics.update_multiclass("path", "sky", {"sky": 1.0}, 1)
+    >>> _ = metrics.update_multiclass("sky", "sky", {"sky": 0.6, "path": 0.4}, 2)
+    >>> metrics.accuracy, metrics.unscored, round(metrics.log_loss, 6), metrics.macro_f1
+    (0.5, 1, 0.255413, 0.3333333333333333)
 
     """
 
     def __init__(
-        self, rolling_window: int = 1000, detector: typing.Any = None, keep_detections: int = 100
+        self,
+        rolling_window: int = 1000,
+        detector: typing.Any = None,
+        keep_detections: int = 100,
+        max_classes: int = MAX_CLASSES,
     ):
         if type(rolling_window) is not int or not 1 <= rolling_window <= MAX_ROLLING_WINDOW:
             raise ValueError(
@@ -138,22 +189,61 @@ class PartitionMetrics:
                 f"keep_detections must be an int in [0, {MAX_KEEP_DETECTIONS}], "
                 f"got {keep_detections!r}"
             )
+        if type(max_classes) is not int or not 2 <= max_classes <= MAX_CLASSES:
+            raise ValueError(f"max_classes must be an int in [2, {MAX_CLASSES}], "
+                             f"got {max_classes!r}")
         self.rolling_window = rolling_window
+        self.max_classes = max_classes
         self.detector = detector if detector is not None else make_detector("adwin")
-        self.n_labelled = 0
+        self.n_labelled = 0  # scored labels: the accuracy's denominator
         self.n_correct = 0
+        self.n_unscored = 0
         # River's stats.Mean, written out: n as a float, mean += (1 / n) (x - mean).
         self._loss_n = 0.0
         self._loss_mean = 0.0
         self._window = bytearray(rolling_window)  # 1 = correct, ring buffer
         self._window_pos = 0
         self._window_correct = 0
+        # Per class, in order of first appearance (River's ConfusionMatrix sum_row and sum_col
+        # are filled in that order, and MacroF1 sums over a set built from them).
+        self._support: dict[typing.Any, int] = {}
+        self._predicted: dict[typing.Any, int] = {}
+        self._correct: dict[typing.Any, int] = {}
+        self._classes: set = set()
+        self.n_untracked = 0
         self.n_detections = 0
         self.detections: collections.deque[int] = collections.deque(maxlen=keep_detections)
 
-    def update(self, y_true: bool, y_pred: bool, p_true: float, offset: int) -> bool:
-        """Count one labelled prediction; True when the detector reports a drift on it."""
-        correct = 1 if y_true == y_pred else 0
+    def _tracked(self, label: typing.Any) -> bool:
+        """Whether `label` is counted per class (it is, while there is room for a new class)."""
+        classes = self._classes
+        if label in classes:
+            return True
+        if len(classes) < self.max_classes:
+            classes.add(label)
+            return True
+        return False
+
+    def _count(self, y_true: typing.Any, y_pred: typing.Any, correct: int) -> None:
+        support, predicted = self._support, self._predicted
+        n = support.get(y_true)
+        if n is not None:
+            support[y_true] = n + 1
+        elif self._tracked(y_true):
+            support[y_true] = 1
+        else:
+            self.n_untracked += 1
+        n = predicted.get(y_pred)
+        if n is not None:
+            predicted[y_pred] = n + 1
+        elif self._tracked(y_pred):
+            predicted[y_pred] = 1
+        else:
+            self.n_untracked += 1
+        if correct and y_true in support:
+            self._correct[y_true] = self._correct.get(y_true, 0) + 1
+
+    def _scored(self, correct: int, offset: int) -> bool:
         self.n_labelled += 1
         self.n_correct += correct
         window = self._window
@@ -161,10 +251,6 @@ class PartitionMetrics:
         self._window_correct += correct - window[pos]
         window[pos] = correct
         self._window_pos = pos + 1 if pos + 1 < self.rolling_window else 0
-        p_true = max(min(p_true, 1.0 - 1e-15), 1e-15)
-        loss = -math.log(p_true) if y_true else -math.log(1.0 - p_true)
-        self._loss_n += 1.0
-        self._loss_mean += (1.0 / self._loss_n) * (loss - self._loss_mean)
         detector = self.detector
         detector.update(0.0 if correct else 1.0)
         if detector.drift_detected:
@@ -172,6 +258,33 @@ class PartitionMetrics:
             self.detections.append(offset)
             return True
         return False
+
+    def _loss(self, loss: float) -> None:
+        self._loss_n += 1.0
+        self._loss_mean += (1.0 / self._loss_n) * (loss - self._loss_mean)
+
+    def update(self, y_true: bool, y_pred: bool, p_true: float, offset: int) -> bool:
+        """Count one labelled prediction of a binary model (`p_true`: its probability of True);
+        True when the detector reports a drift on it."""
+        correct = 1 if y_true == y_pred else 0
+        self._count(y_true, y_pred, correct)
+        p_true = _clamp(p_true)
+        self._loss(-math.log(p_true) if y_true else -math.log(1.0 - p_true))
+        return self._scored(correct, offset)
+
+    def update_multiclass(self, y_true: typing.Any, y_pred: typing.Any, proba: dict,
+                          offset: int) -> bool:
+        """Count one labelled prediction of a multiclass model (`proba`: its class
+        probabilities); True when the detector reports a drift on it."""
+        if proba:  # River's CrossEntropy; a class the model does not know yet costs nothing
+            p = proba.get(y_true)
+            self._loss(0.0 if p is None else -math.log(_clamp(p)))
+        if y_pred is None:
+            self.n_unscored += 1
+            return False
+        correct = 1 if y_true == y_pred else 0
+        self._count(y_true, y_pred, correct)
+        return self._scored(correct, offset)
 
     @property
     def accuracy(self) -> float | None:
@@ -186,14 +299,78 @@ class PartitionMetrics:
     def log_loss(self) -> float | None:
         return self._loss_mean if self._loss_n else None
 
+    @property
+    def unscored(self) -> int:
+        return self.n_unscored
+
+    def _f1(self, label: typing.Any) -> float | None:
+        """River's per-class F1 of MacroF1 (None where River skips the class: no precision and
+        no recall)."""
+        tp = float(self._correct.get(label, 0))
+        try:
+            p = tp / float(self._predicted.get(label, 0))
+        except ZeroDivisionError:
+            p = 0
+        try:
+            r = tp / float(self._support.get(label, 0))
+        except ZeroDivisionError:
+            r = 0
+        b2 = 1.0
+        try:
+            return (1 + b2) * p * r / (b2 * p + r)
+        except ZeroDivisionError:
+            return None
+
+    @property
+    def macro_f1(self) -> float | None:
+        """River's `metrics.MacroF1` of the scored predictions (None before the first)."""
+        if not self.n_labelled:
+            return None
+        # The classes in the order River's ConfusionMatrix.classes gives them.
+        classes = list({c for c in self._support} | {c for c in self._predicted})
+        total = 0
+        for c in classes:
+            f1 = self._f1(c)
+            if f1 is not None:
+                total += f1
+        try:
+            return total / len(classes)
+        except ZeroDivisionError:
+            return 0.0
+
+    def per_class(self) -> dict[str, dict[str, typing.Any]]:
+        """Label (as a JSON key) -> support, predicted, correct and F1, for at most
+        `MAX_REPORTED_CLASSES` classes (those with the most labels)."""
+        support, predicted, correct = self._support, self._predicted, self._correct
+        classes = list(support) + [c for c in predicted if c not in support]
+        if len(classes) > MAX_REPORTED_CLASSES:
+            classes = sorted(classes, key=lambda c: -support.get(c, 0))[:MAX_REPORTED_CLASSES]
+        report = {}
+        for c in classes:
+            f1 = self._f1(c)
+            report[label_key(c)] = {
+                "support": support.get(c, 0),
+                "predicted": predicted.get(c, 0),
+                "correct": correct.get(c, 0),
+                "f1": 0.0 if f1 is None else f1,
+            }
+        return report
+
     def summary(self) -> dict[str, typing.Any]:
         """The metrics as JSON values."""
+        per_class = self.per_class()
         return {
             "labelled": self.n_labelled,
+            "unscored": self.n_unscored,
             "accuracy": self.accuracy,
             "rolling_accuracy": self.rolling_accuracy,
             "rolling_window": self.rolling_window,
             "log_loss": self.log_loss,
+            "macro_f1": self.macro_f1,
+            "classes": len(self._classes),
+            "per_class": per_class,
+            "per_class_omitted": len(self._classes) - len(per_class),
+            "classes_untracked": self.n_untracked,
             "drift": {
                 "detector": type(self.detector).__name__,
                 "params": detector_params(self.detector),
@@ -205,15 +382,31 @@ class PartitionMetrics:
     # Safe state --------------------------------------------------------------------------------
 
     def to_state(self) -> dict:
+        def column(counts: dict) -> tuple[list, np.ndarray]:
+            return ([label_to_state(c) for c in counts],
+                    np.array(list(counts.values()), dtype=np.int64))
+
+        support_labels, support_counts = column(self._support)
+        predicted_labels, predicted_counts = column(self._predicted)
+        correct_labels, correct_counts = column(self._correct)
         return {
             "rolling_window": self.rolling_window,
+            "max_classes": self.max_classes,
             "n_labelled": self.n_labelled,
             "n_correct": self.n_correct,
+            "n_unscored": self.n_unscored,
+            "n_untracked": self.n_untracked,
             "loss_n": self._loss_n,
             "loss_mean": self._loss_mean,
             "window": np.frombuffer(bytes(self._window), dtype=np.uint8).copy(),
             "window_pos": self._window_pos,
             "window_correct": self._window_correct,
+            "support_labels": support_labels,
+            "support_counts": support_counts,
+            "predicted_labels": predicted_labels,
+            "predicted_counts": predicted_counts,
+            "correct_labels": correct_labels,
+            "correct_counts": correct_counts,
             "n_detections": self.n_detections,
             "detections": list(self.detections),
             "keep_detections": self.detections.maxlen,
@@ -226,12 +419,15 @@ class PartitionMetrics:
 
         Sizes are checked before the window is allocated; the counts must agree with each other
         and with the window (its bytes are 0 or 1, `window_correct` their sum, `window_pos` the
-        count modulo the window), the log loss mean is in its finite range, and the detector
-        is restored by `river_state.detector_from_state`.
+        count modulo the window), the log loss mean is in its finite range, the per-class counts
+        hold at most `max_classes` classes of the codec's label types and add up to the scored
+        and correct counts, and the detector is restored by `river_state.detector_from_state`.
         """
         keys = (
-            "rolling_window", "n_labelled", "n_correct", "loss_n", "loss_mean", "window",
-            "window_pos", "window_correct", "n_detections", "detections", "keep_detections",
+            "rolling_window", "max_classes", "n_labelled", "n_correct", "n_unscored",
+            "n_untracked", "loss_n", "loss_mean", "window", "window_pos", "window_correct",
+            "support_labels", "support_counts", "predicted_labels", "predicted_counts",
+            "correct_labels", "correct_counts", "n_detections", "detections", "keep_detections",
             "detector",
         )
         if type(data) is not dict or set(data) != set(keys):
@@ -244,9 +440,12 @@ class PartitionMetrics:
             return value
 
         rolling_window = whole("rolling_window", 1, MAX_ROLLING_WINDOW)
+        max_classes = whole("max_classes", 2, MAX_CLASSES)
         keep_detections = whole("keep_detections", 0, MAX_KEEP_DETECTIONS)
         n_labelled = whole("n_labelled", 0, _MAX_COUNT)
         n_correct = whole("n_correct", 0, n_labelled)
+        n_unscored = whole("n_unscored", 0, _MAX_COUNT - n_labelled)
+        n_untracked = whole("n_untracked", 0, 2 * n_labelled)
         window_pos = whole("window_pos", 0, rolling_window - 1)
         filled = min(n_labelled, rolling_window)
         window_correct = whole("window_correct", 0, filled)
@@ -266,12 +465,29 @@ class PartitionMetrics:
         if window.max() > 1 or int(window.sum()) != window_correct or window[filled:].any():
             raise StateError("metrics state: window bytes must be 0/1 summing to window_correct")
         loss_n, loss_mean = data["loss_n"], data["loss_mean"]
-        if type(loss_n) not in (int, float) or loss_n != n_labelled:
-            raise StateError("metrics state: loss_n must equal n_labelled")
+        if (type(loss_n) not in (int, float) or not 0 <= loss_n <= n_labelled + n_unscored
+                or loss_n != int(loss_n)):
+            raise StateError("metrics state: loss_n must be a whole number of labels")
         if type(loss_mean) not in (int, float) or not 0.0 <= loss_mean <= _MAX_LOG_LOSS or (
-            n_labelled == 0 and loss_mean != 0.0
+            loss_n == 0 and loss_mean != 0.0
         ):
             raise StateError(f"metrics state: loss_mean must be in [0, {_MAX_LOG_LOSS}]")
+        support = _class_counts(data, "support", max_classes, n_labelled)
+        predicted = _class_counts(data, "predicted", max_classes, n_labelled)
+        correct = _class_counts(data, "correct", max_classes, n_correct)
+        classes = set(support) | set(predicted)
+        if len(classes) > max_classes:
+            raise StateError(f"metrics state: more than max_classes={max_classes} classes")
+        for label, n in correct.items():
+            if n > min(support.get(label, 0), predicted.get(label, 0)):
+                raise StateError(
+                    f"metrics state: class {label!r:.60} has more correct predictions than "
+                    "labels or predictions"
+                )
+        n_tracked = [sum(support.values()), sum(predicted.values())]
+        if (max(n_tracked) > n_labelled or 2 * n_labelled - sum(n_tracked) != n_untracked
+                or sum(correct.values()) > n_correct):
+            raise StateError("metrics state: the per-class counts do not add up to the counts")
         detections = data["detections"]
         if type(detections) is not list or len(detections) > min(keep_detections, n_detections):
             raise StateError(
@@ -281,14 +497,37 @@ class PartitionMetrics:
         if any(type(o) is not int or not 0 <= o < 2**63 for o in detections):
             raise StateError("metrics state: detection offsets must be ints in [0, 2**63)")
         detector = river_state.detector_from_state(data["detector"])
-        metrics = cls(rolling_window, detector, keep_detections)
+        metrics = cls(rolling_window, detector, keep_detections, max_classes)
         metrics._window = bytearray(window.tobytes())
         metrics.n_labelled, metrics.n_correct = n_labelled, n_correct
+        metrics.n_unscored, metrics.n_untracked = n_unscored, n_untracked
         metrics._loss_n, metrics._loss_mean = float(loss_n), float(loss_mean)
         metrics._window_pos, metrics._window_correct = window_pos, window_correct
+        metrics._support, metrics._predicted, metrics._correct = support, predicted, correct
+        metrics._classes = classes
         metrics.n_detections = n_detections
         metrics.detections.extend(detections)
         return metrics
+
+
+def _class_counts(data: dict, name: str, max_classes: int, total: int) -> dict:
+    """The per-class counts `name` of a metrics state, as a dict in their saved order."""
+    labels, counts = data[f"{name}_labels"], data[f"{name}_counts"]
+    if type(labels) is not list or len(labels) > max_classes:
+        raise StateError(f"metrics state: {name}_labels must be a list of at most "
+                         f"max_classes={max_classes} labels")
+    if (not isinstance(counts, np.ndarray) or counts.dtype != np.int64
+            or counts.shape != (len(labels),)):
+        raise StateError(f"metrics state: {name}_counts must be {len(labels)} int64 values")
+    if len(labels) and (counts.min() < 1 or counts.max() > total):
+        raise StateError(f"metrics state: {name}_counts must be in [1, {total}]")
+    try:
+        result = dict(zip((label_from_state(label) for label in labels), counts.tolist()))
+    except StateError as error:
+        raise StateError(f"metrics state: {name}_labels: {error}") from None
+    if len(result) != len(labels):
+        raise StateError(f"metrics state: {name}_labels holds a label twice")
+    return result
 
 
 class Throughput:

@@ -7,7 +7,10 @@ import pathlib
 import random
 import re
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from river import drift, metrics, utils
 
 import streammargin
@@ -349,6 +352,120 @@ def test_metrics_state_round_trip_continues_identically(name):
         )
     assert restored.summary() == original.summary()
     assert state.dumps(restored.to_state()) == state.dumps(original.to_state())
+
+
+def test_binary_metrics_give_rivers_macro_f1_and_the_counts_of_each_class():
+    ours = PartitionMetrics()
+    macro_f1 = metrics.MacroF1()
+    stream = random_predictions(700, seed=4)
+    for offset, (y, y_pred, p_true) in enumerate(stream):
+        ours.update(y, y_pred, p_true, offset)
+        macro_f1.update(y, y_pred)
+    assert ours.macro_f1 == macro_f1.get()
+    per_class = ours.summary()["per_class"]
+    assert per_class["true"]["support"] == sum(y for y, _, _ in stream)
+    assert per_class["false"]["predicted"] == sum(not p for _, p, _ in stream)
+    assert per_class["true"]["correct"] == sum(y and p for y, p, _ in stream)
+
+
+LABELS = st.sampled_from(["sky", "grass", "path", "window", 7, -1, 0])
+MULTICLASS_STREAM = st.lists(
+    st.tuples(
+        LABELS,
+        st.none() | LABELS,
+        st.dictionaries(LABELS, st.floats(0.0, 1.0), max_size=5),
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(stream=MULTICLASS_STREAM, window=st.integers(1, 20))
+def test_multiclass_metrics_equal_rivers_progressive_validation_exactly(stream, window):
+    ours = PartitionMetrics(rolling_window=window)
+    accuracy, macro_f1, cross_entropy = metrics.Accuracy(), metrics.MacroF1(), metrics.CrossEntropy()
+    rolling = utils.Rolling(metrics.Accuracy, window_size=window)
+    for offset, (y, y_pred, proba) in enumerate(stream):
+        ours.update_multiclass(y, y_pred, proba, offset)
+        # River's progressive validation skips a None prediction and an empty probability dict.
+        if y_pred is not None:
+            accuracy.update(y, y_pred)
+            macro_f1.update(y, y_pred)
+            rolling.update(y, y_pred)
+        if proba:
+            cross_entropy.update(y, proba)
+    scored = [entry for entry in stream if entry[1] is not None]
+    assert ours.n_labelled == len(scored) and ours.unscored == len(stream) - len(scored)
+    assert ours.accuracy == (accuracy.get() if scored else None)
+    assert ours.rolling_accuracy == (rolling.get() if scored else None)
+    assert ours.macro_f1 == (macro_f1.get() if scored else None)
+    assert ours.log_loss == (cross_entropy.get() if any(p for _, _, p in stream) else None)
+    # Restored from its state, it reports and goes on identically.
+    twin = PartitionMetrics.from_state(round_trip(ours.to_state()))
+    assert twin.summary() == ours.summary()
+    for offset, (y, y_pred, proba) in enumerate(stream[:20], len(stream)):
+        twin.update_multiclass(y, y_pred, proba, offset)
+        ours.update_multiclass(y, y_pred, proba, offset)
+    assert twin.summary() == ours.summary() and twin.macro_f1 == ours.macro_f1
+    assert state.dumps(twin.to_state()) == state.dumps(ours.to_state())
+
+
+def test_per_class_counts_are_bounded_by_max_classes():
+    ours = PartitionMetrics(max_classes=3)
+    for offset, label in enumerate(["a", "b", "c", "d", "e", "a"]):
+        ours.update_multiclass(label, "a", {"a": 0.5}, offset)
+    summary = ours.summary()
+    assert summary["classes"] == 3 and set(summary["per_class"]) == {"a", "b", "c"}
+    assert summary["classes_untracked"] == 2 and summary["labelled"] == 6
+    assert summary["per_class"]["a"] == {"support": 2, "predicted": 6, "correct": 2,
+                                         "f1": 2 * (2 / 6) * 1.0 / (2 / 6 + 1.0)}
+    assert PartitionMetrics.from_state(round_trip(ours.to_state())).summary() == summary
+
+
+def multiclass_metrics_state() -> dict:
+    ours = PartitionMetrics(rolling_window=10, max_classes=4)
+    for offset, (y, y_pred) in enumerate([("a", "a"), ("b", "a"), ("b", "b"), (3, "b"), (3, 3)]):
+        ours.update_multiclass(y, y_pred, {"a": 0.2, "b": 0.5, 3: 0.3}, offset)
+    return round_trip(ours.to_state())
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda s: s.update(max_classes=1), "max_classes"),
+        (lambda s: s.update(max_classes=10**9), "max_classes"),
+        (lambda s: s.update(max_classes=2), "at most max_classes=2"),
+        (lambda s: s["support_labels"].append("z"), "support_counts must be 4 int64"),
+        (lambda s: s.update(support_counts=s["support_counts"] + 1), "do not add up"),
+        (lambda s: s.update(support_counts=s["support_counts"] * 10), r"in \[1, 5\]"),
+        (lambda s: s.update(predicted_counts=-s["predicted_counts"]), r"in \[1, 5\]"),
+        (lambda s: s.update(support_counts=s["support_counts"].astype(float)), "int64"),
+        (lambda s: s["support_labels"].__setitem__(1, "a"), "a label twice"),
+        (lambda s: s["support_labels"].__setitem__(1, {"float": 1.5}), "not a label"),
+        (lambda s: s["support_labels"].__setitem__(1, "x" * 300), "300 characters"),
+        (lambda s: s["correct_labels"].__setitem__(0, "zz"), "more correct predictions"),
+        (lambda s: s.update(n_untracked=1), "do not add up"),
+        (lambda s: s.update(n_unscored=-1), "n_unscored"),
+        (lambda s: s.update(loss_n=99.0), "loss_n"),
+        (lambda s: s.update(loss_n=2.5), "loss_n"),
+        (lambda s: s.update(predicted_labels="abc"), "predicted_labels must be a list"),
+        (lambda s: s.pop("correct_counts"), "expected the fields"),
+    ],
+)
+def test_metrics_state_refuses_malformed_per_class_counts(change, reason):
+    data = multiclass_metrics_state()
+    PartitionMetrics.from_state(round_trip(data))  # the unchanged state restores
+    change(data)
+    with pytest.raises(state.StateError, match=reason):
+        PartitionMetrics.from_state(data)
+
+
+def test_a_hostile_metrics_state_cannot_claim_classes_beyond_the_bound():
+    data = multiclass_metrics_state()
+    data.update(max_classes=100_000, support_labels=[f"c{i}" for i in range(100_001)],
+                support_counts=np.ones(100_001, dtype=np.int64))
+    with pytest.raises(state.StateError, match="at most max_classes=100000"):
+        PartitionMetrics.from_state(data)
 
 
 def test_checkpoint_bytes_round_trip_and_reject_other_data():

@@ -628,9 +628,9 @@ def test_restore_refuses_unreadable_bytes_with_state_error(payload):
 
 def test_restore_refuses_a_checkpoint_of_the_previous_format_naming_both_formats():
     fields, task_settings = saved_fields()
-    fields["format"] = "streammargin.checkpoint/1"
-    with pytest.raises(StateError, match="'streammargin.checkpoint/1', this worker reads "
-                                         "'streammargin.checkpoint/2'"):
+    fields["format"] = "streammargin.checkpoint/2"
+    with pytest.raises(StateError, match="'streammargin.checkpoint/2', this worker reads "
+                                         "'streammargin.checkpoint/3'"):
         PartitionTask.restore(state.dumps(fields), "events", 5, task_settings)
 
 
