@@ -148,7 +148,8 @@ def produce(bootstrap: str, topic: str, stream_name: str, size: int, bad_every: 
 
 
 def dead_letter_reasons(bootstrap: str, topic: str) -> dict[str, int]:
-    """Dead letters by reason (the worker puts it in the `streammargin.error.reason` header)."""
+    """Dead letters by reason (the worker puts it in Kafka Connect's
+    `__connect.errors.exception.message` header)."""
     from kafka import KafkaConsumer
 
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
@@ -156,7 +157,7 @@ def dead_letter_reasons(bootstrap: str, topic: str) -> dict[str, int]:
     reasons: dict[str, int] = {}
     for message in consumer:
         headers = dict(message.headers or [])
-        reason = headers.get("streammargin.error.reason", b"?").decode(errors="replace")
+        reason = headers.get("__connect.errors.exception.message", b"?").decode(errors="replace")
         reason = reason.split(":")[0]
         reasons[reason] = reasons.get(reason, 0) + 1
     consumer.close()

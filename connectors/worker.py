@@ -80,11 +80,17 @@ class WorkerConfig:
     metrics_topic: str | None = "streammargin.metrics"
     dead_letter_topic: str | None = "streammargin.dead-letters"
     checkpoint_topic: str = "streammargin.checkpoints"
-    # 1: one Kafka message per prediction. N > 1: JSON Lines of up to N predictions per message
-    # (several times the throughput: kafka-python's per-message cost dominates the worker's).
+    # 1: one Kafka message per prediction, with the input record's key, timestamp and headers.
+    # N > 1: one message {"predictions": [...]} per N predictions of a partition, without keys or
+    # headers (several times the throughput: kafka-python's per-message cost dominates).
     predictions_per_message: int = 1
     model: str = "alma"
     params: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
+    # A binary model on a multiclass topic: streammargin.OneVsRestClassifier(model, max_classes).
+    one_vs_rest: bool = False
+    max_classes: int = 100
+    # Input headers the predictions keep: "all", "none", or a list of header names.
+    copy_headers: str | typing.Sequence[str] = "all"
     # A StandardScaler in front of the model (streammargin's: River's arithmetic, bounded memory;
     # its statistics are checkpointed too).
     scale: bool = False
@@ -135,6 +141,8 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         if isinstance(self.topics, str):
             self.topics = [self.topics]
+        if not isinstance(self.copy_headers, str):
+            self.copy_headers = tuple(self.copy_headers)
         self.topics = list(dict.fromkeys(self.topics))
         if not self.topics:
             raise ValueError("at least one input topic is needed")
@@ -171,6 +179,9 @@ class WorkerConfig:
             group_id=self.group_id,
             model=self.model,
             params=dict(self.params),
+            one_vs_rest=self.one_vs_rest,
+            max_classes=self.max_classes,
+            copy_headers=self.copy_headers,
             scale=self.scale,
             codec=self.codec,
             max_record_bytes=self.max_record_bytes,
@@ -418,6 +429,14 @@ def check_tls_files(settings: dict[str, dict]) -> None:
                     "the certificate and its private key as PEM files (the key may be in the "
                     "certificate file), and --ssl-password if the key is encrypted"
                 ) from None
+
+
+def _sendable(headers: typing.Any) -> list[tuple[str, bytes]] | None:
+    """Headers kafka-python's producer takes: a list of (str, bytes); Kafka allows a header
+    without a value, which the consumer gives as None and the producer refuses: empty bytes."""
+    if not headers:
+        return None
+    return [(str(name), b"" if value is None else bytes(value)) for name, value in headers]
 
 
 def _too_large(error: BaseException) -> bool:
@@ -963,18 +982,27 @@ class Worker:
         values = records.values
         per_message = self.config.predictions_per_message
         try:
-            if records.keys is not None or records.headers is not None or (
-                    records.timestamps is not None):
-                for record in records:
-                    remember(send(topic, record.value, key=record.key, headers=record.headers,
-                                  timestamp_ms=record.timestamp_ms, partition=partition))
-            elif per_message == 1:
-                for value in values:
-                    remember(send(topic, value, partition=partition))
+            if per_message == 1:
+                # Kafka's conventions: the input record's key, timestamp and headers.
+                for value, key, headers, timestamp in zip(values, records.keys, records.headers,
+                                                          records.timestamps):
+                    try:
+                        future = send(topic, value, key=key, headers=headers,
+                                      timestamp_ms=timestamp, partition=partition)
+                    except TypeError:
+                        # A header kafka-python cannot write (a null value): sent as empty.
+                        future = send(topic, value, key=key, headers=_sendable(headers),
+                                      timestamp_ms=timestamp, partition=partition)
+                    remember(future)
             else:
-                # JSON Lines: N predictions per Kafka message, for consumers that can split them.
+                # One JSON object per N predictions, readable by JSON consumers (ksqlDB, Kafka
+                # Connect's JsonConverter, Flink's json format), whose "predictions" array
+                # holds the single records; its timestamp is its last input record's.
+                timestamps = records.timestamps
                 for start in range(0, len(values), per_message):
-                    remember(send(topic, b"\n".join(values[start:start + per_message]),
+                    chunk = values[start:start + per_message]
+                    remember(send(topic, b'{"predictions":[' + b",".join(chunk) + b"]}",
+                                  timestamp_ms=timestamps[start + len(chunk) - 1],
                                   partition=partition))
         except KafkaError as error:
             raise _send_failure(f"predictions to {topic!r}", error) from error
@@ -991,9 +1019,21 @@ class Worker:
     def _send_dead_letter(self, topic: str, record: typing.Any) -> None:
         from kafka.errors import KafkaError
 
+        if record.value is None and record.key is None:
+            # kafka-python cannot produce a record with neither key nor value (a tombstone
+            # without key, a skipped batch): an empty value, marked.
+            record = record._replace(value=b"", headers=[
+                *(record.headers or []), (ERROR_HEADER + "null_value", b"true")])
         try:
-            future = self._producer.send(topic, record.value, key=record.key,
-                                         headers=record.headers, timestamp_ms=record.timestamp_ms)
+            try:
+                future = self._producer.send(topic, record.value, key=record.key,
+                                             headers=record.headers,
+                                             timestamp_ms=record.timestamp_ms)
+            except TypeError:  # an input header with a null value: sent as empty
+                record = record._replace(headers=_sendable(record.headers))
+                future = self._producer.send(topic, record.value, key=record.key,
+                                             headers=record.headers,
+                                             timestamp_ms=record.timestamp_ms)
         except KafkaError as error:
             if not _too_large(error) or not record.value:
                 raise _send_failure(f"a dead letter to {topic!r}", error) from error
@@ -1119,7 +1159,7 @@ class Worker:
             records_per_s=round(overall, 1),
             records_per_s_recent=round(recent, 1),
             lag=lag,
-            time=time.time(),
+            time_ms=int(time.time() * 1000),  # epoch milliseconds, as Kafka's timestamps
         )
         self._final_metrics[f"{task.topic}/{task.partition}"] = record
         topic = self.config.metrics_topic

@@ -18,11 +18,11 @@ import time
 import uuid
 
 import pytest
-from river import evaluate, metrics, preprocessing
+from river import datasets, evaluate, metrics, preprocessing
 from river.datasets import synth
 
 import streammargin
-from connectors import checkpoint
+from connectors import checkpoint, schemas
 from connectors.broker import create_topics
 from connectors.worker import Worker, WorkerConfig
 from streammargin import state
@@ -428,20 +428,155 @@ def test_two_workers_share_the_partitions_and_the_survivor_takes_over(kafka_brok
     assert any(int(n) > 0 for n in restored), logs[1].read_text()
 
 
-def test_predictions_can_be_batched_as_json_lines(kafka_broker):
+def test_predictions_can_be_batched_as_one_json_object_per_message(kafka_broker):
     bootstrap = kafka_broker.bootstrap_servers
-    name = fresh("lines")
+    name = fresh("batched")
     create_topics(bootstrap, [name])
     data = labelled_stream(1_000, seed=19)
     produce(bootstrap, name, [(0, event(i, x, y)) for i, (x, y) in enumerate(data)])
     cfg = config(bootstrap, name, predictions_per_message=64, max_poll_records=300)
     Worker(cfg).run()
     messages = read_all(bootstrap, cfg.predictions_topic)
-    lines = [json.loads(line) for m in messages for line in m.value.split(b"\n")]
-    assert all(len(m.value.split(b"\n")) <= 64 for m in messages) and len(messages) < 100
+    # One JSON object per message (what ksqlDB, Kafka Connect's JsonConverter and Flink's json
+    # format read), its "predictions" the single records.
+    batch = schemas.validator("prediction-batch")
+    for message in messages:
+        batch.validate(json.loads(message.value))
+    batches = [json.loads(m.value)["predictions"] for m in messages]
+    assert all(len(b) <= 64 for b in batches) and len(messages) < 100
+    predictions = [p for b in batches for p in b]
     _, served = straight_run(data, streammargin.ALMAClassifier())
-    assert [p["offset"] for p in lines] == list(range(1_000))
-    assert [(p["y_pred"], p["p_true"]) for p in lines] == served
+    assert [p["offset"] for p in predictions] == list(range(1_000))
+    assert [(p["y_pred"], p["p_true"]) for p in predictions] == served
+
+
+def test_outputs_follow_kafkas_conventions_and_their_json_schemas(kafka_broker):
+    from kafka import KafkaProducer
+
+    bootstrap = kafka_broker.bootstrap_servers
+    name = fresh("conventions")
+    create_topics(bootstrap, [name], partitions=2)
+    data = labelled_stream(400, seed=5)
+    sent = {}  # (partition, offset) -> (key, headers, timestamp, value)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=10)
+    futures = []
+    for i, (x, y) in enumerate(data):
+        value = event(i, x, y)
+        if i % 50 == 7:
+            value = None if i % 100 == 7 else b"not json"  # a tombstone, or bad JSON
+        key = f"user-{i % 13}".encode()
+        headers = [("traceparent", f"00-{i:032x}-01".encode()), ("tenant", b"acme")]
+        timestamp = 1_700_000_000_000 + 1_000 * i
+        future = producer.send(name, value, key=key, headers=headers, timestamp_ms=timestamp,
+                               partition=i % 2)
+        futures.append((future, (key, headers, timestamp, value)))
+    producer.flush()
+    for future, record in futures:
+        metadata = future.get(timeout=10)
+        sent[(metadata.partition, metadata.offset)] = record
+    producer.close()
+    cfg = config(bootstrap, name, metrics_every=100, copy_headers=["traceparent"])
+    started_ms = time.time() * 1000
+    Worker(cfg).run()
+
+    binary = schemas.validator("prediction-binary")
+    predictions = read_all(bootstrap, cfg.predictions_topic)
+    assert len(predictions) == 400 - 8
+    for record in predictions:
+        prediction = json.loads(record.value)
+        binary.validate(prediction)
+        key, headers, timestamp, _ = sent[(prediction["partition"], prediction["offset"])]
+        # The input's key (co-partitioned: same partition), timestamp and chosen headers.
+        assert (record.key, record.timestamp, record.headers) == (key, timestamp, headers[:1])
+        assert record.partition == prediction["partition"] and record.timestamp_type == 0
+
+    dead_letter = schemas.validator("dead-letter-headers")
+    dead = read_all(bootstrap, cfg.dead_letter_topic)
+    assert len(dead) == 8
+    for record in dead:
+        found = {k: v.decode() for k, v in record.headers if k.startswith("__connect.errors.")}
+        dead_letter.validate(found)
+        key, headers, timestamp, value = sent[(int(found["__connect.errors.partition"]),
+                                               int(found["__connect.errors.offset"]))]
+        # The record as it came (a tombstone stays one), its headers first, Connect's after.
+        assert (record.key, record.value, record.timestamp) == (key, value, timestamp)
+        assert record.headers[:2] == headers
+        assert found["__connect.errors.exception.class.name"] == (
+            "connectors.codec.NullRecord" if value is None else "connectors.codec.MalformedJSON")
+        assert found["__connect.errors.connector.name"] == cfg.group_id
+
+    metrics_schema = schemas.validator("metrics")
+    records = [json.loads(r.value) for r in read_all(bootstrap, cfg.metrics_topic)]
+    assert {r["event"] for r in records} == {"periodic", "final"}
+    for record in records:
+        metrics_schema.validate(record)
+        assert started_ms - 1_000 <= record["time_ms"] <= time.time() * 1000 + 1_000
+
+
+def test_a_header_without_value_is_copied_as_empty():
+    from connectors.worker import _sendable
+
+    assert _sendable([("a", None), ("b", b"1"), ("c", bytearray(b"2"))]) == [
+        ("a", b""), ("b", b"1"), ("c", b"2")]
+    assert _sendable([]) is None and _sendable(None) is None
+
+
+def multiclass_events(data, bad_every: int = 0):
+    items = []
+    for i, (x, y) in enumerate(data):
+        items.append((0, event(i, x, y)))
+        if bad_every and i % bad_every == bad_every - 1:
+            items.append((0, json.dumps({"x": x, "y": [y]}).encode()))  # a label of no type
+    return items
+
+
+def test_a_multiclass_stream_through_the_command_matches_rivers_progressive_validation(
+    kafka_broker, tmp_path
+):
+    bootstrap = kafka_broker.bootstrap_servers
+    name = fresh("segments")
+    create_topics(bootstrap, [name])
+    data = list(datasets.ImageSegments())
+    cut = 1_200
+    cfg = config(bootstrap, name)
+    options = ("--model", "convexpolytope", "--scale", "--idle-timeout", "1",
+               "--metrics-every", "500", "--checkpoint-every", "700")
+    produce(bootstrap, name, multiclass_events(data[:cut], bad_every=300))
+    first = start_worker(cfg, tmp_path / "first.log", *options)
+    assert reap(first, tmp_path / "first.log", timeout=90) == 0, (tmp_path / "first.log").read_text()
+    produce(bootstrap, name, multiclass_events(data[cut:]))
+    second = start_worker(cfg, tmp_path / "second.log", *options)  # restores the checkpoint
+    assert reap(second, tmp_path / "second.log", timeout=90) == 0, (
+        (tmp_path / "second.log").read_text())
+    assert "(1 restored from checkpoints)" in (tmp_path / "second.log").read_text()
+
+    def make_pipeline():
+        return preprocessing.StandardScaler() | streammargin.ConvexPolytopeClassifier()
+
+    metrics_schema = schemas.validator("metrics")
+    records = [json.loads(r.value) for r in read_all(bootstrap, cfg.metrics_topic)]
+    for record in records:
+        metrics_schema.validate(record)
+    final = [r for r in records if r["event"] == "final"][-1]
+    river = {key: evaluate.progressive_val_score(data, make_pipeline(), metric).get()
+             for key, metric in [("accuracy", metrics.Accuracy()), ("macro_f1", metrics.MacroF1()),
+                                 ("log_loss", metrics.CrossEntropy())]}
+    assert {key: final[key] for key in river} == river
+    assert final["records"] == len(data) + 4 and final["dead_letters"] == 4
+    multiclass = schemas.validator("prediction-multiclass")
+    predictions = [json.loads(r.value) for r in read_all(bootstrap, cfg.predictions_topic)]
+    for prediction in predictions:
+        multiclass.validate(prediction)
+    _, served = straight_multiclass(data, make_pipeline())
+    assert [(p["y_pred"], p["proba"]) for p in predictions] == served
+
+
+def straight_multiclass(events, model):
+    served = []
+    for x, y in events:
+        served.append((model.predict_one(x), model.predict_proba_one(x)))
+        model.learn_one(x, y)
+    return model, served
 
 
 def committed(bootstrap: str, cfg: WorkerConfig, partition: int = 0):
@@ -582,14 +717,20 @@ def test_a_batch_the_client_cannot_decode_fails_clearly_or_is_skipped(kafka_brok
     assert [finals[f"{name}/{p}"]["undecodable"] for p in (0, 1)] == [200, 300]
     dead = read_all(bootstrap, cfg.dead_letter_topic)
     assert len(dead) == 2
+    dead_letter = schemas.validator("dead-letter-headers")
     for record in dead:
         headers = {k: v.decode() for k, v in record.headers}
-        partition = int(headers["streammargin.error.partition"])
-        assert (headers["streammargin.error.offset"], headers["streammargin.error.last_offset"],
+        dead_letter.validate(headers)
+        partition = int(headers["__connect.errors.partition"])
+        assert (headers["__connect.errors.offset"], headers["streammargin.error.last_offset"],
                 headers["streammargin.error.codec"]) == (
             ("100", "299", "snappy") if partition == 0 else ("100", "399", "gzip")
         )
-        assert record.value == b"" and "cannot decode" in headers["streammargin.error.reason"]
+        assert headers["__connect.errors.stage"] == "KAFKA_CONSUME"
+        assert "cannot decode" in headers["__connect.errors.exception.message"]
+        # Neither key nor value: kafka-python cannot produce that, so the value is empty.
+        assert record.key is None and record.value == b""
+        assert headers["streammargin.error.null_value"] == "true"
     predictions = {(json.loads(r.value)["partition"], json.loads(r.value)["offset"])
                    for r in read_all(bootstrap, cfg.predictions_topic)}
     assert predictions == {(0, o) for o in [*range(100), *range(300, 400)]} | {
@@ -768,8 +909,8 @@ def test_a_dead_letter_too_large_to_produce_is_sent_without_its_value(kafka_brok
     headers = {k: v.decode() for k, v in dead.headers}
     assert dead.value == b"" and dead.key == b"big-key"
     assert headers["streammargin.error.value_dropped"] == str(len(big))
-    assert headers["streammargin.error.offset"] == "100"
-    assert headers["streammargin.error.reason"].startswith("bad JSON")
+    assert headers["__connect.errors.offset"] == "100"
+    assert headers["__connect.errors.exception.message"].startswith("bad JSON")
     assert latest_checkpoint_offset(bootstrap, cfg) == 201
 
 
@@ -790,13 +931,13 @@ def test_a_dead_letter_the_broker_refuses_as_too_large_is_sent_again_without_its
     worker = Worker(config(bootstrap, name))
     worker._connect()
     try:
-        record = OutputRecord(b"v" * 5_000, b"key", [("streammargin.error.offset", b"7")])
+        record = OutputRecord(b"v" * 5_000, b"key", [("__connect.errors.offset", b"7")])
         worker._dead_letter_sends.append(
             (Future().failure(errors.MessageSizeTooLargeError("too big")), record))
         worker._flush()
         [dead] = read_all(bootstrap, worker.config.dead_letter_topic)
         assert dead.value == b"" and dead.key == b"key"
-        assert dict(dead.headers) == {"streammargin.error.offset": b"7",
+        assert dict(dead.headers) == {"__connect.errors.offset": b"7",
                                       "streammargin.error.value_dropped": b"5000"}
         worker._dead_letter_sends.append(
             (Future().failure(errors.TopicAuthorizationFailedError()), record))

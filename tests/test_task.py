@@ -15,15 +15,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from river import evaluate, metrics, preprocessing
+from river import datasets, evaluate, metrics, preprocessing
 from river.datasets import synth
 
 import streammargin
-from connectors import checkpoint
+from connectors import checkpoint, schemas
 from connectors.task import (
     ENTRY_BYTES,
     FEATURE_BYTES,
     MAX_REASON_CHARS,
+    PROBA_CLASS_BYTES,
+    PROBA_DICT_BYTES,
     OutputRecords,
     PartitionTask,
     PendingLabels,
@@ -37,10 +39,11 @@ from streammargin.errors import InvalidInput, StateError
 Record = collections.namedtuple("Record", "topic partition offset timestamp key value headers")
 
 
-def as_records(values, topic="events", partition=0, start=0, timestamps=None, keys=None):
+def as_records(values, topic="events", partition=0, start=0, timestamps=None, keys=None,
+               headers=None):
     return [
         Record(topic, partition, start + i, 0 if timestamps is None else timestamps[i],
-               None if keys is None else keys[i], value, [])
+               None if keys is None else keys[i], value, [] if headers is None else headers[i])
         for i, value in enumerate(values)
     ]
 
@@ -102,6 +105,9 @@ def headers_of(dead) -> dict[str, str]:
     return {k: v.decode() for k, v in dead.headers}
 
 
+CONNECT = "__connect.errors."
+
+
 # Predictions and metrics --------------------------------------------------------------------------
 
 
@@ -149,48 +155,284 @@ def test_a_scaler_in_front_matches_rivers_pipeline():
     assert task.scaler.means == pipeline["StandardScaler"].means
 
 
+def test_binary_predictions_keep_their_format():
+    task = PartitionTask.new("events", 0, TaskSettings())
+    out = run(task, as_records([event(0, {"a": 1.0}, 1), event(1, {"a": -1.0}, -1),
+                                json.dumps({"id": 2, "x": {"a": 0.5}}).encode()]))
+    mine = predictions(out)
+    assert [list(p) for p in mine] == [
+        ["topic", "partition", "model", "offset", "id", "y_pred", "p_true", "y"]] * 3
+    assert [p["y"] for p in mine] == [True, False, None] and mine[2]["id"] == 2
+
+
+# Kafka conventions ------------------------------------------------------------------------------
+
+
+def test_predictions_keep_the_input_records_key_timestamp_and_headers():
+    data = labelled_stream(6, seed=4)
+    keys = [b"k0", None, b"k2", b"k3", b"", b"k5"]
+    timestamps = [1_700_000_000_000, 1_700_000_000_007, -1, 5, 1_700_000_000_100, None]
+    headers = [[("traceparent", b"00-abc-01"), ("tenant", b"t1")], [], [("tenant", b"t2")],
+               [("x", b"")], [("traceparent", b"00-def-01"), ("other", b"\xff")], []]
+    records = as_records([event(i, x, y) for i, (x, y) in enumerate(data)], keys=keys,
+                         timestamps=timestamps, headers=headers)
+
+    out = run(PartitionTask.new("events", 0, TaskSettings()), records)
+    produced = [record for o in out.outputs for record in o.predictions]
+    assert [r.key for r in produced] == keys
+    # A record without a timestamp (-1, None) gets the producer's clock.
+    assert [r.timestamp_ms for r in produced] == [1_700_000_000_000, 1_700_000_000_007, None, 5,
+                                                  1_700_000_000_100, None]
+    assert [r.headers for r in produced] == headers
+    none = run(PartitionTask.new("events", 0, TaskSettings(copy_headers="none")), records)
+    assert [r.headers for o in none.outputs for r in o.predictions] == [None] * 6
+    some = run(PartitionTask.new("events", 0, TaskSettings(copy_headers=("traceparent", "x"))),
+               records)
+    assert [r.headers for o in some.outputs for r in o.predictions] == [
+        [("traceparent", b"00-abc-01")], None, None, [("x", b"")], [("traceparent", b"00-def-01")],
+        None,
+    ]
+    assert none.predictions == out.predictions == some.predictions
+
+
+@pytest.mark.parametrize(("options", "reason"), [
+    ({"copy_headers": "some"}, "copy_headers"),
+    ({"copy_headers": ("a", "")}, "copy_headers"),
+    ({"copy_headers": ["a"]}, "copy_headers"),
+    ({"max_classes": 1}, "max_classes"),
+    ({"max_classes": 10**6}, "max_classes"),
+    ({"model": "convexpolytope", "one_vs_rest": True}, "natively multiclass.*drop --one-vs-rest"),
+    ({"params": {"gamma": 1}}, "bad parameters"),
+])
+def test_task_settings_refuse_what_cannot_work(options, reason):
+    with pytest.raises(ValueError, match=reason):
+        TaskSettings(**options)
+
+
+def test_the_settings_know_which_models_are_multiclass():
+    assert not TaskSettings().multiclass and TaskSettings(model="convexpolytope").multiclass
+    assert not TaskSettings(model="convexpolytope", params={"polytopes": "one"}).multiclass
+    assert TaskSettings(one_vs_rest=True).multiclass
+
+
+# Multiclass ---------------------------------------------------------------------------------------
+
+
+def image_segments():
+    return list(datasets.ImageSegments())
+
+
+def straight_multiclass(events, model):
+    """(predicted label, class probabilities) served for each event, predicting then learning."""
+    served = []
+    for x, y in events:
+        served.append((model.predict_one(x), model.predict_proba_one(x)))
+        model.learn_one(x, y)
+    return model, served
+
+
+def test_a_natively_multiclass_model_matches_rivers_progressive_validation():
+    data = image_segments()
+    settings_ = TaskSettings(model="convexpolytope", scale=True, metrics_every=1_000)
+    task = PartitionTask.new("segments", 0, settings_)
+    out = run(task, as_records([event(i, x, y) for i, (x, y) in enumerate(data)]))
+
+    def make_pipeline():
+        return preprocessing.StandardScaler() | streammargin.ConvexPolytopeClassifier()
+
+    final = task.metrics_event("final")
+    river = {name: evaluate.progressive_val_score(data, make_pipeline(), metric).get()
+             for name, metric in [("accuracy", metrics.Accuracy()),
+                                  ("macro_f1", metrics.MacroF1()),
+                                  ("log_loss", metrics.CrossEntropy())]}
+    assert {name: final[name] for name in river} == river
+    assert river["accuracy"] > 0.8  # the polytopes learn the 7 classes
+    assert final["multiclass"] and not final["one_vs_rest"] and final["classes"] == 7
+    assert final["unscored"] == 1 and final["labelled"] == len(data) - 1
+    assert sum(c["support"] for c in final["per_class"].values()) == len(data) - 1
+    pipeline, served = straight_multiclass(data, make_pipeline())
+    mine = predictions(out)
+    assert [(p["y_pred"], p["proba"]) for p in mine] == served
+    assert [p["y"] for p in mine] == [y for _, y in data]
+    assert model_bytes(task.model) == model_bytes(pipeline["ConvexPolytopeClassifier"])
+    assert mine[0]["y_pred"] is None and mine[0]["proba"] == {}
+
+
+def led_stream(n: int, seed: int = 3):
+    """LED digits: integer labels 0-9, features named by integers (strings in JSON)."""
+    return [({str(k): v for k, v in x.items()}, y) for x, y in synth.LED(seed=seed,
+                                                                       noise_percentage=0.1).take(n)]
+
+
+def multiclass_mixed_stream(n: int) -> list[bytes]:
+    """Labelled LED events, events whose labels come later, bad records, a label of the wrong
+    type."""
+    values, waiting = [], []
+    for i, (x, y) in enumerate(led_stream(n)):
+        if i % 5 == 2:
+            values.append(json.dumps({"id": f"w{i}", "x": x}).encode())
+            waiting.append((f"w{i}", y))
+        elif i % 101 == 7:
+            values.append(json.dumps({"x": x, "y": [y]}).encode())
+        else:
+            values.append(event(i, x, y))
+        # Labels come 3 events later, or 6 in every other block of 100 records: more than the
+        # label store of the test holds (4), so some are evicted.
+        while len(waiting) > (3 if (i // 100) % 2 == 0 else 6):
+            event_id, label = waiting.pop(0)
+            values.append(json.dumps({"id": event_id, "y": label}).encode())
+    return values
+
+
+def test_multiclass_delayed_labels_and_checkpoints_give_the_outputs_of_an_uninterrupted_task():
+    settings_ = TaskSettings(group_id="g", model="convexpolytope", metrics_every=250,
+                             label_store_size=4, params={"n_faces": 3})
+    records = as_records(multiclass_mixed_stream(1_500), partition=1)
+    uninterrupted = PartitionTask.new("led", 1, settings_)
+    expected = run(uninterrupted, records)
+    final = uninterrupted.metrics_event("final")
+    assert final["labels"]["joined"] > 100 and final["labels"]["evicted"] > 10
+    assert final["dead_letters"] > 5 and final["classes"] == 10
+    assert all(type(p["y"]) in (int, type(None)) for p in predictions(expected))
+
+    cut = 777
+    first = PartitionTask.new("led", 1, settings_)
+    before = run(first, records[:cut])
+    assert first.pending.entries  # events wait for their labels at the checkpoint
+    restored = PartitionTask.restore(first.to_checkpoint(), "led", 1, settings_)
+    after = run(restored, records[cut - 50:])
+    assert before.predictions + after.predictions == expected.predictions
+    assert before.dead_letters + after.dead_letters == expected.dead_letters
+    assert before.metrics + after.metrics == expected.metrics
+    assert restored.metrics_event("final") == final
+    assert model_bytes(restored.model) == model_bytes(uninterrupted.model)
+
+
+def test_a_waiting_multiclass_event_is_charged_its_class_probabilities():
+    task = PartitionTask.new("led", 0, TaskSettings(model="convexpolytope"))
+    values = [event(i, x, y) for i, (x, y) in enumerate(led_stream(30))]
+    value = json.dumps({"id": "w", "x": led_stream(31)[30][0]}).encode()
+    run(task, as_records([*values, value]))
+    x, _, _, y_pred, proba, size = task.pending.entries["w"]
+    assert len(proba) == 10 and y_pred in proba
+    assert size == pending_entry_bytes(value, x, proba) == (
+        pending_entry_bytes(value, x) + PROBA_DICT_BYTES + 10 * PROBA_CLASS_BYTES)
+
+
+def test_restore_refuses_a_model_that_does_not_fit_the_labels_of_the_settings():
+    multiclass = TaskSettings(group_id="g", model="convexpolytope")
+    binary = TaskSettings(group_id="g", model="convexpolytope", params={"polytopes": "one"})
+    task = PartitionTask.new("events", 5, binary)
+    task.process(as_records([event(0, {"a": 1.0}, True)], partition=5))
+    with pytest.raises(StateError, match="holds a binary ConvexPolytopeClassifier where the "
+                                         "settings ask for a multiclass model"):
+        PartitionTask.restore(task.to_checkpoint(), "events", 5, multiclass)
+    # A class the codec never gives (a float) would break the prediction records.
+    task = PartitionTask.new("events", 5, multiclass)
+    task.process(as_records([event(0, {"a": 1.0}, "sky")], partition=5))
+    task.model.learn_one({"a": 1.0}, 2.5)
+    with pytest.raises(StateError, match="has the class 2.5"):
+        PartitionTask.restore(task.to_checkpoint(), "events", 5, multiclass)
+
+
+def multiclass_pending_state():
+    pending = PendingLabels(max_size=10, multiclass=True, max_classes=3)
+    pending.add("e0", {"a": 1.0}, 0, 0, None, {}, 50)
+    pending.add("e1", {"a": 2.0}, 1, 0, "sky", {"sky": 0.7, 3: 0.2, True: 0.1}, 50)
+    return round_trip(pending.to_state())
+
+
+def test_multiclass_pending_labels_round_trip():
+    twin = PendingLabels.from_state(multiclass_pending_state(), 10, multiclass=True,
+                                    max_classes=3)
+    assert twin.entries == {"e0": ({"a": 1.0}, 0, 0, None, {}, 50),
+                            "e1": ({"a": 2.0}, 1, 0, "sky", {"sky": 0.7, 3: 0.2, True: 0.1}, 50)}
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda s: s.update(proba_sizes=np.array([0, 4])), "more than max_classes=3"),
+        (lambda s: s.update(proba_sizes=np.array([-1, 4])), "more than max_classes"),
+        (lambda s: s.update(proba_sizes=np.array([1, 3])), "must hold the proba_sizes"),
+        (lambda s: s.update(proba_values=np.array([0.7, 0.2, 1.5])), r"outside \[0, 1\]"),
+        (lambda s: s.update(proba_values=np.array([0.7, 0.2, np.nan])), r"outside \[0, 1\]"),
+        (lambda s: s["proba_labels"].__setitem__(1, "sky"), "two probabilities"),
+        (lambda s: s["proba_labels"].__setitem__(1, {"float": 3.0}), "not a label"),
+        (lambda s: s["y_pred"].__setitem__(1, ["sky"]), "not a label"),
+        (lambda s: s.update(y_pred=np.array([True, False])), "'y_pred' is not a list"),
+        (lambda s: s.pop("proba_values"), "proba_values"),
+    ],
+)
+def test_multiclass_pending_labels_refuse_malformed_state(change, reason):
+    data = multiclass_pending_state()
+    change(data)
+    with pytest.raises(StateError, match=reason):
+        PendingLabels.from_state(data, 10, multiclass=True, max_classes=3)
+
+
+def test_a_binary_pending_state_is_not_read_as_multiclass_or_the_reverse():
+    with pytest.raises(StateError):
+        PendingLabels.from_state(pending_state(), 10, multiclass=True)
+    with pytest.raises(StateError):
+        PendingLabels.from_state(multiclass_pending_state(), 10)
+
+
 # Dead letters and failures ------------------------------------------------------------------------
 
 
 def test_bad_records_become_dead_letters_with_reasons_and_leave_the_model_untouched():
     good = labelled_stream(300, seed=2)
     bad = [
-        (b"not json", b"k1", "bad JSON"),
-        (b'{"x": {"age": NaN}, "y": true}', None, "non-finite number NaN"),
-        (b'{"x": {"age": 1e999}, "y": true}', None, "feature 'age' has value inf"),
-        (b'{"x": {"age": "old"}, "y": true}', None, "feature 'age' has value 'old' of type str"),
-        (b'{"y": true}', None, "label record without an id"),
-        (b'{"id": "z"}', None, "missing x"),
-        (b'{"x": {"age": 3}, "y": "spam"}', None, "unknown label 'spam'"),
-        (b'{"x": [1, 2], "y": true}', None, "x must be a JSON object"),
-        (b'{"x": {"age": 1}, "y": 1}' + b" " * 3_000, None, "oversized record"),
-        (b"\xff\xfe\x00", None, "bad JSON"),
-        (None, b"tombstone", "empty record"),
+        (b"not json", b"k1", "bad JSON", "MalformedJSON"),
+        (b'{"x": {"age": NaN}, "y": true}', None, "non-finite number NaN", "MalformedJSON"),
+        (b'{"x": {"age": 1e999}, "y": true}', None, "feature 'age' has value inf",
+         "InvalidFeature"),
+        (b'{"x": {"age": "old"}, "y": true}', None, "feature 'age' has value 'old' of type str",
+         "InvalidFeature"),
+        (b'{"y": true}', None, "label record without an id", "InvalidRecord"),
+        (b'{"id": "z"}', None, "missing x", "InvalidRecord"),
+        (b'{"x": {"age": 3}, "y": "spam"}', None, "unknown label 'spam'", "InvalidLabel"),
+        (b'{"x": [1, 2], "y": true}', None, "x must be a JSON object", "InvalidRecord"),
+        (b'{"x": {"age": 1}, "y": 1}' + b" " * 3_000, None, "oversized record",
+         "OversizedRecord"),
+        (b"\xff\xfe\x00", None, "bad JSON", "MalformedJSON"),
+        (None, b"tombstone", "empty record", "NullRecord"),
     ]
-    values, keys, bad_offsets, good_events = [], [], {}, []
+    values, keys, headers, bad_offsets, good_events = [], [], [], {}, []
     for i, (x, y) in enumerate(good):
         values.append(event(i, x, y))
         keys.append(None)
+        headers.append([])
         good_events.append((x, y))
         if i % 25 == 10 and bad:
-            value, key, reason = bad.pop(0)
-            bad_offsets[len(values)] = (value, key, reason)
+            value, key, reason, cls = bad.pop(0)
+            bad_offsets[len(values)] = (value, key, reason, cls)
             values.append(value)
             keys.append(key)
+            headers.append([("trace-id", f"t{i}".encode()), ("binary", b"\xff\x00")])
     assert not bad
+    timestamps = [1_700_000_000_000 + 10 * i for i in range(len(values))]
     task = PartitionTask.new("events", 2, TaskSettings(group_id="g", max_record_bytes=2_000))
-    out = run(task, as_records(values, partition=2, keys=keys))
+    out = run(task, as_records(values, partition=2, keys=keys, timestamps=timestamps,
+                               headers=headers))
 
     assert len(out.dead_letters) == len(bad_offsets)
     for dead in out.dead_letters:
-        headers = headers_of(dead)
-        offset = int(headers["streammargin.error.offset"])
-        value, key, reason = bad_offsets[offset]
-        assert reason in headers["streammargin.error.reason"]
-        assert (headers["streammargin.error.topic"], headers["streammargin.error.partition"],
-                headers["streammargin.error.group"]) == ("events", "2", "g")
-        assert dead.value == (value if value is not None else b"") and dead.key == key
-        assert ("streammargin.error.null_value" in headers) == (value is None)
+        found = dict(dead.headers)
+        offset = int(found[CONNECT + "offset"])
+        value, key, reason, cls = bad_offsets[offset]
+        # Kafka Connect's error headers, after the record's own headers, UTF-8 strings.
+        assert dead.headers[:2] == headers[offset]
+        assert reason in found[CONNECT + "exception.message"].decode()
+        assert found[CONNECT + "exception.class.name"] == f"connectors.codec.{cls}".encode()
+        assert (found[CONNECT + "topic"], found[CONNECT + "partition"],
+                found[CONNECT + "connector.name"], found[CONNECT + "stage"],
+                found[CONNECT + "class.name"]) == (
+            b"events", b"2", b"g", b"VALUE_CONVERTER", b"connectors.codec.JSONCodec")
+        # The record as it came: a null value stays null, the key and timestamp are kept.
+        assert dead.value == value and dead.key == key
+        assert dead.timestamp_ms == timestamps[offset] and dead.partition is None
     assert [p["offset"] for p in predictions(out)] == sorted(
         set(range(len(values))) - set(bad_offsets)
     )
@@ -214,8 +456,12 @@ def test_the_models_documented_rejection_is_a_dead_letter(monkeypatch):
     out = run(task, as_records(values))
     assert [p["offset"] for p in predictions(out)] == [0, 2]
     [dead] = out.dead_letters
-    reason = headers_of(dead)["streammargin.error.reason"]
-    assert reason.startswith("rejected by the model: feature 'refuse' is not welcome")
+    headers = headers_of(dead)
+    reason = headers[CONNECT + "exception.message"]
+    assert reason.startswith("feature 'refuse' is not welcome")
+    assert (headers[CONNECT + "exception.class.name"], headers[CONNECT + "stage"],
+            headers[CONNECT + "class.name"]) == (
+        "streammargin.errors.InvalidInput", "TASK_PUT", "streammargin.alma.ALMAClassifier")
     # Bounded, however long the model's message (it may quote names and values).
     assert len(reason) <= MAX_REASON_CHARS + 40 and "characters)" in reason
 
@@ -258,10 +504,48 @@ def test_dead_letter_reasons_stay_bounded_whatever_the_feature_names():
     ]
     task = PartitionTask.new("events", 0, TaskSettings(max_record_bytes=4 << 20))
     out = run(task, as_records(values))
-    reasons = [headers_of(d)["streammargin.error.reason"] for d in out.dead_letters]
+    reasons = [headers_of(d)[CONNECT + "exception.message"] for d in out.dead_letters]
     assert len(reasons) == 3
     assert all(len(r) < 500 for r in reasons), [len(r) for r in reasons]
     assert reasons[0].startswith("feature 'nnnn") and "characters)" in reasons[0]
+
+
+# Schemas ------------------------------------------------------------------------------------------
+
+
+def error_headers(dead) -> dict[str, str]:
+    """A dead letter's error headers as the dead-letter-headers schema describes them."""
+    return {k: v.decode() for k, v in dead.headers
+            if k.startswith(("__connect.errors.", "streammargin.error."))}
+
+
+def test_every_output_record_follows_its_json_schema():
+    binary, multiclass = schemas.validator("prediction-binary"), schemas.validator(
+        "prediction-multiclass")
+    dead_letter = schemas.validator("dead-letter-headers")
+    task = PartitionTask.new("events", 0, TaskSettings(label_store_size=5))
+    out = run(task, as_records(mixed_stream(300) + [None, b"[1]", b'{"x": {"a": 1}, "y": 3}']))
+    assert len(out.predictions) > 200 and len(out.dead_letters) > 3
+    for value in out.predictions:
+        binary.validate(json.loads(value))
+        assert not multiclass.is_valid(json.loads(value))
+    skipped = task.skip(task.next_offset, task.next_offset + 3, "cannot decode", [("codec", b"lz4")])
+    for dead in [*out.dead_letters, *skipped]:
+        dead_letter.validate(error_headers(dead))
+
+    task = PartitionTask.new("led", 0, TaskSettings(model="convexpolytope", label_store_size=4))
+    out = run(task, as_records(multiclass_mixed_stream(400)))
+    mine = [json.loads(value) for value in out.predictions]
+    assert {type(p["y"]) for p in mine} == {int, type(None)} and mine[0]["y_pred"] is None
+    for prediction in mine:
+        multiclass.validate(prediction)
+        assert not binary.is_valid(prediction)
+    assert out.dead_letters
+    for dead in out.dead_letters:
+        dead_letter.validate(error_headers(dead))
+    batch = schemas.validator("prediction-batch")
+    batch.validate({"predictions": mine[:3]})
+    assert not batch.is_valid({"predictions": [{**mine[0], "proba": {"1": 1.5}}]})
 
 
 # Delayed labels -----------------------------------------------------------------------------------
@@ -502,9 +786,13 @@ def test_an_undecodable_batch_is_skipped_with_one_dead_letter():
     dead = task.skip(1, 11, "cannot decode the snappy batch", [("codec", b"snappy")])
     [record] = dead
     headers = headers_of(record)
-    assert record.value == b"" and headers["streammargin.error.reason"].startswith("cannot decode")
-    assert (headers["streammargin.error.offset"], headers["streammargin.error.last_offset"],
-            headers["streammargin.error.codec"]) == ("1", "10", "snappy")
+    assert record.value is None
+    assert headers[CONNECT + "exception.message"].startswith("cannot decode")
+    assert (headers[CONNECT + "stage"], headers[CONNECT + "exception.class.name"]) == (
+        "KAFKA_CONSUME", "connectors.codec.UndecodableBatch")
+    assert (headers[CONNECT + "offset"], headers["streammargin.error.last_offset"],
+            headers["streammargin.error.codec"], headers[CONNECT + "connector.name"]) == (
+        "1", "10", "snappy", "g")
     assert task.next_offset == 11 and task.dirty
     assert task.counters()["undecodable"] == 10 and task.counters()["dead_letters"] == 1
     # Offsets already processed are not skipped twice.
@@ -515,15 +803,13 @@ def test_an_undecodable_batch_is_skipped_with_one_dead_letter():
 
 def test_output_records_keep_their_columns_aligned():
     records = OutputRecords(partition=2)
-    records.values.append(b"plain")  # the hot loop's way
+    records.append(b"plain")
     records.append(b"keyed", key=b"k")
-    records.append(b"with headers", headers=[("h", b"1")], timestamp_ms=5)
-    records.append(b"plain again")
+    records.append(None, headers=[("h", b"1")], timestamp_ms=5)
     assert list(records) == [
         (b"plain", None, None, None, 2),
         (b"keyed", b"k", None, None, 2),
-        (b"with headers", None, [("h", b"1")], 5, 2),
-        (b"plain again", None, None, None, 2),
+        (None, None, [("h", b"1")], 5, 2),
     ]
 
 
@@ -644,10 +930,20 @@ JSON_VALUES = st.recursive(
 )
 
 
-@settings(max_examples=60, deadline=None)
-@given(part=st.sampled_from(["pending", "counters", "metrics", "top"]), data=st.data())
-def test_restore_of_mutated_checkpoints_raises_state_error_and_nothing_else(part, data):
-    fields, task_settings = saved_fields()
+def saved_multiclass_fields() -> tuple[dict, TaskSettings]:
+    task_settings = TaskSettings(group_id="g", model="convexpolytope", label_store_size=4,
+                                 params={"n_faces": 2}, metrics_every=300)
+    task = PartitionTask.new("events", 5, task_settings)
+    run(task, as_records(multiclass_mixed_stream(200), partition=5))
+    return checkpoint.decode_checkpoint(task.to_checkpoint()), task_settings
+
+
+@settings(max_examples=80, deadline=None)
+@given(part=st.sampled_from(["pending", "counters", "metrics", "top"]),
+       multiclass=st.booleans(), data=st.data())
+def test_restore_of_mutated_checkpoints_raises_state_error_and_nothing_else(part, multiclass,
+                                                                            data):
+    fields, task_settings = saved_multiclass_fields() if multiclass else saved_fields()
     target = fields if part == "top" else fields[part]
     key = data.draw(st.sampled_from(sorted(target)))
     target[key] = data.draw(JSON_VALUES)
@@ -657,7 +953,8 @@ def test_restore_of_mutated_checkpoints_raises_state_error_and_nothing_else(part
     except StateError:
         return
     # Accepted: then it works.
-    run(task, as_records(mixed_stream(50), partition=5, start=task.next_offset))
+    stream = multiclass_mixed_stream(50) if multiclass else mixed_stream(50)
+    run(task, as_records(stream, partition=5, start=task.next_offset))
     task.to_checkpoint()
 
 
