@@ -39,13 +39,22 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
     ("--group-id", "str", "streammargin", "consumer group; also part of the checkpoint keys"),
     ("--predictions-topic", "str", "streammargin.predictions", "one record per prediction"),
     ("--predictions-per-message", "int", 1,
-     "N > 1: JSON Lines of up to N predictions per Kafka message (faster)"),
+     "1: one Kafka message per prediction, with the input's key, timestamp and headers. N > 1: "
+     "one message {\"predictions\": [...]} per N predictions (faster; no keys or headers: a "
+     "consumer must unnest the array, e.g. ksqlDB EXPLODE, Flink UNNEST)"),
     ("--metrics-topic", "str", "streammargin.metrics", "metrics records ('' to disable)"),
     ("--dead-letter-topic", "str", "streammargin.dead-letters",
      "rejected records with the reason in headers ('' to disable)"),
     ("--checkpoint-topic", "str", "streammargin.checkpoints", "compacted topic of checkpoints"),
     ("--model", "str", "alma", "model name (see --list-models)"),
     ("--param", "params", {}, "model parameter key=value (repeatable)"),
+    ("--one-vs-rest", "bool", False,
+     "serve a binary model on a multiclass topic: one model per class "
+     "(streammargin.OneVsRestClassifier); natively multiclass models (convexpolytope) need not"),
+    ("--max-classes", "int", 100,
+     "with --one-vs-rest: at most N classes; a record with a further label is a dead letter"),
+    ("--copy-headers", "str", "all",
+     "input headers the predictions keep: all, none, or NAME[,NAME...]"),
     ("--scale", "bool", False,
      "put a StandardScaler in front of the model (River's arithmetic, bounded memory)"),
     ("--codec", "str", "json", "input codec: json or package.module:Class"),
@@ -212,6 +221,17 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+def _copy_headers(text: str) -> str | tuple[str, ...]:
+    """`--copy-headers`: "all", "none", or comma-separated header names."""
+    word = text.strip()
+    if word.lower() in ("all", "none"):
+        return word.lower()
+    names = tuple(name.strip() for name in word.split(",") if name.strip())
+    if not names:
+        raise ValueError("--copy-headers takes all, none or header names (NAME[,NAME...])")
+    return names
+
+
 def config_from_args(args: argparse.Namespace) -> typing.Any:
     """The `WorkerConfig` of parsed arguments."""
     from connectors.worker import WorkerConfig
@@ -231,6 +251,9 @@ def config_from_args(args: argparse.Namespace) -> typing.Any:
         checkpoint_topic=args.checkpoint_topic,
         model=args.model,
         params=args.param,
+        one_vs_rest=args.one_vs_rest,
+        max_classes=args.max_classes,
+        copy_headers=_copy_headers(args.copy_headers),
         scale=args.scale,
         codec=args.codec,
         max_record_bytes=args.max_record_bytes,

@@ -555,6 +555,23 @@ def test_command_options_come_from_the_command_line_and_the_environment(monkeypa
     assert config.task_settings().label_store_bytes == 7000
 
 
+def test_command_options_for_multiclass_topics_and_headers(monkeypatch):
+    config = parse_command(["--topic", "t", "--one-vs-rest", "--max-classes", "12",
+                            "--copy-headers", "traceparent, tenant"], monkeypatch)
+    settings = config.task_settings()
+    assert (settings.one_vs_rest, settings.max_classes, settings.multiclass) == (True, 12, True)
+    assert settings.copy_headers == ("traceparent", "tenant")
+    config = parse_command(["--topic", "t", "--model", "convexpolytope", "--copy-headers", "NONE"],
+                           monkeypatch, env={"STREAMMARGIN_ONE_VS_REST": "false"})
+    settings = config.task_settings()
+    assert settings.multiclass and not settings.one_vs_rest and settings.copy_headers == "none"
+    assert parse_command(["--topic", "t"], monkeypatch).task_settings().copy_headers == "all"
+    with pytest.raises(ValueError, match="natively multiclass"):
+        parse_command(["--topic", "t", "--model", "convexpolytope", "--one-vs-rest"], monkeypatch)
+    with pytest.raises(ValueError, match="--copy-headers"):
+        parse_command(["--topic", "t", "--copy-headers", " , "], monkeypatch)
+
+
 def test_client_settings_say_which_client_gets_which_setting():
     config = WorkerConfig(
         topics=["t"],
