@@ -308,6 +308,20 @@ def test_multiclass_delayed_labels_and_checkpoints_give_the_outputs_of_an_uninte
     assert model_bytes(restored.model) == model_bytes(uninterrupted.model)
 
 
+def test_a_label_beyond_the_models_max_classes_is_a_dead_letter_and_metrics_stay_bounded():
+    task = PartitionTask.new("events", 0, TaskSettings(model="convexpolytope",
+                                                       params={"max_classes": 3}))
+    assert task.metrics.max_classes == task.pending.max_classes == 3
+    labels = ["a", "b", "c", "d", "a", "e", 7]
+    out = run(task, as_records([event(i, {"f": float(i)}, y) for i, y in enumerate(labels)]))
+    assert [p["offset"] for p in predictions(out)] == [0, 1, 2, 4]
+    for dead in out.dead_letters:
+        headers = headers_of(dead)
+        assert (headers[CONNECT + "exception.class.name"], headers[CONNECT + "stage"]) == (
+            "streammargin.errors.InvalidInput", "TASK_PUT")
+    assert task.metrics_event("final")["classes"] == 3
+
+
 def test_a_waiting_multiclass_event_is_charged_its_class_probabilities():
     task = PartitionTask.new("led", 0, TaskSettings(model="convexpolytope"))
     values = [event(i, x, y) for i, (x, y) in enumerate(led_stream(30))]
