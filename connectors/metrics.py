@@ -9,7 +9,8 @@ Each labelled prediction (test-then-train, or a delayed label joined to its even
   for a binary model (`update`), `metrics.CrossEntropy` of the class probabilities for a
   multiclass one (`update_multiclass`); probabilities are clamped to [1e-15, 1 - 1e-15];
 - per class: the labels (support), the predictions and the correct ones, hence each class's F1
-  and their mean, equal to River's `metrics.MacroF1` (same arithmetic, same order of the sum);
+  (River's arithmetic) and their mean, River's `metrics.MacroF1` with an exactly rounded sum
+  (see `PartitionMetrics.macro_f1`);
 - a River drift detector fed with the error stream (1.0 for a mistake, 0.0 otherwise): any
   detector of `connectors.river_state.DETECTORS` by name; the worker's default is DDM with
   `TUNED_PARAMS` (chosen by `benchmarks/drift_detectors.py`).
@@ -204,8 +205,7 @@ class PartitionMetrics:
         self._window = bytearray(rolling_window)  # 1 = correct, ring buffer
         self._window_pos = 0
         self._window_correct = 0
-        # Per class, in order of first appearance (River's ConfusionMatrix sum_row and sum_col
-        # are filled in that order, and MacroF1 sums over a set built from them).
+        # Per class, in order of first appearance.
         self._support: dict[typing.Any, int] = {}
         self._predicted: dict[typing.Any, int] = {}
         self._correct: dict[typing.Any, int] = {}
@@ -323,20 +323,19 @@ class PartitionMetrics:
 
     @property
     def macro_f1(self) -> float | None:
-        """River's `metrics.MacroF1` of the scored predictions (None before the first)."""
+        """River's `metrics.MacroF1` of the scored predictions (None before the first).
+
+        Each class's F1 is River's, to the last bit; their sum is exactly rounded (`math.fsum`)
+        where River adds them up over a set, in an order that depends on string hashing
+        (PYTHONHASHSEED): River's last bit differs from one process to the next, this one does
+        not, so a task restored in another process reports what an uninterrupted one would.
+        The two agree within a few units in the last place.
+        """
         if not self.n_labelled:
             return None
-        # The classes in the order River's ConfusionMatrix.classes gives them.
-        classes = list({c for c in self._support} | {c for c in self._predicted})
-        total = 0
-        for c in classes:
-            f1 = self._f1(c)
-            if f1 is not None:
-                total += f1
-        try:
-            return total / len(classes)
-        except ZeroDivisionError:
-            return 0.0
+        classes = self._support.keys() | self._predicted.keys()
+        total = math.fsum(f1 for f1 in map(self._f1, classes) if f1 is not None)
+        return total / len(classes)
 
     def per_class(self) -> dict[str, dict[str, typing.Any]]:
         """Label (as a JSON key) -> support, predicted, correct and F1, for at most

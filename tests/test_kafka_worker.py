@@ -18,6 +18,7 @@ import time
 import uuid
 
 import pytest
+import reference_metrics
 from river import datasets, evaluate, metrics, preprocessing
 from river.datasets import synth
 
@@ -530,8 +531,11 @@ def multiclass_events(data, bad_every: int = 0):
     return items
 
 
+@pytest.mark.parametrize(("options", "make_model"), [
+    (("--model", "convexpolytope"), streammargin.ConvexPolytopeClassifier),
+])
 def test_a_multiclass_stream_through_the_command_matches_rivers_progressive_validation(
-    kafka_broker, tmp_path
+    kafka_broker, tmp_path, options, make_model
 ):
     bootstrap = kafka_broker.bootstrap_servers
     name = fresh("segments")
@@ -539,8 +543,8 @@ def test_a_multiclass_stream_through_the_command_matches_rivers_progressive_vali
     data = list(datasets.ImageSegments())
     cut = 1_200
     cfg = config(bootstrap, name)
-    options = ("--model", "convexpolytope", "--scale", "--idle-timeout", "1",
-               "--metrics-every", "500", "--checkpoint-every", "700")
+    options = (*options, "--scale", "--idle-timeout", "1", "--metrics-every", "500",
+               "--checkpoint-every", "700")
     produce(bootstrap, name, multiclass_events(data[:cut], bad_every=300))
     first = start_worker(cfg, tmp_path / "first.log", *options)
     assert reap(first, tmp_path / "first.log", timeout=90) == 0, (tmp_path / "first.log").read_text()
@@ -551,16 +555,14 @@ def test_a_multiclass_stream_through_the_command_matches_rivers_progressive_vali
     assert "(1 restored from checkpoints)" in (tmp_path / "second.log").read_text()
 
     def make_pipeline():
-        return preprocessing.StandardScaler() | streammargin.ConvexPolytopeClassifier()
+        return preprocessing.StandardScaler() | make_model()
 
     metrics_schema = schemas.validator("metrics")
     records = [json.loads(r.value) for r in read_all(bootstrap, cfg.metrics_topic)]
     for record in records:
         metrics_schema.validate(record)
     final = [r for r in records if r["event"] == "final"][-1]
-    river = {key: evaluate.progressive_val_score(data, make_pipeline(), metric).get()
-             for key, metric in [("accuracy", metrics.Accuracy()), ("macro_f1", metrics.MacroF1()),
-                                 ("log_loss", metrics.CrossEntropy())]}
+    river = reference_metrics.progressive(data, make_pipeline)
     assert {key: final[key] for key in river} == river
     assert final["records"] == len(data) + 4 and final["dead_letters"] == 4
     multiclass = schemas.validator("prediction-multiclass")
