@@ -336,7 +336,7 @@ def get_codec(spec: str = "json", **options: typing.Any) -> Codec:
         cls = getattr(importlib.import_module(module_name), class_name)
     codec = cls(**options)
     if not callable(getattr(codec, "decode", None)):
-        raise TypeError(f"codec {spec!r} has no decode(value) method")
+        raise ValueError(f"codec {spec!r} has no decode(value) method")
     return codec
 
 

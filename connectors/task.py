@@ -208,6 +208,7 @@ class TaskSettings:
             )
         object.__setattr__(self, "_native_multiclass", native)
         make_detector(self.drift_detector, self.drift_params)
+        self.make_codec()  # an unknown codec, or one that cannot serve the labels, fails here
 
     @property
     def multiclass(self) -> bool:
@@ -225,9 +226,15 @@ class TaskSettings:
         return int(self.label_max_age_seconds * 1000)
 
     def make_codec(self) -> typing.Any:
-        if self.multiclass:
+        if not self.multiclass:
+            return get_codec(self.codec, max_record_bytes=self.max_record_bytes)
+        try:
             return get_codec(self.codec, max_record_bytes=self.max_record_bytes, multiclass=True)
-        return get_codec(self.codec, max_record_bytes=self.max_record_bytes)
+        except TypeError as error:
+            raise ValueError(
+                f"codec {self.codec!r} does not take multiclass=True ({error}): a multiclass "
+                "model needs a codec that passes labels as they come"
+            ) from None
 
     def build_model(self) -> typing.Any:
         """A fresh model: `--model` with `--param`, wrapped one-vs-rest if asked."""

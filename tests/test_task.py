@@ -204,10 +204,24 @@ def test_predictions_keep_the_input_records_key_timestamp_and_headers():
     ({"max_classes": 10**6}, "max_classes"),
     ({"model": "convexpolytope", "one_vs_rest": True}, "natively multiclass.*drop --one-vs-rest"),
     ({"params": {"gamma": 1}}, "bad parameters"),
+    ({"codec": "nope"}, "unknown codec"),
+    ({"codec": "collections:OrderedDict"}, "has no decode"),
+    ({"codec": "test_task:BinaryOnlyCodec", "model": "convexpolytope"},
+     "does not take multiclass=True"),
 ])
 def test_task_settings_refuse_what_cannot_work(options, reason):
     with pytest.raises(ValueError, match=reason):
         TaskSettings(**options)
+
+
+class BinaryOnlyCodec:
+    """A custom codec written before multiclass models: it takes no `multiclass` option."""
+
+    def __init__(self, max_record_bytes: int):
+        self.max_record_bytes = max_record_bytes
+
+    def decode(self, value):
+        return None, {"a": 1.0}, True
 
 
 def test_the_settings_know_which_models_are_multiclass():
