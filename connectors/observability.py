@@ -96,6 +96,7 @@ _REASON_KINDS = [
         (r"record is a JSON ", "not_an_object"),
         (r"id .* must be a string or an integer", "bad_id"),
         (r"unknown label", "unknown_label"),
+        (r"label .* (of type \w+: a label is|is longer than|is beyond)", "unknown_label"),
         (r"missing x", "missing_features"),
         (r"label record without an id", "unjoinable_label"),
         (r"x must be a JSON object", "bad_features"),
@@ -104,7 +105,9 @@ _REASON_KINDS = [
     ]
 ]
 
-_REASON_HEADER = "streammargin.error.reason"
+# Kafka Connect's dead-letter headers (written after the record's own headers: the last wins).
+_REASON_HEADER = "__connect.errors.exception.message"
+_STAGE_HEADER = "__connect.errors.stage"
 
 
 def dead_letter_kind(reason: str) -> str:
@@ -125,11 +128,18 @@ def dead_letter_kind(reason: str) -> str:
     return "other"
 
 
-def _reason_of(headers: typing.Any) -> str:
+def _kind_of(headers: typing.Any) -> str:
+    """The kind of a dead letter from its headers: the model's refusals by their stage
+    (TASK_PUT), the others by their reason."""
+    reason, stage = b"", b""
     for name, value in headers or ():
         if name == _REASON_HEADER:
-            return value.decode("utf-8", "replace")
-    return ""
+            reason = value
+        elif name == _STAGE_HEADER:
+            stage = value
+    if stage == b"TASK_PUT":
+        return "rejected_by_model"
+    return dead_letter_kind(reason.decode("utf-8", "replace"))
 
 
 # Status ------------------------------------------------------------------------------------------
@@ -317,7 +327,7 @@ class WorkerStatus:
             return
         counts = entry.dead_letters
         for record in records:
-            found = kind or dead_letter_kind(_reason_of(record.headers))
+            found = kind or _kind_of(record.headers)
             counts[found] = counts.get(found, 0) + 1
 
     def checkpointed(self, sizes: dict[tuple[str, int], int], seconds: float) -> None:

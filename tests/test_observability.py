@@ -83,6 +83,15 @@ def test_every_codec_rejection_has_its_own_dead_letter_kind(value, kind):
     assert dead_letter_kind(str(caught.value)) == kind
 
 
+@pytest.mark.parametrize("value", [b'{"x": {"a": 1}, "y": 2.5}', b'{"x": {"a": 1}, "y": [1]}',
+                                   b'{"x": {"a": 1}, "y": 9223372036854775808}',
+                                   b'{"x": {"a": 1}, "y": "' + b"c" * 300 + b'"}'])
+def test_a_multiclass_codecs_label_refusals_are_unknown_labels(value):
+    with pytest.raises(DeadLetter) as caught:
+        JSONCodec(multiclass=True).decode(value)
+    assert dead_letter_kind(str(caught.value)) == "unknown_label"
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=300))
 def test_any_reason_text_maps_to_the_bounded_label_set(reason):
