@@ -208,7 +208,6 @@ class TaskSettings:
             )
         object.__setattr__(self, "_native_multiclass", native)
         make_detector(self.drift_detector, self.drift_params)
-        self.make_codec()  # an unknown codec, or one that cannot serve the labels, fails here
 
     @property
     def multiclass(self) -> bool:

@@ -169,8 +169,8 @@ class WorkerConfig:
             raise ValueError(f"auto_offset_reset must be earliest or latest, "
                              f"got {self.auto_offset_reset!r}")
         _check_drift_detector(self.drift_detector, self.drift_params)
-        self.task_settings()  # model, detector, label store and record limits fail early
-        _check_model_params(self.model, self.params)  # so do parameters the model refuses
+        _check_model_params(self.model, self.params)  # parameters the model refuses fail early
+        self.task_settings()  # so do the label store, record limits, codec and one-vs-rest
         client_settings(self)  # and client settings that contradict each other
 
     def task_settings(self) -> TaskSettings:

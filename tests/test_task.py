@@ -204,14 +204,22 @@ def test_predictions_keep_the_input_records_key_timestamp_and_headers():
     ({"max_classes": 10**6}, "max_classes"),
     ({"model": "convexpolytope", "one_vs_rest": True}, "natively multiclass.*drop --one-vs-rest"),
     ({"params": {"gamma": 1}}, "bad parameters"),
+])
+def test_task_settings_refuse_what_cannot_work(options, reason):
+    with pytest.raises(ValueError, match=reason):
+        TaskSettings(**options)
+
+
+@pytest.mark.parametrize(("options", "reason"), [
     ({"codec": "nope"}, "unknown codec"),
     ({"codec": "collections:OrderedDict"}, "has no decode"),
     ({"codec": "test_task:BinaryOnlyCodec", "model": "convexpolytope"},
      "does not take multiclass=True"),
 ])
-def test_task_settings_refuse_what_cannot_work(options, reason):
+def test_a_codec_that_cannot_serve_the_labels_is_refused_with_the_cause(options, reason):
     with pytest.raises(ValueError, match=reason):
-        TaskSettings(**options)
+        TaskSettings(**options).make_codec()
+    assert TaskSettings(codec="test_task:BinaryOnlyCodec").make_codec().max_record_bytes == 1 << 20
 
 
 class BinaryOnlyCodec:
