@@ -531,8 +531,13 @@ def multiclass_events(data, bad_every: int = 0):
     return items
 
 
+def one_vs_rest_alma():
+    return streammargin.OneVsRestClassifier(streammargin.ALMAClassifier())
+
+
 @pytest.mark.parametrize(("options", "make_model"), [
     (("--model", "convexpolytope"), streammargin.ConvexPolytopeClassifier),
+    (("--model", "alma", "--one-vs-rest"), one_vs_rest_alma),
 ])
 def test_a_multiclass_stream_through_the_command_matches_rivers_progressive_validation(
     kafka_broker, tmp_path, options, make_model

@@ -278,6 +278,66 @@ def test_a_natively_multiclass_model_matches_rivers_progressive_validation():
     assert mine[0]["y_pred"] is None and mine[0]["proba"] == {}
 
 
+def test_a_binary_model_one_vs_rest_matches_rivers_progressive_validation():
+    data = image_segments()
+    task = PartitionTask.new("segments", 0, TaskSettings(one_vs_rest=True, scale=True))
+    out = run(task, as_records([event(i, x, y) for i, (x, y) in enumerate(data)]))
+
+    def make_pipeline():
+        return preprocessing.StandardScaler() | streammargin.OneVsRestClassifier(
+            streammargin.ALMAClassifier())
+
+    final = task.metrics_event("final")
+    river = reference_metrics.progressive(data, make_pipeline)
+    assert {name: final[name] for name in river} == river
+    assert river["accuracy"] > 0.85
+    assert final["multiclass"] and final["one_vs_rest"] and final["model"] == "alma"
+    assert final["model_counters"]["classes"] == final["classes"] == 7
+    pipeline, served = straight_multiclass(data, make_pipeline())
+    assert [(p["y_pred"], p["proba"]) for p in predictions(out)] == served
+    assert model_bytes(task.model) == model_bytes(pipeline["OneVsRestClassifier"])
+
+
+def test_one_vs_rest_refuses_a_label_beyond_max_classes_and_restores_exactly():
+    settings_ = TaskSettings(group_id="g", one_vs_rest=True, max_classes=6, label_store_size=4,
+                             metrics_every=300)
+    records = as_records(multiclass_mixed_stream(900), partition=2)
+    uninterrupted = PartitionTask.new("led", 2, settings_)
+    expected = run(uninterrupted, records)
+    final = uninterrupted.metrics_event("final")
+    assert final["classes"] == 6 and final["model_counters"]["classes"] == 6
+    refused = [d for d in expected.dead_letters
+               if dict(d.headers)[CONNECT + "exception.class.name"]
+               == b"streammargin.errors.InvalidInput"]
+    assert refused and all(b"beyond max_classes=6" in dict(d.headers)[CONNECT + "exception.message"]
+                           for d in refused)
+    first = PartitionTask.new("led", 2, settings_)
+    before = run(first, records[:400])
+    restored = PartitionTask.restore(first.to_checkpoint(), "led", 2, settings_)
+    after = run(restored, records[400:])
+    assert before.predictions + after.predictions == expected.predictions
+    assert before.dead_letters + after.dead_letters == expected.dead_letters
+    assert restored.metrics_event("final") == final
+    assert model_bytes(restored.model) == model_bytes(uninterrupted.model)
+
+
+def test_restore_refuses_a_checkpoint_wrapped_otherwise_than_the_settings_say():
+    one_vs_rest = TaskSettings(group_id="g", one_vs_rest=True)
+    task = PartitionTask.new("events", 5, one_vs_rest)
+    task.process(as_records([event(0, {"a": 1.0}, "sky")], partition=5))
+    with pytest.raises(StateError, match="holds a OneVsRestClassifier of ALMAClassifier, not "
+                                         "the ALMAClassifier of --model alma"):
+        PartitionTask.restore(task.to_checkpoint(), "events", 5, TaskSettings(group_id="g"))
+    with pytest.raises(StateError, match="holds a OneVsRestClassifier of ALMAClassifier, not "
+                                         "the one-vs-rest MPUClassifier"):
+        PartitionTask.restore(task.to_checkpoint(), "events", 5,
+                              TaskSettings(group_id="g", model="mpu", one_vs_rest=True))
+    binary = PartitionTask.new("events", 5, TaskSettings(group_id="g"))
+    binary.process(as_records([event(0, {"a": 1.0}, True)], partition=5))
+    with pytest.raises(StateError, match="holds a ALMAClassifier, not the one-vs-rest"):
+        PartitionTask.restore(binary.to_checkpoint(), "events", 5, one_vs_rest)
+
+
 def led_stream(n: int, seed: int = 3):
     """LED digits: integer labels 0-9, features named by integers (strings in JSON)."""
     return [({str(k): v for k, v in x.items()}, y) for x, y in synth.LED(seed=seed,
