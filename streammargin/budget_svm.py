@@ -61,7 +61,9 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
     model is the budget SVM of the recent margin violators; it also follows drift.
 
     There is no bias term (hence no equality constraint sum y_i a_i = 0): the calibrated
-    probabilities carry the threshold (`predict_one` is the label of highest probability).
+    probabilities can carry the threshold. `predict_one` serves the sign of the score or the
+    calibrated argmax, whichever made fewer errors on the last thousand or so labelled examples
+    (`streammargin.jit.calibration.decide`).
 
     Parameters
     ----------

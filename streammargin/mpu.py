@@ -141,7 +141,9 @@ class MPUClassifier(KernelClassifier):
 
     The raw score `decision_one(x)` is the SVM decision value w . [x, rho] (margin boundaries at
     +-1). Probabilities come from the package's online Platt scaling of that score, fitted on each
-    example before the model learns from it; `predict_one` is the label of highest probability.
+    example before the model learns from it; `predict_one` serves the sign of the score or the
+    calibrated argmax, whichever made fewer errors on the last thousand or so labelled examples
+    (`streammargin.jit.calibration.decide`).
 
     Examples
     --------

@@ -1,7 +1,8 @@
 """Straight transcriptions of the papers' rules, dense and slow, for the tests to compare against.
 
-Nothing here is shared with the package: each function is written from ALGORITHMS.md and the
-paper, with no representation tricks, so that an agreement to 1e-9 means something.
+Nothing here is shared with the package: each function is written from its source (ALMA_p from
+Gentile 2001, Figure 1; the random draws from the SplitMix64 definition), with no representation
+tricks, so that an agreement to 1e-9 means something.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Budget maintenance for the dual kernel learners: finite kernel values, cached margins, a
-counter-based random generator and the five ways of keeping a support cache within its budget.
+"""Budget maintenance for the dual kernel learners: finite kernel values, cached margins and the
+five ways of keeping a support cache within its budget (the random policy draws from the
+counter-based generator of `streammargin.jit.rng`, keyed and counted in `st`).
 
 Representation (shared by the budget perceptrons and kernel ALMA_2). The hypothesis is
 
