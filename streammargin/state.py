@@ -283,14 +283,18 @@ def loads(data: bytes) -> dict:
 
 
 def register(cls: type) -> type:
-    """Class decorator: let `from_state` restore instances of `cls` by name."""
+    """Class decorator: let `from_state` restore instances of `cls` by name.
+
+    A model module registers its class when it is imported. This module imports nothing above
+    it: the registry holds every model once the package is imported, and importing any module
+    of the package (`streammargin.state` included) imports the package first, whose
+    `__init__` imports every model module."""
     _REGISTRY[cls.__name__] = cls
     return cls
 
 
 def registered_models() -> dict[str, type]:
-    import streammargin  # noqa: F401  (importing the package registers every model)
-
+    """Class name -> class of every registered model (see `register`)."""
     return dict(_REGISTRY)
 
 
