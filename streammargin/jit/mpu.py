@@ -46,7 +46,8 @@ Two forms share the cache and the rule:
   `margins` (a . z_k / R^2), so a replay costs O(1) to test and O(size) to apply.
 
 Batch (`batch_pass`): one presentation pass of the paper's batch driver over an index list, on a
-dense C-contiguous X, in the paper's own units (no R scaling: X is used as given).
+dense C-contiguous X, in the paper's own units (no R scaling: X is used as given). The rule itself
+(`rule`) is written once, for the online model and the batch solver.
 """
 
 from __future__ import annotations
@@ -133,33 +134,51 @@ def _count_sum(slots, st):
     st[COUNT_SUM] = total
 
 
+@njit(cache=True, inline="always")
+def rule(s, sq, count, b, db, cap, tie, unlearn):
+    """The paper's rule with multiple updates, the one copy the online model and the batch
+    solver share: the signed number of steps (+n learning, -n unlearning, 0 none) for a pattern
+    of squared norm sq and count I_k = count presented at margin s, with the thresholds b and
+    b + db, the cap I, the tie tolerance `tie` (see TIE; 0 for the batch solver, which uses X as
+    given) and `unlearn` (False: the classic margin perceptron).
+
+        s <= b       and I_k < I:  n = min(floor((b - s) / sq) + 1, I - I_k)   learning steps
+        s >= b + db  and I_k > 0:  n = min(floor((s - b - db) / sq) + 1, I_k)  unlearning steps
+
+    A zero pattern (sq = 0, which only the batch solver meets: the online cache keeps none) is
+    misclassified for ever: its count goes straight to the cap (its alpha = Cp is what the dual
+    asks of a point that no w can classify).
+    """
+    if s <= b + tie and count < cap:
+        if sq == 0.0:
+            return cap - count
+        return min(np.floor((b - s + tie) / sq) + 1.0, cap - count)
+    if unlearn and count > 0.0 and s >= b + db - tie:
+        return -min(np.floor((s - b - db + tie) / sq) + 1.0, count)
+    return 0.0
+
+
 @njit(cache=True)
 def steps(st, slots, k, s):
-    """The paper's rule with multiple updates for cached pattern k at margin s (units of R^2).
+    """`rule` for cached pattern k at margin s (units of R^2), with the model's thresholds.
 
-    Updates I_k and the step counters and returns the signed number of steps (+n learning, -n
-    unlearning, 0 none); the caller applies them to the weights.
+    Updates I_k, the step counters and the count sum, and returns the signed number of steps;
+    the caller applies them to the weights.
     """
     sq = slots[k, Z_SQ]
-    if sq <= 0.0:
+    if sq <= 0.0:  # never cached (a restored state is refused); nothing to step
         return 0.0
     count = slots[k, kjit.COEF]
-    b = st[MARGIN]
-    cap = st[CAP]
-    tie = tolerance(st)
-    if s <= b + tie and count < cap:
-        n = min(np.floor((b - s + tie) / sq) + 1.0, cap - count)
+    n = rule(s, sq, count, st[MARGIN], st[GAP], st[CAP], tolerance(st), st[UNLEARN] != 0.0)
+    if n > 0.0:
         slots[k, kjit.COEF] = count + n
         st[LEARN_STEPS] += n
         st[COUNT_SUM] += n
-        return n
-    if count > 0.0 and st[UNLEARN] != 0.0 and s >= b + st[GAP] - tie:
-        n = min(np.floor((s - b - st[GAP] + tie) / sq) + 1.0, count)
-        slots[k, kjit.COEF] = count - n
-        st[UNLEARN_STEPS] += n
-        st[COUNT_SUM] -= n
-        return -n
-    return 0.0
+    elif n < 0.0:
+        slots[k, kjit.COEF] = count + n
+        st[UNLEARN_STEPS] -= n
+        st[COUNT_SUM] += n
+    return n
 
 
 @njit(cache=True)
@@ -609,14 +628,10 @@ def batch_pass(X, y, sq, a, counts, run, order, collect, out):
             dot += a[c] * X[k, c]
         s = yk * dot
         count = counts[k]
-        n = 0.0
-        if s <= b and count < cap:
-            # A zero pattern is "misclassified" for ever: it goes straight to the cap (its
-            # alpha = Cp is what the dual asks of a point that no w can classify).
-            n = cap - count if sq[k] == 0.0 else min(np.floor((b - s) / sq[k]) + 1.0, cap - count)
+        n = rule(s, sq[k], count, b, db, cap, 0.0, True)
+        if n > 0.0:
             run[RUN_LEARN_STEPS] += n
-        elif count > 0.0 and s >= b + db:
-            n = -min(np.floor((s - b - db) / sq[k]) + 1.0, count)
+        elif n < 0.0:
             run[RUN_UNLEARN_STEPS] -= n
         if n != 0.0:
             counts[k] = count + n
