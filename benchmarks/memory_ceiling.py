@@ -39,7 +39,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from streammargin import memory, state  # noqa: E402
 
-MODELS = sorted(state.registered_models().values(), key=lambda cls: cls.__name__)
+# The model classes (not MPUClassifier, the name that builds LinearMPUClassifier or
+# KernelMPUClassifier, nor the one-vs-rest wrapper, which needs a model to wrap).
+MODELS = sorted(
+    (
+        cls
+        for cls in state.registered_models().values()
+        if not hasattr(cls, "_forms") and not hasattr(cls, "_wrapped_model")
+    ),
+    key=lambda cls: cls.__name__,
+)
 MiB = 2**20
 
 

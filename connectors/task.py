@@ -259,6 +259,13 @@ def _model_classes(model: typing.Any) -> list | None:
     return None if classes is None else list(classes)
 
 
+def _built_by(cls: type, model: typing.Any) -> bool:
+    """Whether `model` is of the class the model name builds: `cls` itself, or one of the classes
+    of a public name that builds several (`streammargin.MPUClassifier._forms`: the linear and
+    the kernel MPU)."""
+    return type(model) is cls or type(model) in getattr(cls, "_forms", ())
+
+
 def _is_multiclass(model: typing.Any) -> bool:
     return bool(getattr(model, "_multiclass", False))
 
@@ -952,12 +959,12 @@ class PartitionTask:
         wanted = model_class(settings.model)
         if settings.one_vs_rest:
             inner = getattr(model, "classifier", None)
-            if type(model) is not _one_vs_rest_class() or type(inner) is not wanted:
+            if type(model) is not _one_vs_rest_class() or not _built_by(wanted, inner):
                 raise StateError(
                     f"it holds a {_describe(model)}, not the one-vs-rest {wanted.__name__} of "
                     f"--model {settings.model} --one-vs-rest"
                 )
-        elif type(model) is not wanted:
+        elif not _built_by(wanted, model):
             raise StateError(
                 f"it holds a {_describe(model)}, not the {wanted.__name__} of --model "
                 f"{settings.model}"

@@ -9,7 +9,7 @@ from streammargin.budget_svm import BudgetSVMClassifier
 from streammargin.convex_polytope import ConvexPolytopeClassifier
 from streammargin.errors import InvalidInput, StateError
 from streammargin.kernel_alma import KernelALMAClassifier
-from streammargin.mpu import MPUClassifier
+from streammargin.mpu import KernelMPUClassifier, LinearMPUClassifier, MPUClassifier
 from streammargin.multiclass import OneVsRestClassifier
 from streammargin.sbp import SBPClassifier
 from streammargin.scaler import StandardScaler
@@ -24,6 +24,8 @@ __all__ = [
     "ConvexPolytopeClassifier",
     "InvalidInput",
     "KernelALMAClassifier",
+    "KernelMPUClassifier",
+    "LinearMPUClassifier",
     "MPUClassifier",
     "OneVsRestClassifier",
     "SBPClassifier",

@@ -19,7 +19,8 @@ arrays at their largest, with C = reserved columns + max_features (8 bytes a flo
     ALMAClassifier             C x 3 x 8                                       (24 B a column)
     kernel models              (budget + extra rows) x C x 8                   support vectors
                                + budget-sized slots, Gram matrices and scratch rows
-    MPUClassifier              budget x C x 8 (+ C x 8 weights, kernel=None)   replay cache
+    LinearMPUClassifier        budget x C x 8 + C x 8 weights                  replay cache
+    KernelMPUClassifier        budget x C x 8 + budget^2 x 8                   replay cache, Gram
     SBPClassifier              window x C x 8 + window^2 x 8                   window, Gram
     ConvexPolytopeClassifier   C x max_classes x n_faces x 8                   faces
                                + window x C x 8 (steps > 1)                    replay window

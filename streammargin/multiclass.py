@@ -371,8 +371,14 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
             decoded.append(label)
         if len(set(decoded)) != len(decoded):
             raise StateError(f"{cls.__name__} state: a label appears twice")
-        # The members are clones of the prototype: same class, same parameters.
-        expected_params = json.loads(json.dumps(prototype._get_params()))
+        # The members are clones of the prototype: same class, same parameters. A public name
+        # that builds another class (MPUClassifier, `_forms`) is a state saved before that name
+        # became one: its members carry that name and the params the wrapper saved, and its
+        # `from_state` restores each as the class it builds.
+        if type(prototype) is member_cls:
+            expected_params = json.loads(json.dumps(prototype._get_params()))
+        else:
+            expected_params = wrapped["params"]
         for member_state in members:
             if (
                 type(member_state) is not dict

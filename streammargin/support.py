@@ -1,4 +1,5 @@
-"""Base of the kernel classifiers: kernels by name and a bounded support cache.
+"""Base of the kernel classifiers: a bounded support cache (`SupportCacheClassifier`, also the
+MPU's replay cache in its linear form) and kernels by name (`KernelClassifier`).
 
 A kernel model keeps at most `budget` support vectors, each a dense row of the feature columns,
 of which there are at most `max_features` (`streammargin.features`: later names are hashed into
@@ -25,6 +26,7 @@ from streammargin.jit import kernels as kjit
 
 __all__ = [
     "KernelClassifier",
+    "SupportCacheClassifier",
     "MAX_BUDGET",
     "MAX_DEGREE",
     "MAX_GRAM_BUDGET",
@@ -63,21 +65,22 @@ def grown_columns(array: np.ndarray, n_columns: int, limit: int) -> np.ndarray:
     return bigger
 
 
-class KernelClassifier(MarginClassifier):
-    """Shared plumbing of the kernel classifiers on a bounded support cache.
+class SupportCacheClassifier(MarginClassifier):
+    """Shared plumbing of the classifiers that keep a bounded cache of examples (support vectors,
+    or the MPU's replay cache): dense rows of the feature columns, per-row slots and the state
+    array `st` (`streammargin.jit.kernels` describes all three).
 
-    A subclass validates its params (`validate_kernel`, `check_max_features` and
-    `streammargin.validation`), sets them (including `kernel`, `gamma`, `degree`, `coef0`,
-    `budget`, `max_features`) as attributes, then calls `self._reset()`. It sets `_n_fields`
-    (per-vector slot fields, at least `kjit.N_COMMON_FIELDS`) and `_n_model_state` (its own
-    entries of `st` after `kjit.ST_MODEL`), and extends `_reset` and `_check_restored` for its
-    own state.
+    A subclass validates its params (`check_max_features` and `streammargin.validation`), sets
+    them (including `budget` and `max_features`) as attributes, then calls `self._reset()`. It
+    sets `_n_fields` (per-row slot fields, at least `kjit.N_COMMON_FIELDS`) and `_n_model_state`
+    (its own entries of `st` after `kjit.ST_MODEL`), and extends `_reset` and `_check_restored`
+    for its own state.
 
-    Hooks: `_kernel_params()` (the kernel written into `st`; a model whose kernel is optional
-    overrides it), `_extra_rows` (cache rows beyond `budget`, e.g. a working row),
-    `_extra_array_bytes` (the memory bound of the model's own arrays).
+    Hooks: `_extra_rows` (cache rows beyond `budget`, e.g. a working row), `_extra_array_bytes`
+    (the memory bound of the model's own arrays).
 
-    Learnt state: `_support` (S), `_slots`, `_st`; see `streammargin.jit.kernels`.
+    Learnt state: `_support` (S), `_slots`, `_st`; see `streammargin.jit.kernels`. The kernel
+    parameters' entries of `st` stay zero here: `KernelClassifier` writes them.
     """
 
     _first_column = 0
@@ -86,16 +89,12 @@ class KernelClassifier(MarginClassifier):
     _extra_rows = 0
     _state_arrays = ("_support", "_slots", "_st")
 
-    def _kernel_params(self) -> np.ndarray:
-        return kjit.kernel_params(self.kernel, self.gamma, self.degree, self.coef0)
-
     def _reset(self) -> None:
         super()._reset()
         rows = self.budget + self._extra_rows
         self._support = np.zeros((rows, min(8, self._max_columns)))
         self._slots = np.zeros((rows, self._n_fields))
         self._st = np.zeros(kjit.ST_MODEL + self._n_model_state)
-        self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = self._kernel_params()
         self._st[kjit.ST_PLATT : kjit.ST_MODEL] = calibration.new_state()
 
     @property
@@ -141,8 +140,6 @@ class KernelClassifier(MarginClassifier):
         trials, squared norms equal to the stored vectors', calibration in range. A subclass
         writes its hyper-parameter slots before calling this, and checks its own fields after."""
         st, S, slots = self._st, self._support, self._slots
-        # The params are the source of truth for the kernel.
-        st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = self._kernel_params()
         check_whole("support size", st[kjit.ST_SIZE], 0.0, self.budget)
         check_whole("trials", st[kjit.ST_TRIALS])
         size = int(st[kjit.ST_SIZE])
@@ -156,12 +153,6 @@ class KernelClassifier(MarginClassifier):
             squares = np.minimum(np.sum(S[:size] * S[:size], axis=1), kjit.MAX_FINITE)
         check_close("support squared norms", slots[:size, kjit.SQ_NORM], squares, 1e-9, 0.0)
         check_calibration("calibration", st[kjit.ST_PLATT : kjit.ST_MODEL])
-
-    def _self_kernels(self) -> np.ndarray:
-        """K(s_i, s_i) of the stored vectors, from their squared norms (as learning computes it)."""
-        kp = self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE]
-        size = int(self._st[kjit.ST_SIZE])
-        return np.array([kjit.self_kernel(kp, sq) for sq in self._slots[:size, kjit.SQ_NORM]])
 
     @property
     def support_size(self) -> int:
@@ -180,3 +171,32 @@ class KernelClassifier(MarginClassifier):
             "trials": self.n_trials,
             **self._feature_counters(),
         }
+
+
+class KernelClassifier(SupportCacheClassifier):
+    """Shared plumbing of the kernel classifiers on a bounded support cache: the kernel by name.
+
+    A subclass validates its params (`validate_kernel`, `check_max_features` and
+    `streammargin.validation`), sets them (including `kernel`, `gamma`, `degree`, `coef0`,
+    `budget`, `max_features`) as attributes, then calls `self._reset()`; see
+    `SupportCacheClassifier` for the rest of the contract. The kernel lives in `st` as
+    `kp = [kind, gamma, degree, coef0]`, written from the params.
+    """
+
+    def _kernel_params(self) -> np.ndarray:
+        return kjit.kernel_params(self.kernel, self.gamma, self.degree, self.coef0)
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = self._kernel_params()
+
+    def _check_restored(self) -> None:
+        # The params are the source of truth for the kernel.
+        self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = self._kernel_params()
+        super()._check_restored()
+
+    def _self_kernels(self) -> np.ndarray:
+        """K(s_i, s_i) of the stored vectors, from their squared norms (as learning computes it)."""
+        kp = self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE]
+        size = int(self._st[kjit.ST_SIZE])
+        return np.array([kjit.self_kernel(kp, sq) for sq in self._slots[:size, kjit.SQ_NORM]])

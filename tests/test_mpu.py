@@ -3,7 +3,11 @@ transcription of the rule, the paper's bounds (Theorems 1 and 2, eq. 23 and 24) 
 
 from __future__ import annotations
 
+import base64
+import json
 import math
+import pathlib
+import pickle
 import warnings
 
 import numpy as np
@@ -16,8 +20,9 @@ from reference_mpu import (
 )
 
 import streammargin
-from streammargin import MPUClassifier
+from streammargin import KernelMPUClassifier, LinearMPUClassifier, MPUClassifier, state
 from streammargin.jit import kernels as kjit
+from streammargin.memory import memory_bound
 from streammargin.mpu import dual_objective, fit_batch, objective
 
 # Online -------------------------------------------------------------------------------------------
@@ -310,7 +315,7 @@ def test_kernel_form_learns_what_no_hyperplane_can():
     rbf_accuracy = evaluate.progressive_val_score(stream, rbf_model, metrics.Accuracy()).get()
     linear_accuracy = evaluate.progressive_val_score(stream, linear, metrics.Accuracy()).get()
     assert linear_accuracy < 0.65 < 0.85 < rbf_accuracy
-    assert rbf_model["MPUClassifier"].cache_size <= 300
+    assert rbf_model["KernelMPUClassifier"].cache_size <= 300
 
 
 def test_zero_instances_and_huge_norms():
@@ -401,6 +406,158 @@ def test_counters_and_exports():
     assert streammargin.MPUClassifier is MPUClassifier
     with pytest.raises(AttributeError):
         MPUClassifier(kernel="rbf").weights
+
+
+# One class per form, and their public name ------------------------------------------------------
+
+
+def test_mpu_classifier_builds_the_form_its_kernel_names():
+    linear = MPUClassifier(C=0.05, budget=7, fit_intercept=False)
+    assert type(linear) is LinearMPUClassifier and isinstance(linear, MPUClassifier)
+    assert linear._get_params() == {
+        "C": 0.05, "epsilon": 0.1, "gap": 3.0, "budget": 7, "replay": 4, "unlearn": True,
+        "fit_intercept": False, "intercept_scale": 1.0, "max_features": 2048,
+    }
+    for kernel in ("rbf", "poly", "linear"):
+        model = MPUClassifier(kernel=kernel, gamma=0.3, budget=7)
+        assert type(model) is KernelMPUClassifier and isinstance(model, MPUClassifier)
+        assert model._get_params() == KernelMPUClassifier(
+            kernel=kernel, gamma=0.3, budget=7
+        )._get_params()
+    assert MPUClassifier(0.5).C == 0.5  # positional, in the order of before
+    # The kernel params are validated although the linear form ignores them, as before.
+    for params in ({"gamma": -1.0}, {"degree": 0}, {"coef0": math.inf}):
+        with pytest.raises(ValueError, match=next(iter(params))):
+            MPUClassifier(**params)
+    with pytest.raises(ValueError, match="kernel"):
+        KernelMPUClassifier(kernel=None)
+    assert not hasattr(MPUClassifier(kernel="rbf"), "weights")
+    assert not isinstance(streammargin.ALMAClassifier(), MPUClassifier)
+
+
+def test_each_form_clones_pickles_and_saves_as_itself():
+    for model in (MPUClassifier(budget=6), MPUClassifier(kernel="rbf", budget=6)):
+        for x, y in random_stream(np.random.default_rng(3), 30, 3):
+            model.learn_one(x, y)
+        form = type(model)
+        assert type(model.clone()) is form
+        assert model.to_state()["model"] == form.__name__
+        for twin in (pickle.loads(pickle.dumps(model)), streammargin.from_state(model.to_state())):
+            assert type(twin) is form
+            assert twin.counters == model.counters
+    assert memory_bound(MPUClassifier) == memory_bound(LinearMPUClassifier)
+    assert memory_bound(MPUClassifier, {"kernel": "rbf", "budget": 50}) == memory_bound(
+        KernelMPUClassifier, {"budget": 50}
+    )
+    assert memory_bound(MPUClassifier, {"gamma": 2.0, "budget": 50}) == memory_bound(
+        LinearMPUClassifier, {"budget": 50}
+    )
+
+
+# States saved by the one-class MPUClassifier (before the split into two classes), made by the
+# code of that version with the stream below: the state after 40 records, the probabilities of
+# the last 20 records before and after learning them (tests/data/, generated once).
+LEGACY = json.loads(
+    (pathlib.Path(__file__).parent / "data" / "mpu_states_before_the_split.json").read_text()
+)
+
+
+def legacy_stream(labels):
+    rng = np.random.default_rng(1)
+    out = []
+    for _ in range(60):
+        x = {f"f{i}": float(v) for i, v in enumerate(rng.normal(size=4))}
+        if rng.random() < 0.3:
+            x["rare"] = float(rng.normal())
+        if len(labels) > 2:
+            y = labels[int(rng.integers(len(labels)))]
+        else:
+            y = bool(x["f0"] + 0.5 * x["f1"] > 0)
+        out.append((x, y))
+    return out
+
+
+def probabilities(model, probes):
+    return [{str(k): float(v) for k, v in model.predict_proba_one(x).items()} for x in probes]
+
+
+@pytest.mark.parametrize(
+    ("name", "form", "labels"),
+    [
+        ("linear", LinearMPUClassifier, (True, False)),
+        ("rbf", KernelMPUClassifier, (True, False)),
+        ("ovr", streammargin.OneVsRestClassifier, ("a", "b", "c")),
+    ],
+)
+def test_a_state_of_the_one_class_mpu_restores_as_its_form(name, form, labels):
+    """A checkpoint written before the split predicts and learns as the model that wrote it."""
+    fixture = LEGACY[name]
+    saved = state.loads(base64.b64decode(fixture["state"]))
+    assert saved["model"] == form.__name__ if form is streammargin.OneVsRestClassifier else (
+        saved["model"] == "MPUClassifier" and "kernel" in saved["params"]
+    )  # the one class: its name and its kernel param
+    model = streammargin.from_state(saved)
+    assert type(model) is form
+    if form is streammargin.OneVsRestClassifier:
+        assert all(type(m) is LinearMPUClassifier for m in model.classifiers.values())
+    data = legacy_stream(labels)
+    probes = [x for x, _ in data[40:]]
+    assert probabilities(model, probes) == fixture["before"]
+    for x, y in data[40:]:
+        model.learn_one(x, y)
+    assert probabilities(model, probes) == fixture["after"]
+    # and it saves as what it is now
+    assert type(streammargin.from_state(state.loads(state.dumps(model.to_state())))) is form
+
+
+def legacy(name):
+    return state.loads(base64.b64decode(LEGACY[name]["state"]))
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda s: s["arrays"].pop("_gram"),
+        lambda s: s["arrays"].update(_gram=np.ones((1, 1))),
+        lambda s: s["arrays"].update(_margins=[]),
+        lambda s: s["params"].update(gamma=-1.0),
+        lambda s: s["params"].update(degree=True),
+        lambda s: s.update(params=[1]),
+        lambda s: s.update(arrays=None),
+        lambda s: s["params"].update(kernel="rbf"),  # the arrays of the linear form
+        lambda s: s["params"].update(kernel=["rbf"]),
+        lambda s: s["params"].update(budget=10**9),
+        lambda s: s.pop("values"),
+    ],
+)
+def test_a_tampered_state_of_the_one_class_mpu_is_refused(tamper):
+    saved = legacy("linear")
+    tamper(saved)
+    with pytest.raises(state.StateError):
+        streammargin.from_state(saved)
+
+
+def test_a_kernel_state_of_the_one_class_mpu_needs_empty_primal_weights():
+    saved = legacy("rbf")
+    saved["arrays"]["_weights"] = np.zeros(3)
+    with pytest.raises(state.StateError, match="_weights"):
+        streammargin.from_state(saved)
+
+
+def test_flipped_bytes_of_a_one_class_mpu_state_restore_or_raise_state_error():
+    rng = np.random.default_rng(5)
+    for name in ("linear", "rbf", "ovr"):
+        data = bytearray(base64.b64decode(LEGACY[name]["state"]))
+        for _ in range(150):
+            flipped = bytearray(data)
+            position = int(rng.integers(len(flipped)))
+            flipped[position] ^= 1 << int(rng.integers(8))
+            try:
+                model = streammargin.from_state(state.loads(bytes(flipped)))
+            except state.StateError:
+                continue
+            proba = model.predict_proba_one({"f0": 1.0, "f1": -2.0})
+            assert all(math.isfinite(p) for p in proba.values())
 
 
 # Batch --------------------------------------------------------------------------------------------

@@ -955,6 +955,30 @@ def test_checkpoint_and_restore_give_exactly_the_outputs_of_an_uninterrupted_tas
     assert restored.pending.entries == uninterrupted.pending.entries
 
 
+@pytest.mark.parametrize("params", [{}, {"kernel": "rbf", "budget": 20}], ids=["linear", "rbf"])
+def test_the_mpu_restores_as_the_form_its_params_build_and_from_a_one_class_checkpoint(params):
+    """--model mpu builds MPUClassifier's linear or kernel class: its checkpoints restore under
+    the same settings, and so does a checkpoint holding the one-class MPUClassifier of before the
+    split (tests/test_mpu.py has such states)."""
+    from test_mpu import legacy
+
+    task_settings = settings_for_checkpoints(model="mpu", params=params)
+    records = as_records(mixed_stream(300), partition=5)
+    task = PartitionTask.new("events", 5, task_settings)
+    run(task, records[:200])
+    restored = PartitionTask.restore(task.to_checkpoint(), "events", 5, task_settings)
+    assert type(restored.model) is type(task.model)
+    assert run(restored, records[200:]).predictions == run(task, records[200:]).predictions
+    fields = checkpoint.decode_checkpoint(task.to_checkpoint())
+    fields["model"] = legacy("rbf" if params else "linear")
+    payload = checkpoint.encode_checkpoint({k: v for k, v in fields.items() if k != "format"})
+    old = PartitionTask.restore(payload, "events", 5, task_settings)
+    assert type(old.model) is type(task.model)
+    with pytest.raises(StateError, match="holds a KernelMPUClassifier, not the ALMAClassifier"
+                       if params else "holds a LinearMPUClassifier, not the ALMAClassifier"):
+        PartitionTask.restore(payload, "events", 5, settings_for_checkpoints())
+
+
 def saved_fields(**settings) -> tuple[dict, TaskSettings]:
     task_settings = settings_for_checkpoints(**settings)
     task = PartitionTask.new("events", 5, task_settings)
@@ -973,7 +997,7 @@ def saved_fields(**settings) -> tuple[dict, TaskSettings]:
         (lambda f: f.update(next_offset=2 ** 64), "next_offset"),
         (lambda f: f.pop("model"), "lacks the field 'model'"),
         (lambda f: f.update(model=streammargin.MPUClassifier().to_state()),
-         "holds a MPUClassifier, not the ALMAClassifier"),
+         "holds a LinearMPUClassifier, not the ALMAClassifier"),
         (lambda f: f["model"].update(model="Nope"), "model: unknown model"),
         (lambda f: f.update(scaler=None), "written without --scale"),
         (lambda f: f["metrics"].pop("window"), "metrics:"),

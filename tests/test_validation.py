@@ -14,9 +14,14 @@ import streammargin
 from streammargin import state, validation
 from streammargin.features import FeatureSpace
 
-# Models with a numeric core; wrappers (OneVsRestClassifier) take a model and are checked below.
+# Models with a numeric core; wrappers (OneVsRestClassifier) take a model and are checked below,
+# and so is MPUClassifier, the public name of the two MPU classes (`_forms`).
 MODEL_CLASSES = sorted(
-    (cls for cls in state.registered_models().values() if not hasattr(cls, "_wrapped_model")),
+    (
+        cls
+        for cls in state.registered_models().values()
+        if not hasattr(cls, "_wrapped_model") and not hasattr(cls, "_forms")
+    ),
     key=lambda cls: cls.__name__,
 )
 
@@ -55,11 +60,13 @@ def bad_values(name: str, kind: str) -> list:
     return values
 
 
+# Every public name a model is built by: the model classes and MPUClassifier, which builds one of
+# its two forms.
+PUBLIC_CLASSES = [*MODEL_CLASSES, streammargin.MPUClassifier]
 CASES = [
     pytest.param(cls, name, value, id=f"{cls.__name__}-{name}-{value!r:.20}")
-    for cls in MODEL_CLASSES
-    for name, parameter in inspect.signature(cls.__init__).parameters.items()
-    if name != "self"
+    for cls in PUBLIC_CLASSES
+    for name, parameter in inspect.signature(cls).parameters.items()
     for value in bad_values(name, _kind(cls, name, parameter))
 ]
 
@@ -72,7 +79,7 @@ def test_a_bad_parameter_raises_a_value_error_naming_it(cls, name, value):
     assert "\n" not in message and len(message) < 300
 
 
-@pytest.mark.parametrize("cls", MODEL_CLASSES, ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize("cls", PUBLIC_CLASSES, ids=lambda cls: cls.__name__)
 def test_the_defaults_and_unit_test_params_are_valid_and_clone(cls):
     for params in [{}, *cls._unit_test_params()]:
         model = cls(**params)
