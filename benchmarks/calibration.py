@@ -53,7 +53,8 @@ def main() -> None:
                 x = scaler.transform_one(x)
                 y = bool(y)
                 p_true = model.predict_proba_one(x)[True]
-                hits["sign"] += (model.decision_one(x) > 0) == y
+                score = model.decision_one(x)  # the CPM's: {True: f(x)}
+                hits["sign"] += ((score[True] if isinstance(score, dict) else score) > 0) == y
                 hits["calibrated"] += (p_true > 0.5) == y
                 hits["served"] += model.predict_one(x) == y
                 log_loss -= math.log(max(1e-15, p_true if y else 1.0 - p_true))

@@ -430,6 +430,10 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         return LearningFrame(values, cols, raw, raw_cols, mark)
 
     def decision_many(self, X: typing.Any) -> np.ndarray:
+        """The raw scores of the rows of X (`decision_one` row by row)."""
+        return self._decision_rows(X)
+
+    def _decision_rows(self, X: typing.Any) -> np.ndarray:
         values, cols = self._frame(X, grow=False)
         try:
             return self._score_rows(values, cols)
@@ -439,7 +443,7 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
     def predict_many(self, X: typing.Any) -> typing.Any:
         import pandas as pd
 
-        scores = self.decision_many(X)
+        scores = self._decision_rows(X)
         labels = np.empty(len(scores), dtype=np.bool_)
         calibration.decide_many(self._calibration, scores, labels)
         return pd.Series(labels, index=X.index)
@@ -447,7 +451,7 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
     def predict_proba_many(self, X: typing.Any) -> typing.Any:
         import pandas as pd
 
-        scores = self.decision_many(X)
+        scores = self._decision_rows(X)
         p_true = np.empty_like(scores)
         calibration.proba_many(self._calibration, scores, p_true)
         return pd.DataFrame({False: 1.0 - p_true, True: p_true}, index=X.index)

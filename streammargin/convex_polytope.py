@@ -175,8 +175,9 @@ class ConvexPolytopeClassifier(MarginClassifier):
     f_c(x) - max_{c' != c} f_c'(x) on "is it class c?", and normalises over the classes.
     Per class, `predict_one` returns the label of highest probability; with one polytope it
     decides like every binary model here (the sign of f or the calibrated argmax, whichever erred
-    less lately, see `streammargin.jit.calibration`). `decision_one` returns the raw scores:
-    f(x) with one polytope (a float whose sign is the paper's decision), else {label: f_c(x)}.
+    less lately, see `streammargin.jit.calibration`). `decision_one` returns the raw scores
+    {label: f_c(x)} in every variant; with one polytope {True: f(x)}, whose sign is the paper's
+    decision.
 
     Examples
     --------
@@ -404,14 +405,20 @@ class ConvexPolytopeClassifier(MarginClassifier):
             return best == 1  # decided like the base class (sign or calibrated argmax)
         return self._labels[best] if best >= 0 else None
 
-    def decision_one(self, x: dict) -> typing.Any:  # type: ignore[override]
-        """The raw polytope scores: f(x) with one polytope, else {label: f_c(x)}."""
-        if self._one:
-            return super().decision_one(x)
+    def decision_one(self, x: dict) -> dict:  # type: ignore[override]
+        """The raw polytope scores {label: f_c(x)}, the score of the polytope each class lies
+        outside of: with one polytope {True: f(x)} (the positive class is outside; the sign of
+        f(x) is the paper's decision)."""
         idx, val = self._features.encode(x, False)
-        out = np.empty(max(len(self._labels), 1))
+        labels = self._scored_labels
+        out = np.empty(max(len(labels), 1))
         n = cpm_jit.decision(self._weights, self._st, idx, val, out)
-        return {label: float(score) for label, score in zip(self._labels, out[:n])}
+        return {label: float(score) for label, score in zip(labels, out[:n])}
+
+    @property
+    def _scored_labels(self) -> list:
+        """The labels of the polytopes, in the order of their scores: [True] with one polytope."""
+        return [True] if self._one else self._labels
 
     def learn_many(self, X: typing.Any, y: typing.Any) -> None:
         if self._one:
@@ -452,16 +459,14 @@ class ConvexPolytopeClassifier(MarginClassifier):
         return pd.Series([self._labels[i] for i in best], index=X.index)
 
     def decision_many(self, X: typing.Any) -> typing.Any:
-        """Raw scores of the rows: an array (one polytope) or a DataFrame of f_c (per class)."""
+        """Raw scores of the rows, a DataFrame with a column per label of `decision_one`."""
         import pandas as pd
 
         values, cols = self._frame(X, grow=False)
-        n_poly = 1 if self._one else len(self._labels)
-        out = np.empty((len(X), max(n_poly, 1)))
+        labels = self._scored_labels
+        out = np.empty((len(X), max(len(labels), 1)))
         cpm_jit.decision_rows(self._weights, self._st, values, cols, out)
-        if self._one:
-            return out[:, 0]
-        return pd.DataFrame(out[:, :n_poly], index=X.index, columns=list(self._labels))
+        return pd.DataFrame(out[:, : len(labels)], index=X.index, columns=list(labels))
 
     # Safe state -----------------------------------------------------------------------------------
 

@@ -44,8 +44,8 @@ def test_hand_computed_single_polytope():
     assert faces[0] == pytest.approx({"a": 2 / 3, "b": 0.0}, abs=1e-15)
     assert faces[1] == pytest.approx({"a": 0.0, "b": -1 / 3}, abs=1e-15)
     # f(x) = max_k W_k . x
-    assert model.decision_one({"a": 1.0, "b": 0.0}) == pytest.approx(2 / 3, abs=1e-15)
-    assert model.decision_one({"a": 0.0, "b": 3.0}) == pytest.approx(0.0, abs=1e-15)
+    assert model.decision_one({"a": 1.0, "b": 0.0}) == pytest.approx({True: 2 / 3}, abs=1e-15)
+    assert model.decision_one({"a": 0.0, "b": 3.0}) == pytest.approx({True: 0.0}, abs=1e-15)
     assert model.face_counts == {True: pytest.approx([0.999 + 1.0, 0.0])}
 
 
@@ -136,10 +136,8 @@ def test_weights_equal_the_dense_transcription(polytopes, n_classes, steps, entr
     for x, v in zip(probes, dense_rows(model, [(x, 0) for x in probes])):
         scores = reference.scores(v)
         got = model.decision_one(x)
-        if polytopes == "one":
-            assert got == pytest.approx(scores[0], rel=1e-9, abs=1e-12)
-        else:
-            assert list(got.values()) == pytest.approx(list(scores), rel=1e-9, abs=1e-12)
+        assert list(got) == ([True] if polytopes == "one" else model.classes)
+        assert list(got.values()) == pytest.approx(list(scores), rel=1e-9, abs=1e-12)
 
 
 def disk_stream(rng, n):
@@ -173,9 +171,10 @@ def test_a_polytope_encloses_a_convex_class_that_no_line_separates():
     assert accuracy_after(polytope, stream, 3000) > 0.95
     assert accuracy_after(line, stream, 3000) < 0.7
     # Every positive lies outside: f(x) = max_k W_k . x > 0 on most of the ring, < 0 in the disk.
-    assert polytope.decision_one({"u": 0.0, "v": 0.0}) < 0
+    assert polytope.decision_one({"u": 0.0, "v": 0.0})[True] < 0
     for angle in np.linspace(0, 2 * math.pi, 12, endpoint=False):
-        assert polytope.decision_one({"u": 2 * math.cos(angle), "v": 2 * math.sin(angle)}) > 0
+        x = {"u": 2 * math.cos(angle), "v": 2 * math.sin(angle)}
+        assert polytope.decision_one(x)[True] > 0
 
 
 def test_assign_keeps_the_entropy_of_the_faces_up():
@@ -238,6 +237,26 @@ def test_one_polytope_works_through_one_vs_rest():
     )
     accuracy = evaluate.progressive_val_score(datasets.ImageSegments(), model, metrics.Accuracy())
     assert accuracy.get() > 0.8
+
+
+@pytest.mark.parametrize("polytopes", ["one", "joint", "separate"])
+def test_each_method_returns_one_type_in_every_variant(polytopes):
+    """decision_one is {label: f_c(x)} in every variant ({True: f(x)} with one polytope; it was a
+    float there and a dict otherwise), decision_many a DataFrame with those columns."""
+    model = ConvexPolytopeClassifier(polytopes=polytopes, n_faces=3, steps=2, window=5)
+    labels = [True, False] if polytopes == "one" else ["p", "q", "r"]
+    rng = np.random.default_rng(4)
+    for i in range(30):
+        model.learn_one({"a": float(rng.normal()), "b": float(rng.normal())}, labels[i % len(labels)])
+    scored = [True] if polytopes == "one" else model.classes
+    x = {"a": 0.3, "b": -1.0}
+    decision = model.decision_one(x)
+    assert type(decision) is dict and list(decision) == scored
+    frame = model.decision_many(pd.DataFrame([x, {"a": 1.0}], index=[7, 8]))
+    assert isinstance(frame, pd.DataFrame) and list(frame.columns) == scored
+    assert list(frame.index) == [7, 8] and frame.loc[7].to_dict() == decision
+    assert type(model.predict_proba_one(x)) is dict and model.predict_one(x) in model.classes
+    assert list(model.predict_proba_many(pd.DataFrame([x])).columns) == model.classes
 
 
 def test_replay_is_deterministic_and_off_with_one_step():
