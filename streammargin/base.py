@@ -1,9 +1,11 @@
 """What every streammargin classifier shares: River plumbing around a numeric core.
 
-`MarginClassifier` turns River dicts into (columns, values) arrays through a `FeatureSpace`,
-codes the binary labels, serves calibrated probabilities, runs mini-batches, and saves its state
-safely. A model module only says how to score and learn from one encoded instance (and a batch of
-rows), keeping the paper's update rule in view.
+`FeatureSpaceClassifier` turns River dicts and frames into (columns, values) arrays through a
+`FeatureSpace` and saves the model's state safely. On it, `MarginClassifier` codes the binary
+labels, serves calibrated probabilities and runs mini-batches; `MulticlassMarginClassifier` keeps
+labels as given (or the two binary ones) and does the same per class. A model module only says how
+to score and learn from one encoded instance (and a batch of rows), keeping the paper's update
+rule in view.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import abc
 import copy
 import inspect
 import json
+import math
 import typing
 
 import numpy as np
 from river import base
 
-from streammargin import memory, validation
+from streammargin import memory, state, validation
 from streammargin.errors import InvalidInput, StateError
 from streammargin.features import MAX_MAX_FEATURES, FeatureSpace, validate_value
 from streammargin.jit import calibration
@@ -30,13 +33,16 @@ __all__ = [
     "check_range",
     "check_whole",
     "check_zero",
+    "FeatureSpaceClassifier",
     "MarginClassifier",
+    "MulticlassMarginClassifier",
     "binary_target",
     "binary_targets",
     "check_max_features",
     "frame_values",
     "grown",
     "merge_shared_columns",
+    "plain_label",
 ]
 
 
@@ -75,6 +81,32 @@ def binary_targets(y: typing.Any) -> np.ndarray:
         if np.isin(as_float, (1.0, 0.0, -1.0)).all():
             return np.where(as_float == 1.0, 1.0, -1.0)
     return np.array([binary_target(label) for label in labels], dtype=np.float64)
+
+
+def plain_label(y: typing.Any) -> typing.Any:
+    """A class label as a plain Python value (numpy scalars compare and hash like them), validated:
+    str, bool, int, finite float or tuples of them, at most `memory.MAX_LABEL_BYTES` of JSON
+    (what a saved state stores). Anything else raises `InvalidInput`."""
+    if isinstance(y, np.generic):
+        y = y.item()
+    if y is None or (isinstance(y, float) and math.isnan(y)):
+        raise InvalidInput(
+            f"label {y!r} is not a class: a label must be a value other than None/NaN"
+        )
+    try:
+        encoded = json.dumps(state.encode_name(y), allow_nan=False, separators=(",", ":"))
+        hash(y)
+    except (TypeError, ValueError):
+        raise InvalidInput(
+            f"label {y!r:.80} of type {type(y).__name__} is not supported: labels must be str, "
+            "bool, int, finite float or tuples of them"
+        ) from None
+    if len(encoded) > memory.MAX_LABEL_BYTES:
+        raise InvalidInput(
+            f"label {y!r:.80} is too long to be stored: at most {memory.MAX_LABEL_BYTES} bytes "
+            "of JSON"
+        )
+    return y
 
 
 _STATE_KEYS = frozenset({"model", "params", "features", "arrays", "values"})
@@ -286,12 +318,14 @@ class LearningFrame(typing.NamedTuple):
     mark: tuple
 
 
-class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
-    """Base class of the binary margin classifiers.
+class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
+    """What every streammargin classifier shares: River dicts and frames in, through a bounded
+    `FeatureSpace`, and the safe state (`to_state`, `from_state`).
 
     Subclasses set `_state_arrays` (names of the numpy attributes that hold the learnt state) and
     `_state_values` (names of JSON-able attributes, e.g. counters), create them in `_reset()`, and
-    implement the encoded-instance methods below.
+    implement the methods below. `MarginClassifier` is the base of the binary models,
+    `MulticlassMarginClassifier` that of the natively multiclass ones.
     """
 
     _state_arrays: tuple[str, ...] = ()
@@ -317,11 +351,6 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
 
     # What a model implements ----------------------------------------------------------------------
 
-    @property
-    @abc.abstractmethod
-    def _calibration(self) -> np.ndarray:
-        """The calibration state (`streammargin.jit.calibration`), a view into the model's state."""
-
     @abc.abstractmethod
     def _reserve(self, n_columns: int) -> None:
         """Make the state hold at least `n_columns` feature columns (never more than
@@ -339,53 +368,7 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         """The most class labels the model stores (natively multiclass models)."""
         return 0
 
-    @abc.abstractmethod
-    def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
-        """Raw decision value of an encoded instance (idx < 0: unknown feature)."""
-
-    def _proba(self, idx: np.ndarray, val: np.ndarray) -> float:
-        """Calibrated probability of the positive label (models fuse this into one numba call)."""
-        return calibration.proba(self._calibration, self._score(idx, val))
-
-    @abc.abstractmethod
-    def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
-        """One trial on an encoded instance, target in {-1.0, +1.0}; also feeds the calibrator."""
-
-    @abc.abstractmethod
-    def _score_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        """Raw decision values of the rows of X (NaN = absent feature)."""
-
-    @abc.abstractmethod
-    def _learn_rows(self, X: np.ndarray, cols: np.ndarray, targets: np.ndarray) -> None:
-        """`_learn` over the rows of X in order."""
-
-    # River API ------------------------------------------------------------------------------------
-
-    def decision_one(self, x: dict) -> float:
-        """The raw score of `x`: its sign is the predicted label."""
-        return self._score(*self._features.encode(x, grow=False))
-
-    def _decide(self, idx: np.ndarray, val: np.ndarray) -> bool:
-        """The predicted label (models may fuse this into one numba call)."""
-        return calibration.decide(self._calibration, self._score(idx, val))
-
-    def predict_one(self, x: dict, **kwargs: typing.Any) -> bool:
-        # Either the sign of the score (the paper's decision) or the calibrated argmax,
-        # whichever made fewer errors lately: see `streammargin.jit.calibration`.
-        idx, val = self._features.encode(x, False)
-        return self._decide(idx, val)
-
-    def predict_proba_one(self, x: dict, **kwargs: typing.Any) -> dict[bool, float]:
-        idx, val = self._features.encode(x, False)
-        p_true = self._proba(idx, val)
-        return {False: 1.0 - p_true, True: p_true}
-
-    def learn_one(self, x: dict, y: typing.Any) -> None:
-        target = 1.0 if y is True else -1.0 if y is False else binary_target(y)
-        features = self._features
-        idx, val = features.encode(x, True)
-        self._reserve(features.n_columns)
-        self._learn(idx, val, target)
+    # Frames ---------------------------------------------------------------------------------------
 
     def _frame(self, X: typing.Any, grow: bool) -> tuple[np.ndarray, np.ndarray]:
         """The frame's values and model columns, with the columns that map to one model column
@@ -394,26 +377,6 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         values = frame_values(X, check_infinite=not self._rows_check_infinite)
         cols = self._features.encode_columns(X.columns, grow=grow)
         return merge_shared_columns(X, values, cols, self._rows_check_infinite)
-
-    def learn_many(self, X: typing.Any, y: typing.Any) -> None:
-        """Learn from the rows of a DataFrame in order: the same as `learn_one` row by row.
-
-        NaN marks a feature absent from a row (pandas' missing value); infinities, strings and
-        unknown labels raise a `ValueError` and leave the model as it was.
-        """
-        targets = binary_targets(y)
-        if len(targets) != len(X):
-            raise InvalidInput(f"X has {len(X)} rows but y has {len(targets)} labels")
-        frame = self._learning_frame(X)
-        values, cols = frame.values, frame.cols
-        self._reserve(self._features.n_columns)
-        try:
-            self._learn_rows(values, cols, targets)
-        except InfiniteEntry as bad:  # the model restored its state; forget the new names too
-            self._features.rollback(frame.mark)
-            # (the frame's own columns: a merged frame was checked by merge_shared_columns)
-            raise infinite_entry_error(X, frame.raw, bad.row, bad.column) from None
-        self._features.count_hashed(frame.raw, frame.raw_cols)
 
     def _learning_frame(self, X: typing.Any) -> LearningFrame:
         """`_frame(X, grow=True)` that leaves the feature space as it was if it raises, with what
@@ -428,33 +391,6 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
             features.rollback(mark)
             raise
         return LearningFrame(values, cols, raw, raw_cols, mark)
-
-    def decision_many(self, X: typing.Any) -> np.ndarray:
-        """The raw scores of the rows of X (`decision_one` row by row)."""
-        return self._decision_rows(X)
-
-    def _decision_rows(self, X: typing.Any) -> np.ndarray:
-        values, cols = self._frame(X, grow=False)
-        try:
-            return self._score_rows(values, cols)
-        except InfiniteEntry as bad:
-            raise infinite_entry_error(X, values, bad.row, bad.column) from None
-
-    def predict_many(self, X: typing.Any) -> typing.Any:
-        import pandas as pd
-
-        scores = self._decision_rows(X)
-        labels = np.empty(len(scores), dtype=np.bool_)
-        calibration.decide_many(self._calibration, scores, labels)
-        return pd.Series(labels, index=X.index)
-
-    def predict_proba_many(self, X: typing.Any) -> typing.Any:
-        import pandas as pd
-
-        scores = self._decision_rows(X)
-        p_true = np.empty_like(scores)
-        calibration.proba_many(self._calibration, scores, p_true)
-        return pd.DataFrame({False: 1.0 - p_true, True: p_true}, index=X.index)
 
     # Safe state -----------------------------------------------------------------------------------
 
@@ -473,7 +409,7 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
     @classmethod
     def from_state(
         cls, state: dict, max_bytes: int = memory.DEFAULT_MAX_STATE_BYTES
-    ) -> MarginClassifier:
+    ) -> FeatureSpaceClassifier:
         """Rebuild a model from `to_state()`: it predicts and learns exactly like the original.
 
         The state may come from an untrusted checkpoint: anything malformed raises `StateError`
@@ -517,7 +453,7 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         return model
 
     @classmethod
-    def _validated(cls, params: typing.Any) -> MarginClassifier:
+    def _validated(cls, params: typing.Any) -> FeatureSpaceClassifier:
         """A model of the saved params, validated by the constructor (a bad value is a
         `StateError` naming the parameter), before anything is allocated: `__init__` runs with
         `_reset` shadowed, so it validates and sets the params only."""
@@ -597,3 +533,354 @@ class MarginClassifier(base.MiniBatchClassifier, abc.ABC):
         """The feature space's counters, for every model's `counters`: names kept, and feature
         occurrences learnt through a hashed column (how often the `max_features` bound acted)."""
         return {"features": len(self._features), "features_hashed": self._features.features_hashed}
+
+
+class MarginClassifier(FeatureSpaceClassifier):
+    """Base class of the binary margin classifiers: labels True/1 and False/0/-1, a raw score whose
+    sign is the paper's decision, calibrated probabilities and the decision rule
+    (`streammargin.jit.calibration`). A model implements the encoded-instance methods below.
+    """
+
+    # What a binary model implements ---------------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def _calibration(self) -> np.ndarray:
+        """The calibration state (`streammargin.jit.calibration`), a view into the model's state."""
+
+    @abc.abstractmethod
+    def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
+        """Raw decision value of an encoded instance (idx < 0: unknown feature)."""
+
+    def _proba(self, idx: np.ndarray, val: np.ndarray) -> float:
+        """Calibrated probability of the positive label (models fuse this into one numba call)."""
+        return calibration.proba(self._calibration, self._score(idx, val))
+
+    @abc.abstractmethod
+    def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
+        """One trial on an encoded instance, target in {-1.0, +1.0}; also feeds the calibrator."""
+
+    @abc.abstractmethod
+    def _score_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Raw decision values of the rows of X (NaN = absent feature)."""
+
+    @abc.abstractmethod
+    def _learn_rows(self, X: np.ndarray, cols: np.ndarray, targets: np.ndarray) -> None:
+        """`_learn` over the rows of X in order."""
+
+    # River API ------------------------------------------------------------------------------------
+
+    def decision_one(self, x: dict) -> float:
+        """The raw score of `x`: its sign is the predicted label."""
+        return self._score(*self._features.encode(x, grow=False))
+
+    def _decide(self, idx: np.ndarray, val: np.ndarray) -> bool:
+        """The predicted label (models may fuse this into one numba call)."""
+        return calibration.decide(self._calibration, self._score(idx, val))
+
+    def predict_one(self, x: dict, **kwargs: typing.Any) -> bool:
+        # Either the sign of the score (the paper's decision) or the calibrated argmax,
+        # whichever made fewer errors lately: see `streammargin.jit.calibration`.
+        idx, val = self._features.encode(x, False)
+        return self._decide(idx, val)
+
+    def predict_proba_one(self, x: dict, **kwargs: typing.Any) -> dict[bool, float]:
+        idx, val = self._features.encode(x, False)
+        p_true = self._proba(idx, val)
+        return {False: 1.0 - p_true, True: p_true}
+
+    def learn_one(self, x: dict, y: typing.Any) -> None:
+        target = 1.0 if y is True else -1.0 if y is False else binary_target(y)
+        features = self._features
+        idx, val = features.encode(x, True)
+        self._reserve(features.n_columns)
+        self._learn(idx, val, target)
+
+    def learn_many(self, X: typing.Any, y: typing.Any) -> None:
+        """Learn from the rows of a DataFrame in order: the same as `learn_one` row by row.
+
+        NaN marks a feature absent from a row (pandas' missing value); infinities, strings and
+        unknown labels raise a `ValueError` and leave the model as it was.
+        """
+        targets = binary_targets(y)
+        if len(targets) != len(X):
+            raise InvalidInput(f"X has {len(X)} rows but y has {len(targets)} labels")
+        frame = self._learning_frame(X)
+        values, cols = frame.values, frame.cols
+        self._reserve(self._features.n_columns)
+        try:
+            self._learn_rows(values, cols, targets)
+        except InfiniteEntry as bad:  # the model restored its state; forget the new names too
+            self._features.rollback(frame.mark)
+            # (the frame's own columns: a merged frame was checked by merge_shared_columns)
+            raise infinite_entry_error(X, frame.raw, bad.row, bad.column) from None
+        self._features.count_hashed(frame.raw, frame.raw_cols)
+
+    def decision_many(self, X: typing.Any) -> np.ndarray:
+        """The raw scores of the rows of X (`decision_one` row by row)."""
+        return self._decision_rows(X)
+
+    def _decision_rows(self, X: typing.Any) -> np.ndarray:
+        values, cols = self._frame(X, grow=False)
+        try:
+            return self._score_rows(values, cols)
+        except InfiniteEntry as bad:
+            raise infinite_entry_error(X, values, bad.row, bad.column) from None
+
+    def predict_many(self, X: typing.Any) -> typing.Any:
+        import pandas as pd
+
+        scores = self._decision_rows(X)
+        labels = np.empty(len(scores), dtype=np.bool_)
+        calibration.decide_many(self._calibration, scores, labels)
+        return pd.Series(labels, index=X.index)
+
+    def predict_proba_many(self, X: typing.Any) -> typing.Any:
+        import pandas as pd
+
+        scores = self._decision_rows(X)
+        p_true = np.empty_like(scores)
+        calibration.proba_many(self._calibration, scores, p_true)
+        return pd.DataFrame({False: 1.0 - p_true, True: p_true}, index=X.index)
+
+
+class MulticlassMarginClassifier(FeatureSpaceClassifier):
+    """Base class of the natively multiclass classifiers.
+
+    Labels are kept as given (`plain_label`), in order of first appearance, at most `max_classes`
+    of them (a constructor param): a record with a new label beyond it raises `InvalidInput` and
+    changes nothing. In *binary mode* (`_binary` true) the classes are the two binary labels
+    [False, True], coded as every binary model codes them (`binary_target`): the model is then a
+    binary one (`_multiclass` false) with the same API and return types.
+
+    A label travels to numba as its code, its index in `classes`; a model implements the
+    encoded-instance methods below, and `_grow_classes` to make room for a new class. Every method
+    has one return type: `predict_one` a label (None before any class), `predict_proba_one`
+    {label: probability}, `decision_one` {label: raw score} over `_scored_labels` (every class,
+    or in binary mode the positive one, the sign of whose score is the decision), and the
+    mini-batch methods a Series or DataFrames of the same.
+
+    Safe state: the labels learnt are `_encoded_labels` (`state.encode_name`, none in binary mode);
+    `_state_shapes` reads their count with `_saved_label_count`, and `_check_restored` calls
+    `_restore_labels` first.
+    """
+
+    _state_values = ("_encoded_labels",)
+
+    max_classes: int
+
+    @property
+    def _binary(self) -> bool:
+        """Binary mode: the classes are False and True (see the class docstring)."""
+        return False
+
+    @property
+    def _multiclass(self) -> bool:
+        return not self._binary
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._encoded_labels: list = []
+        self._labels: list = [False, True] if self._binary else []
+        self._label_index: dict = {False: 0, True: 1} if self._binary else {}
+
+    @property
+    def classes(self) -> list:
+        """The labels, in the order of their codes (of first appearance)."""
+        return list(self._labels)
+
+    @property
+    def _scored_labels(self) -> list:
+        """The labels of the raw scores (`decision_one`): every class, or in binary mode the
+        positive one."""
+        return [True] if self._binary else self._labels
+
+    # Labels -------------------------------------------------------------------------------------
+
+    def _new_code(self, y: typing.Any) -> int:
+        """The code of a label `_label_index` does not hold, validated before anything changes:
+        in binary mode that of `binary_target(y)`, else the next code (a new class), refused
+        beyond `max_classes`."""
+        if self._binary:
+            return 1 if binary_target(y) > 0.0 else 0
+        plain_label(y)
+        self._refuse_new_labels(1)
+        return len(self._labels)
+
+    def _refuse_new_labels(self, new: int) -> None:
+        """Raise `InvalidInput` if `new` more labels would pass `max_classes`."""
+        if len(self._labels) + new > self.max_classes:
+            raise InvalidInput(
+                f"a new label would make {len(self._labels) + new} classes, more than "
+                f"max_classes={self.max_classes}: raise max_classes to learn more classes"
+            )
+
+    def _add_label(self, label: typing.Any) -> None:
+        """Add a class (not in binary mode): its code is the next one."""
+        label = plain_label(label)
+        self._labels.append(label)
+        self._label_index[label] = len(self._labels) - 1
+        self._encoded_labels.append(state.encode_name(label))
+        self._grow_classes()
+
+    def _frame_codes(self, y: typing.Any) -> tuple[np.ndarray, list]:
+        """The codes of a frame's labels and the new labels among them (in order of first
+        appearance, to be added in that order), all validated and within `max_classes` before
+        anything changes."""
+        if self._binary:
+            return (binary_targets(y) > 0.0).astype(np.int64), []
+        labels = [plain_label(label) for label in y]
+        new = list(dict.fromkeys(label for label in labels if label not in self._label_index))
+        self._refuse_new_labels(len(new))
+        first = len(self._labels)
+        index = {**self._label_index, **{label: first + i for i, label in enumerate(new)}}
+        return np.array([index[label] for label in labels], dtype=np.int64), new
+
+    # What a model implements ------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _grow_classes(self) -> None:
+        """Make room in the model's arrays for one more class (a new last code)."""
+
+    @abc.abstractmethod
+    def _learn_code(self, idx: np.ndarray, val: np.ndarray, code: int) -> None:
+        """One trial on an encoded instance of class `code` (the next code: a new class, already
+        added); also feeds the calibration."""
+
+    @abc.abstractmethod
+    def _predict_code(self, idx: np.ndarray, val: np.ndarray) -> int:
+        """The code of the predicted class, -1 before any class."""
+
+    @abc.abstractmethod
+    def _class_probabilities(self, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
+        """The probability of each class, in code order."""
+
+    @abc.abstractmethod
+    def _class_scores(self, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
+        """The raw scores of `_scored_labels`."""
+
+    @abc.abstractmethod
+    def _learn_code_rows(self, X: np.ndarray, cols: np.ndarray, codes: np.ndarray) -> None:
+        """`_learn_code` over the rows of X in order (NaN = absent feature)."""
+
+    @abc.abstractmethod
+    def _predict_code_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """`_predict_code` of every row of X (int64)."""
+
+    @abc.abstractmethod
+    def _probability_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """`_class_probabilities` of every row of X, one row each (columns past the classes are
+        ignored)."""
+
+    @abc.abstractmethod
+    def _class_score_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """`_class_scores` of every row of X, one row each (columns past them are ignored)."""
+
+    @classmethod
+    def _max_labels(cls, params: dict) -> int:
+        return memory.int_param(params, "max_classes", 2)
+
+    # River API ----------------------------------------------------------------------------------
+
+    def learn_one(self, x: dict, y: typing.Any) -> None:
+        try:
+            code = self._label_index.get(y)  # a known label
+        except TypeError:  # unhashable
+            code = None
+        if code is None:
+            code = self._new_code(y)  # validates the label before anything changes
+        features = self._features
+        idx, val = features.encode(x, True)  # validates x before anything changes
+        if code == len(self._labels):
+            self._add_label(y)
+        self._reserve(features.n_columns)
+        self._learn_code(idx, val, code)
+
+    def predict_one(self, x: dict, **kwargs: typing.Any) -> typing.Any:
+        idx, val = self._features.encode(x, False)
+        code = self._predict_code(idx, val)
+        return self._labels[code] if code >= 0 else None
+
+    def predict_proba_one(self, x: dict, **kwargs: typing.Any) -> dict:
+        idx, val = self._features.encode(x, False)
+        proba = self._class_probabilities(idx, val)
+        return {label: float(p) for label, p in zip(self._labels, proba)}
+
+    def decision_one(self, x: dict) -> dict:
+        """The raw scores {label: score} of `_scored_labels`."""
+        idx, val = self._features.encode(x, False)
+        scores = self._class_scores(idx, val)
+        return {label: float(score) for label, score in zip(self._scored_labels, scores)}
+
+    def learn_many(self, X: typing.Any, y: typing.Any) -> None:
+        """Learn from the rows of a DataFrame in order: the same as `learn_one` row by row (a
+        class first seen in a row gets its code there). NaN marks a feature absent from a row;
+        infinities, strings and labels that are not classes raise a `ValueError` and leave the
+        model as it was."""
+        codes, new = self._frame_codes(y)
+        if len(codes) != len(X):
+            raise InvalidInput(f"X has {len(X)} rows but y has {len(codes)} labels")
+        frame = self._learning_frame(X)
+        for label in new:
+            self._add_label(label)
+        self._reserve(self._features.n_columns)
+        self._learn_code_rows(frame.values, frame.cols, codes)
+        self._features.count_hashed(frame.raw, frame.raw_cols)
+
+    def predict_many(self, X: typing.Any) -> typing.Any:
+        import pandas as pd
+
+        values, cols = self._frame(X, grow=False)
+        labels = self._labels
+        codes = self._predict_code_rows(values, cols)
+        predicted = [labels[code] if code >= 0 else None for code in codes]
+        return pd.Series(predicted, index=X.index, dtype=bool if self._binary else None)
+
+    def predict_proba_many(self, X: typing.Any) -> typing.Any:
+        import pandas as pd
+
+        values, cols = self._frame(X, grow=False)
+        out = self._probability_rows(values, cols)
+        labels = self._labels
+        return pd.DataFrame(out[:, : len(labels)], index=X.index, columns=list(labels))
+
+    def decision_many(self, X: typing.Any) -> typing.Any:
+        """Raw scores of the rows, a DataFrame with a column per label of `decision_one`."""
+        import pandas as pd
+
+        values, cols = self._frame(X, grow=False)
+        out = self._class_score_rows(values, cols)
+        labels = self._scored_labels
+        return pd.DataFrame(out[:, : len(labels)], index=X.index, columns=list(labels))
+
+    # Safe state ---------------------------------------------------------------------------------
+
+    def _saved_label_count(self, values: dict) -> int:
+        """The number of labels a saved state holds (`values["_encoded_labels"]`), checked: a
+        list (empty in binary mode) of at most `max_classes`."""
+        labels = values["_encoded_labels"]
+        name = type(self).__name__
+        if not isinstance(labels, list):
+            raise StateError(f"a {name}'s saved labels must be a list")
+        if self._binary and labels:
+            raise StateError(f"a binary {name} has no label list")
+        if len(labels) > self.max_classes:
+            raise StateError(
+                f"the state holds {len(labels)} labels, more than max_classes={self.max_classes}"
+            )
+        return len(labels)
+
+    def _restore_labels(self) -> None:
+        """Decode and check the restored labels (valid classes, none twice) and rebuild the
+        label lookup; a subclass' `_check_restored` calls it first."""
+        labels = [state.decode_name(encoded) for encoded in self._encoded_labels]
+        for label in labels:
+            try:
+                plain_label(label)
+            except InvalidInput as error:
+                raise StateError(f"a saved label is not valid: {error}") from None
+        index = {label: i for i, label in enumerate(labels)}
+        if len(index) != len(labels):
+            raise StateError("a label appears twice in the saved state")
+        if not self._binary:
+            self._labels, self._label_index = labels, index

@@ -40,6 +40,7 @@ reads an inf, a bool or a string; then every saved array must fit within the bou
 from __future__ import annotations
 
 import inspect
+import json
 import numbers
 import typing
 
@@ -158,5 +159,9 @@ def memory_size(model: typing.Any) -> int:
     arrays = sum(value.nbytes for value in vars(model).values() if isinstance(value, np.ndarray))
     space: FeatureSpace = model._features
     names = sum(len(name_json(name)) + 1 for name in space.names)
-    labels = sum(len(name_json(label)) + 1 for label in getattr(model, "_labels", ()))
+    # The labels a checkpoint stores (`_encoded_labels`: a binary model's False/True are not).
+    labels = sum(
+        len(json.dumps(encoded, separators=(",", ":"))) + 1
+        for encoded in getattr(model, "_encoded_labels", ())
+    )
     return arrays + names + labels

@@ -9,8 +9,7 @@ import numpy as np
 from river import base
 
 from streammargin import state, validation
-from streammargin.base import frame_values
-from streammargin.convex_polytope import _plain_label
+from streammargin.base import frame_values, plain_label
 from streammargin.errors import InvalidInput, StateError
 from streammargin.features import describe_bad_values
 
@@ -127,7 +126,7 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
 
     def _new_label(self, y: typing.Any, n_new: int = 1) -> typing.Any:
         """`y` as a plain label, validated, with room for it (`n_new` new labels in all)."""
-        label = _plain_label(y)
+        label = plain_label(y)
         if len(self.classifiers) + n_new > self.max_classes:
             raise InvalidInput(
                 f"label {label!r:.80} would be class {len(self.classifiers) + n_new}, beyond "
@@ -365,7 +364,7 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
         for encoded in labels:
             label = state.decode_name(encoded)
             try:
-                label = _plain_label(label)
+                label = plain_label(label)
             except InvalidInput as error:
                 raise StateError(f"{cls.__name__} state: {error}") from None
             decoded.append(label)

@@ -259,6 +259,26 @@ def test_each_method_returns_one_type_in_every_variant(polytopes):
     assert list(model.predict_proba_many(pd.DataFrame([x])).columns) == model.classes
 
 
+@pytest.mark.parametrize("polytopes", ["one", "joint", "separate"])
+def test_the_written_out_per_record_path_equals_the_base_class_path(polytopes):
+    """learn_one and predict_one are MulticlassMarginClassifier's with the hooks written out:
+    both paths give the same predictions and the same model, new labels and columns included."""
+    from streammargin.base import MulticlassMarginClassifier as Base
+
+    fast = ConvexPolytopeClassifier(polytopes=polytopes, n_faces=3, steps=3, window=6)
+    generic = fast.clone()
+    labels = [True, False, 1, 0, -1] if polytopes == "one" else ["p", "q", 3, "r", ("t", 1)]
+    rng = np.random.default_rng(8)
+    for i in range(120):
+        x = {f"f{j}": float(v) for j, v in enumerate(rng.normal(size=1 + i // 20))}
+        y = labels[int(rng.integers(len(labels)))]
+        assert fast.predict_one(x) == Base.predict_one(generic, x)
+        fast.learn_one(x, y)
+        Base.learn_one(generic, x, y)
+    assert fast.classes == generic.classes
+    assert state.dumps(fast.to_state()) == state.dumps(generic.to_state())
+
+
 def test_replay_is_deterministic_and_off_with_one_step():
     stream = mixture_stream(np.random.default_rng(4), 300, 2)
     a, b = ConvexPolytopeClassifier(seed=5), ConvexPolytopeClassifier(seed=5)

@@ -596,6 +596,16 @@ def learn_rows(W, st, window, X, cols, codes):
 
 
 @njit(cache=True)
+def predict_rows(W, st, X, cols, out):
+    """out[r] = `predict` of row r."""
+    idx_buf = np.empty(X.shape[1], dtype=np.int64)
+    val_buf = np.empty(X.shape[1], dtype=np.float64)
+    for r in range(X.shape[0]):
+        n = row_entries(X, cols, r, idx_buf, val_buf)
+        out[r] = predict(W, st, idx_buf[:n], val_buf[:n])
+
+
+@njit(cache=True)
 def decision_rows(W, st, X, cols, out):
     """out[r, p] = f_p(row r)."""
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
