@@ -387,9 +387,13 @@ class ConvexPolytopeClassifier(MulticlassMarginClassifier):
         # The classes the jit code knows of (the one polytope knows none).
         if st[cpm_jit.N_ACTIVE] != (0 if self._binary else len(self._labels)):
             raise state.StateError("CPM state does not match its label list")
-        # The replayed steps read the window's columns as rows of the weights.
-        if window.shape[1] > W.shape[0]:
-            raise state.StateError("the CPM's window has more columns than its weights have rows")
+        # The replayed steps read the window's columns as rows of the weights, and learn_one
+        # grows both when a column passes the weights' rows: learning keeps them equal
+        # (`_reserve`), and a narrower window would take writes past its end.
+        if window.shape[1] != W.shape[0]:
+            raise state.StateError(
+                "the CPM's window must have as many columns as its weights have rows"
+            )
         trials = st[cpm_jit.TRIALS]
         check_whole("CPM trials", trials)
         if st[cpm_jit.SGD_STEPS] != trials * self.steps:

@@ -279,6 +279,25 @@ def test_the_written_out_per_record_path_equals_the_base_class_path(polytopes):
     assert state.dumps(fast.to_state()) == state.dumps(generic.to_state())
 
 
+@pytest.mark.parametrize("steps", [1, 2])
+def test_a_state_whose_window_is_narrower_than_its_weights_is_refused(steps):
+    """Learning keeps the window's columns equal to the weights' rows; a checkpoint with more
+    weight rows than window columns was restored, and its next new feature was written past the
+    window's end (a heap corruption that aborted the process)."""
+    model = ConvexPolytopeClassifier(steps=steps, window=5, max_features=64)
+    for i in range(4):
+        model.learn_one({"a": 1.0 + i, "b": 2.0}, "x" if i % 2 else "y")
+    saved = model.to_state()
+    weights = saved["arrays"]["_weights"]
+    assert weights.shape[0] == saved["arrays"]["_window"].shape[1]
+    saved["arrays"]["_weights"] = np.vstack([weights, np.zeros((8, weights.shape[1]))])
+    with pytest.raises(state.StateError, match="window must have as many columns"):
+        streammargin.from_state(saved)
+    for i in range(100):  # learning keeps them equal as the space grows
+        model.learn_one({f"n{i}": 1.0, "a": float(i)}, "x" if i % 3 else "z")
+        assert model._weights.shape[0] == model._window.shape[1]
+
+
 def test_replay_is_deterministic_and_off_with_one_step():
     stream = mixture_stream(np.random.default_rng(4), 300, 2)
     a, b = ConvexPolytopeClassifier(seed=5), ConvexPolytopeClassifier(seed=5)
