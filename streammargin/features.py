@@ -361,6 +361,27 @@ class FeatureSpace:
             val = self._cached_val = _frombuffer(packed)
         return idx, val
 
+    def repeat_encoding(self, x: dict) -> tuple[np.ndarray, bytes] | None:
+        """`(idx, packed)` of `x` when `x` is the dict this space encoded last, again, with every
+        name known: exactly what `encode_packed(x, grow=True)` would return (and it changes
+        nothing); else None, and the caller calls `encode_packed`.
+
+        The per-record path's cache hit, for learn_one right after predict_one on the same dict:
+        `x` is a plain dict with the last dict's names and values that compare equal (they pack
+        to the same float64 bytes: 1 == 1.0 == True), and none of its names is unknown or
+        hashed (a record with a hashed name is never cached). Never raises: anything odd (a
+        missing name, a value that does not compare) is a miss. `idx` is int64, C-contiguous;
+        `packed` is bytes (see `encode_packed`).
+        """
+        n, getter, _, idx, all_known, values, packed, _ = self._cache
+        if type(x) is dict and len(x) == n and all_known:
+            try:
+                if getter(x) == values:
+                    return idx, packed
+            except Exception:  # a missing name or an odd value: not the last dict
+                pass
+        return None
+
     def encode_packed(
         self, x: dict, grow: bool, check_finite: bool = True
     ) -> tuple[np.ndarray, bytes]:
