@@ -198,7 +198,7 @@ class LeastRecentlySeen(Policy):
         if column is None:
             return
         model._flush()
-        table, st = model._weight_table, model._scalars
+        table, st = model._vectors, model._st
         u = table[column, alma_jit.U]
         st[alma_jit.SUM_P] = max(0.0, st[alma_jit.SUM_P] - abs(u) ** st[alma_jit.P])
         table[column, alma_jit.U] = 0.0

@@ -56,24 +56,6 @@ _learn_then_predict = lazy_entry_point(
 )
 
 
-class _AfterPendingTrial:
-    """An attribute of the learnt state, read and written with the deferred trial applied first
-    (see `ALMAClassifier.learn_one`)."""
-
-    def __init__(self, raw_name: str):
-        self.raw_name = raw_name
-
-    def __get__(self, model: typing.Any, owner: type | None = None) -> typing.Any:
-        if model is None:
-            return self
-        model._flush()
-        return getattr(model, self.raw_name)
-
-    def __set__(self, model: typing.Any, value: np.ndarray) -> None:
-        model._flush()
-        setattr(model, self.raw_name, value)
-
-
 @state.register
 class ALMAClassifier(MarginClassifier):
     """ALMA_p: Approximate Large Margin Algorithm with p-norm, exactly as in Gentile (2001).
@@ -224,22 +206,15 @@ class ALMAClassifier(MarginClassifier):
 
     def _reset(self) -> None:
         super()._reset()
-        self._weight_table = np.zeros((min(8, self._max_columns), alma_jit.N_COLUMNS))
-        self._scalars = alma_jit.new_state(*self._hyper_values())
-        # learn_one's trial, deferred to the next call that reads the state (see learn_one).
+        self._vectors = np.zeros((min(8, self._max_columns), alma_jit.N_COLUMNS))
+        self._st = alma_jit.new_state(*self._hyper_values())
+        # learn_one's trial, deferred to the next prediction (see learn_one): until `_flush` runs
+        # it, `_vectors` and `_st` are the state before it.
         self._pending: tuple[np.ndarray, bytes, float] | None = None
-
-    # The learnt state with every learn_one applied. The numeric paths below use the raw
-    # attributes; anything else (safe state, inspection, the base class) reads these.
-    _vectors = _AfterPendingTrial("_weight_table")
-    _st = _AfterPendingTrial("_scalars")
-
-    def __getstate__(self) -> dict:
-        self._flush()
-        return self.__dict__.copy()
 
     @property
     def _calibration(self) -> np.ndarray:
+        self._flush()
         return self._st[alma_jit.PLATT :]
 
     @classmethod
@@ -252,16 +227,17 @@ class ALMAClassifier(MarginClassifier):
     # Numeric core ---------------------------------------------------------------------------------
 
     def _reserve(self, n_columns: int) -> None:
-        if n_columns > self._weight_table.shape[0]:
+        if n_columns > self._vectors.shape[0]:
             # A deferred trial indexes columns the old table already had: it runs on the copy.
-            self._weight_table = grown(self._weight_table, n_columns, self._max_columns)
+            self._vectors = grown(self._vectors, n_columns, self._max_columns)
 
     # The per-record path, written out: ALMA is the model people run at the highest rates, and at
     # 10 features a numba dispatch costs as much as the rest of a predict + learn. learn_one only
-    # validates and encodes its example and leaves the trial pending; the next prediction runs it
-    # and then scores, in one numba call, so a predict_one + learn_one pair costs one dispatch.
-    # Every other reader of the state runs the pending trial first (`_flush`), so the results are
-    # those of learning at once.
+    # validates and encodes its example and leaves the trial pending (`_pending`); the next
+    # prediction runs it and then scores, in one numba call, so a predict_one + learn_one pair
+    # costs one dispatch. Every other reader of the state runs the pending trial first: the base
+    # class' (`_flush`: to_state, pickling, mini-batches) and this class' own (`_score`,
+    # `_learn`, `_calibration`, inspection), so the results are those of learning at once.
 
     def predict_one(self, x: dict, **kwargs: typing.Any) -> bool:
         features = self._features
@@ -269,12 +245,12 @@ class ALMAClassifier(MarginClassifier):
         pending = self._pending
         try:
             if pending is None:
-                return _predict(self._weight_table, self._scalars, idx, packed) > 0.0
+                return _predict(self._vectors, self._st, idx, packed) > 0.0
             self._pending = None
             # (positional arguments: a call with *pending builds its argument tuple, ~60 ns)
             learn_idx, learn_packed, target = pending
             return _learn_then_predict(
-                self._weight_table, self._scalars, learn_idx, learn_packed, target, idx, packed
+                self._vectors, self._st, learn_idx, learn_packed, target, idx, packed
             ) > 0.0
         except ValueError:
             features.forget_bad(x)
@@ -285,12 +261,12 @@ class ALMAClassifier(MarginClassifier):
         pending = self._pending
         try:
             if pending is None:
-                p_true = abs(_predict(self._weight_table, self._scalars, idx, packed))
+                p_true = abs(_predict(self._vectors, self._st, idx, packed))
             else:
                 self._pending = None
                 learn_idx, learn_packed, target = pending
                 p_true = abs(_learn_then_predict(
-                    self._weight_table, self._scalars, learn_idx, learn_packed, target, idx, packed
+                    self._vectors, self._st, learn_idx, learn_packed, target, idx, packed
                 ))
         except ValueError:
             features.forget_bad(x)
@@ -302,7 +278,7 @@ class ALMAClassifier(MarginClassifier):
         encoded = features.repeat_encoding(x)  # the dict predict_one just encoded, usually
         if encoded is None:
             encoded = features.encode_packed(x, True)  # raises on bad input, changing nothing
-            if features.n_columns > self._weight_table.shape[0]:
+            if features.n_columns > self._vectors.shape[0]:
                 self._reserve(features.n_columns)
         if self._pending is not None:
             self._flush()
@@ -316,35 +292,35 @@ class ALMAClassifier(MarginClassifier):
             self._pending = None
             learn_idx, learn_packed, target = pending
             _learn_then_predict(
-                self._weight_table, self._scalars, learn_idx, learn_packed, target, _NO_IDX, b""
+                self._vectors, self._st, learn_idx, learn_packed, target, _NO_IDX, b""
             )
 
     def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
         self._flush()
-        return alma_jit.margin(self._weight_table, self._scalars, idx, val)
+        return alma_jit.margin(self._vectors, self._st, idx, val)
 
     def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
         self._flush()
         idx = np.ascontiguousarray(idx, dtype=np.int64)
-        _learn_then_predict(self._weight_table, self._scalars, idx, val.tobytes(), target, _NO_IDX, b"")
+        _learn_then_predict(self._vectors, self._st, idx, val.tobytes(), target, _NO_IDX, b"")
 
     # learn_many/predict_many find infinities as they walk the frame (no separate pass over it).
     _rows_check_infinite = True
 
     def _score_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        self._flush()
+        # (the base class ran the pending trial)
         out = np.empty(X.shape[0])
-        bad = alma_jit.margin_rows(self._weight_table, self._scalars, X, cols, out)
+        bad = alma_jit.margin_rows(self._vectors, self._st, X, cols, out)
         if bad >= 0:
             raise InfiniteEntry(*divmod(bad, X.shape[1]))
         return out
 
     def _learn_rows(self, X: np.ndarray, cols: np.ndarray, targets: np.ndarray) -> None:
-        self._flush()
-        saved = self._weight_table.copy(), self._scalars.copy()
-        bad = alma_jit.learn_rows(self._weight_table, self._scalars, X, cols, targets)
+        # (the base class ran the pending trial)
+        saved = self._vectors.copy(), self._st.copy()
+        bad = alma_jit.learn_rows(self._vectors, self._st, X, cols, targets)
         if bad >= 0:
-            self._weight_table, self._scalars = saved
+            self._vectors, self._st = saved
             raise InfiniteEntry(*divmod(bad, X.shape[1]))
 
     @classmethod
@@ -363,7 +339,7 @@ class ALMAClassifier(MarginClassifier):
         later step finite: theta = SCALE u in the unit p-ball (the projection), S the sum of
         |u_i|^p (recomputed here), and, for the average, marks behind the clock F and averaged
         weights that are weighted means of weights of the unit ball."""
-        st, vectors = self._scalars, self._weight_table
+        st, vectors = self._st, self._vectors
         # The params are the source of truth for the hyper-parameter slots.
         st[alma_jit.P : alma_jit.AVERAGE_DECAY + 1] = self._hyper_values()
         p = float(self.p)
@@ -418,6 +394,7 @@ class ALMAClassifier(MarginClassifier):
     # Inspection -----------------------------------------------------------------------------------
 
     def _primal(self) -> np.ndarray:
+        self._flush()
         w = np.empty(self._vectors.shape[0])
         alma_jit.primal_weights(self._vectors, self._st, w)
         return w
@@ -432,10 +409,12 @@ class ALMAClassifier(MarginClassifier):
 
     @property
     def n_corrections(self) -> int:
+        self._flush()
         return int(self._st[alma_jit.K]) - 1
 
     @property
     def n_trials(self) -> int:
+        self._flush()
         return int(self._st[alma_jit.TRIALS])
 
     @property

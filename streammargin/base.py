@@ -349,6 +349,19 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
         """The most columns the model's arrays ever need: reserved ones plus `max_features`."""
         return self._first_column + self.max_features
 
+    def _flush(self) -> None:
+        """Apply the learning the model deferred, if any (ALMA leaves each learn_one's trial
+        pending until its next prediction, which runs both in one numba call).
+
+        Whatever reads the learnt state outside the model's own per-record methods calls this
+        first: here `to_state`, pickling and the mini-batch methods, and
+        `streammargin.memory.memory_size`; a model's per-record methods and inspection
+        attributes call it themselves where they read the state."""
+
+    def __getstate__(self) -> dict:
+        self._flush()
+        return self.__dict__.copy()
+
     # What a model implements ----------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -396,6 +409,7 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
 
     def to_state(self) -> dict:
         """The learnt model as numpy arrays and JSON values (see `streammargin.state`)."""
+        self._flush()
         params = self._get_params()
         json.dumps(params, allow_nan=False)  # fails loudly on a parameter without a safe state
         return {
@@ -602,6 +616,7 @@ class MarginClassifier(FeatureSpaceClassifier):
         NaN marks a feature absent from a row (pandas' missing value); infinities, strings and
         unknown labels raise a `ValueError` and leave the model as it was.
         """
+        self._flush()
         targets = binary_targets(y)
         if len(targets) != len(X):
             raise InvalidInput(f"X has {len(X)} rows but y has {len(targets)} labels")
@@ -621,6 +636,7 @@ class MarginClassifier(FeatureSpaceClassifier):
         return self._decision_rows(X)
 
     def _decision_rows(self, X: typing.Any) -> np.ndarray:
+        self._flush()
         values, cols = self._frame(X, grow=False)
         try:
             return self._score_rows(values, cols)

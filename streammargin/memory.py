@@ -153,9 +153,7 @@ def memory_size(model: typing.Any) -> int:
     own = getattr(model, "_memory_size", None)
     if own is not None:  # a wrapper: its members' sizes
         return own()
-    flush = getattr(model, "_flush", None)
-    if flush is not None:  # ALMA's deferred trial
-        flush()
+    model._flush()  # a deferred learning step (ALMA's) first
     arrays = sum(value.nbytes for value in vars(model).values() if isinstance(value, np.ndarray))
     space: FeatureSpace = model._features
     names = sum(len(name_json(name)) + 1 for name in space.names)
