@@ -21,7 +21,7 @@ from streammargin.base import (
     grown,
 )
 from streammargin.jit import alma as alma_jit
-from streammargin.jit.entry import lazy_entry_point
+from streammargin.jit.entry import EntryPoint
 
 __all__ = ["ALMAClassifier"]
 
@@ -37,22 +37,17 @@ MIN_SCALE = 1e-200  # a restored theta's scale: learning keeps it above ~1e-75 (
 # The per-record numba calls go through entry points (`streammargin.jit.entry`): half the cost of a
 # dispatch is numba working out the argument types, which here are fixed by construction: the
 # weight table float64[capacity, 3] and the scalars float64[STATE_SIZE], both C-ordered and
-# writable (created by the model, grown by `grown`, restored by `state.check_array`); columns int64
-# from `FeatureSpace.encode_packed` and the values as its bytes; a float target. Each name below
-# resolves its entry point on first use (`lazy_entry_point`).
-
-
+# writable (made by `_reset`, grown by `grown`, restored as such by `from_state`), checked by
+# `_bind` where they are made; columns int64 from `FeatureSpace.encode_packed` and the values as
+# its bytes; a float target.
 _TABLE = np.zeros((1, alma_jit.N_COLUMNS))
 _SCALARS = alma_jit.new_state(2.0, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0)
 _IDX = np.zeros(1, dtype=np.int64)
 _PACKED = bytes(8)
 _NO_IDX = np.zeros(0, dtype=np.int64)  # the empty instance after a trial run alone
-_predict = lazy_entry_point(
-    globals(), "_predict", alma_jit.predict_packed, _TABLE, _SCALARS, _IDX, _PACKED
-)
-_learn_then_predict = lazy_entry_point(
-    globals(), "_learn_then_predict", alma_jit.learn_then_predict,
-    _TABLE, _SCALARS, _IDX, _PACKED, 1.0, _IDX, _PACKED,
+_PREDICT = EntryPoint(alma_jit.predict_packed, _TABLE, _SCALARS, _IDX, _PACKED)
+_LEARN_THEN_PREDICT = EntryPoint(
+    alma_jit.learn_then_predict, _TABLE, _SCALARS, _IDX, _PACKED, 1.0, _IDX, _PACKED
 )
 
 
@@ -211,6 +206,14 @@ class ALMAClassifier(MarginClassifier):
         # learn_one's trial, deferred to the next prediction (see learn_one): until `_flush` runs
         # it, `_vectors` and `_st` are the state before it.
         self._pending: tuple[np.ndarray, bytes, float] | None = None
+        self._bind()
+
+    _bound_attributes = ("_predict", "_learn_then_predict")
+
+    def _bind(self) -> None:
+        """The compiled entry points, for the types of this model's arrays (checked here)."""
+        self._predict = _PREDICT.compiled(self._vectors, self._st)
+        self._learn_then_predict = _LEARN_THEN_PREDICT.compiled(self._vectors, self._st)
 
     @property
     def _calibration(self) -> np.ndarray:
@@ -230,6 +233,7 @@ class ALMAClassifier(MarginClassifier):
         if n_columns > self._vectors.shape[0]:
             # A deferred trial indexes columns the old table already had: it runs on the copy.
             self._vectors = grown(self._vectors, n_columns, self._max_columns)
+            self._bind()
 
     # The per-record path, written out: ALMA is the model people run at the highest rates, and at
     # 10 features a numba dispatch costs as much as the rest of a predict + learn. learn_one only
@@ -245,11 +249,11 @@ class ALMAClassifier(MarginClassifier):
         pending = self._pending
         try:
             if pending is None:
-                return _predict(self._vectors, self._st, idx, packed) > 0.0
+                return self._predict(self._vectors, self._st, idx, packed) > 0.0
             self._pending = None
             # (positional arguments: a call with *pending builds its argument tuple, ~60 ns)
             learn_idx, learn_packed, target = pending
-            return _learn_then_predict(
+            return self._learn_then_predict(
                 self._vectors, self._st, learn_idx, learn_packed, target, idx, packed
             ) > 0.0
         except ValueError:
@@ -261,11 +265,11 @@ class ALMAClassifier(MarginClassifier):
         pending = self._pending
         try:
             if pending is None:
-                p_true = abs(_predict(self._vectors, self._st, idx, packed))
+                p_true = abs(self._predict(self._vectors, self._st, idx, packed))
             else:
                 self._pending = None
                 learn_idx, learn_packed, target = pending
-                p_true = abs(_learn_then_predict(
+                p_true = abs(self._learn_then_predict(
                     self._vectors, self._st, learn_idx, learn_packed, target, idx, packed
                 ))
         except ValueError:
@@ -291,7 +295,7 @@ class ALMAClassifier(MarginClassifier):
         if pending is not None:
             self._pending = None
             learn_idx, learn_packed, target = pending
-            _learn_then_predict(
+            self._learn_then_predict(
                 self._vectors, self._st, learn_idx, learn_packed, target, _NO_IDX, b""
             )
 
@@ -302,7 +306,7 @@ class ALMAClassifier(MarginClassifier):
     def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
         self._flush()
         idx = np.ascontiguousarray(idx, dtype=np.int64)
-        _learn_then_predict(self._vectors, self._st, idx, val.tobytes(), target, _NO_IDX, b"")
+        self._learn_then_predict(self._vectors, self._st, idx, val.tobytes(), target, _NO_IDX, b"")
 
     # learn_many/predict_many find infinities as they walk the frame (no separate pass over it).
     _rows_check_infinite = True
@@ -321,6 +325,7 @@ class ALMAClassifier(MarginClassifier):
         bad = alma_jit.learn_rows(self._vectors, self._st, X, cols, targets)
         if bad >= 0:
             self._vectors, self._st = saved
+            self._bind()
             raise InfiniteEntry(*divmod(bad, X.shape[1]))
 
     @classmethod

@@ -358,9 +358,26 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
         `streammargin.memory.memory_size`; a model's per-record methods and inspection
         attributes call it themselves where they read the state."""
 
+    # What the per-record path derives from the learnt arrays' types: the attributes `_bind`
+    # sets (compiled numba entry points, `streammargin.jit.entry.EntryPoint`), not pickled.
+    _bound_attributes: tuple[str, ...] = ()
+
+    def _bind(self) -> None:
+        """Set the `_bound_attributes` from the learnt arrays, checking their types (a model
+        calling numba through entry points binds them here, `EntryPoint.compiled(arrays)`). The
+        model calls it where it makes or replaces those arrays (its `_reset`, a growth); the
+        base class after a restore and after unpickling."""
+
     def __getstate__(self) -> dict:
         self._flush()
-        return self.__dict__.copy()
+        data = self.__dict__.copy()
+        for name in self._bound_attributes:
+            data.pop(name, None)
+        return data
+
+    def __setstate__(self, data: dict) -> None:
+        self.__dict__.update(data)
+        self._bind()
 
     # What a model implements ----------------------------------------------------------------------
 
@@ -456,6 +473,7 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
         for name in cls._state_values:
             setattr(model, name, copy.deepcopy(values[name]))
         model._check_restored()
+        model._bind()  # the restored arrays' types, where the entry points are
         # A last guard on the whole: `_state_shapes` keeps each array within the bound's capacity,
         # this checks every array, name and label against the formula.
         bound = memory.memory_bound(model) - memory.STATE_OVERHEAD

@@ -19,7 +19,7 @@ from streammargin.base import (
     plain_label,
 )
 from streammargin.jit import convex_polytope as cpm_jit
-from streammargin.jit.entry import lazy_entry_point
+from streammargin.jit.entry import EntryPoint
 from streammargin.support import grown_columns
 
 __all__ = ["ConvexPolytopeClassifier"]
@@ -37,17 +37,16 @@ MAX_CLASSES = 100_000  # labels (per-class polytopes) of the joint and separate 
 # The per-record numba calls (predict_one, learn_one) go through entry points
 # (`streammargin.jit.entry`): numba's dispatch works out the types of the arguments on every call,
 # about half the cost of a call here, and these types are fixed by construction: W, st and window
-# are C-ordered float64 arrays made by the model (grown by `grown` and `grown_columns`, restored by
-# `state.check_array`), `FeatureSpace.encode` gives int64 columns and read-only float64 values,
-# and the class code is an int. Each name resolves its entry point on first use.
+# are C-ordered, writable float64 arrays made by the model (grown by `grown`, `grown_columns` and
+# `_grow_classes`, restored as such by `from_state`), checked by `_bind` where they are made;
+# `FeatureSpace.encode` gives int64 columns and read-only float64 values, and the class code is an
+# int.
 _MATRIX = np.zeros((1, 1))
 _VECTOR = np.zeros(1)
 _IDX = np.zeros(1, dtype=np.int64)
 _VAL = np.frombuffer(bytes(8))  # read-only, like FeatureSpace.encode's values
-_predict_entry = lazy_entry_point(globals(), "_predict_entry", cpm_jit.predict, _MATRIX, _VECTOR, _IDX, _VAL)
-_learn_entry = lazy_entry_point(
-    globals(), "_learn_entry", cpm_jit.learn, _MATRIX, _VECTOR, _MATRIX, _IDX, _VAL, 0
-)
+_PREDICT = EntryPoint(cpm_jit.predict, _MATRIX, _VECTOR, _IDX, _VAL)
+_LEARN = EntryPoint(cpm_jit.learn, _MATRIX, _VECTOR, _MATRIX, _IDX, _VAL, 0)
 
 
 @state.register
@@ -254,6 +253,14 @@ class ConvexPolytopeClassifier(MulticlassMarginClassifier):
         self._st[cpm_jit.N_FACES : cpm_jit.SEED + 1] = self._hyper_values()
         for p in range(n_poly):
             self._st[self._block(p)] = cpm_jit.new_block(self.n_faces)
+        self._bind()
+
+    _bound_attributes = ("_predict_entry", "_learn_entry")
+
+    def _bind(self) -> None:
+        """The compiled entry points, for the types of this model's arrays (checked here)."""
+        self._predict_entry = _PREDICT.compiled(self._weights, self._st)
+        self._learn_entry = _LEARN.compiled(self._weights, self._st, self._window)
 
     @classmethod
     def _unit_test_params(cls) -> typing.Iterator[dict]:
@@ -269,6 +276,7 @@ class ConvexPolytopeClassifier(MulticlassMarginClassifier):
         block = np.zeros((self._weights.shape[0], self.n_faces))
         self._weights = np.ascontiguousarray(np.hstack([self._weights, block]))
         self._st = np.concatenate([self._st, cpm_jit.new_block(self.n_faces)])
+        self._bind()
 
     def _block(self, c: int) -> slice:
         """The slice of st holding class c's face counts, entropy sums and calibration."""
@@ -281,10 +289,12 @@ class ConvexPolytopeClassifier(MulticlassMarginClassifier):
 
     def _reserve(self, n_columns: int) -> None:
         limit = self._max_columns
-        if n_columns > self._weights.shape[0]:
-            self._weights = grown(self._weights, n_columns, limit)
-        if n_columns > self._window.shape[1]:
-            self._window = grown_columns(self._window, self._weights.shape[0], limit)
+        if n_columns > self._weights.shape[0] or n_columns > self._window.shape[1]:
+            if n_columns > self._weights.shape[0]:
+                self._weights = grown(self._weights, n_columns, limit)
+            if n_columns > self._window.shape[1]:
+                self._window = grown_columns(self._window, self._weights.shape[0], limit)
+            self._bind()
 
     @classmethod
     def _max_labels(cls, params: dict) -> int:
@@ -318,20 +328,20 @@ class ConvexPolytopeClassifier(MulticlassMarginClassifier):
             self._add_label(y)
         if features.n_columns > self._weights.shape[0]:  # (the window has as many columns)
             self._reserve(features.n_columns)
-        _learn_entry(self._weights, self._st, self._window, idx, val, code)
+        self._learn_entry(self._weights, self._st, self._window, idx, val, code)
 
     def predict_one(self, x: dict, **kwargs: typing.Any) -> typing.Any:
         idx, val = self._features.encode(x, False)
-        code = _predict_entry(self._weights, self._st, idx, val)
+        code = self._predict_entry(self._weights, self._st, idx, val)
         return self._labels[code] if code >= 0 else None
 
     # Numeric core (see `MulticlassMarginClassifier`) ----------------------------------------------
 
     def _learn_code(self, idx: np.ndarray, val: np.ndarray, code: int) -> None:
-        _learn_entry(self._weights, self._st, self._window, idx, val, code)
+        self._learn_entry(self._weights, self._st, self._window, idx, val, code)
 
     def _predict_code(self, idx: np.ndarray, val: np.ndarray) -> int:
-        return _predict_entry(self._weights, self._st, idx, val)
+        return self._predict_entry(self._weights, self._st, idx, val)
 
     def _class_probabilities(self, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
         out = np.empty(max(len(self._labels), 2))

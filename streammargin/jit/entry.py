@@ -6,54 +6,76 @@ import typing
 
 import numba
 
+__all__ = ["EntryPoint"]
 
-def entry_point(dispatcher: typing.Any, *example_args: typing.Any) -> typing.Callable:
-    """The compiled version of `dispatcher` for the types of `example_args`, as a plain callable.
+
+class EntryPoint:
+    """A numba function compiled for fixed argument types, to be called without numba's dispatch.
 
     On every call numba's dispatcher works out the types of the arguments to pick a compiled
     version: with seven arguments that is about 40% of the call (1.28 us -> 0.72 us on the
-    development VM), as much as ALMA's whole trial on a 10-feature instance. The entry point skips
-    it and trusts its arguments: it must only ever get arguments of exactly the example's types
-    (dtype, number of dimensions and memory layout of each array). Use it only where the types are
-    fixed by construction, as in `streammargin.alma`.
+    development VM), as much as ALMA's whole trial on a 10-feature instance. The compiled
+    version's own entry point skips that and trusts its arguments: an array of another dtype,
+    number of dimensions, layout or writability would be read and written as if it were of the
+    signature's type, corrupting memory. So the contract is explicit, and checked where the
+    arguments are made rather than on every call:
+
+    - `EntryPoint(dispatcher, *example_args)` fixes the signature: the numba types of the
+      examples (`signature`);
+    - `compiled(*args)` checks the leading arguments it is given (a model passes its own
+      arrays, where it makes them) against the signature, raising `TypeError` naming the first
+      that differs, and returns the compiled function (compiled, or loaded from numba's cache,
+      on the first use in the process);
+    - every later call must pass those arrays, or arrays of the same types by construction (a
+      model grows its arrays with `streammargin.base.grown`, which keeps dtype and layout), and
+      per-record arguments of the signature's types (`FeatureSpace.encode_packed` makes int64
+      columns and bytes, `FeatureSpace.encode` int64 columns and read-only float64 values:
+      `tests/test_features.py`).
 
     >>> import numpy as np
     >>> from numba import njit
     >>> @njit
     ... def total(a, b):
     ...     return a.sum() + b
-    >>> fast_total = entry_point(total, np.zeros(1), 0.0)
+    >>> entry = EntryPoint(total, np.zeros(1), 0.0)
+    >>> fast_total = entry.compiled(np.arange(4.0))
     >>> fast_total(np.arange(4.0), 1.0)
     7.0
-
-    """
-    signature = tuple(numba.typeof(arg) for arg in example_args)
-    dispatcher.compile(signature)  # loads numba's on-disk cache when there is one
-    return dispatcher.overloads[signature].entry_point
-
-
-def lazy_entry_point(
-    namespace: dict, name: str, dispatcher: typing.Any, *example_args: typing.Any
-) -> typing.Callable:
-    """A stand-in for `namespace[name]`: its first call resolves `entry_point(dispatcher,
-    *example_args)` (loading numba's cache or compiling, not at import), rebinds
-    `namespace[name]` to it and forwards the call; later calls reach the entry point directly.
-
-    >>> import numpy as np
-    >>> from numba import njit
-    >>> @njit
-    ... def total(a, b):
-    ...     return a.sum() + b
-    >>> fast_total = stub = lazy_entry_point(globals(), "fast_total", total, np.zeros(1), 0.0)
-    >>> fast_total(np.arange(4.0), 1.0)
-    7.0
-    >>> fast_total is stub  # the name now holds the entry point itself
-    False
+    >>> entry.compiled(np.arange(4, dtype=np.float32))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: argument 0 of total's entry point is array(float32, 1d, C), it takes array(float64...
 
     """
 
-    def resolve(*args: typing.Any) -> typing.Any:
-        entry = namespace[name] = entry_point(dispatcher, *example_args)
-        return entry(*args)
+    def __init__(self, dispatcher: typing.Any, *example_args: typing.Any):
+        self.dispatcher = dispatcher
+        self.signature = tuple(numba.typeof(arg) for arg in example_args)
+        self._compiled: typing.Callable | None = None
 
-    return resolve
+    @property
+    def name(self) -> str:
+        return getattr(self.dispatcher, "__name__", repr(self.dispatcher))
+
+    def check(self, *args: typing.Any) -> None:
+        """Raise `TypeError` unless the leading arguments `args` have the signature's types."""
+        if len(args) > len(self.signature):
+            raise TypeError(f"{self.name}'s entry point takes {len(self.signature)} arguments")
+        for position, (arg, expected) in enumerate(zip(args, self.signature)):
+            try:
+                got = numba.typeof(arg)
+            except ValueError:  # a value numba has no type for
+                got = type(arg).__name__
+            if got != expected:
+                raise TypeError(
+                    f"argument {position} of {self.name}'s entry point is {got}, it takes "
+                    f"{expected}"
+                )
+
+    def compiled(self, *args: typing.Any) -> typing.Callable:
+        """The compiled function, after `check(*args)`."""
+        self.check(*args)
+        if self._compiled is None:
+            self.dispatcher.compile(self.signature)  # loads numba's on-disk cache when there is one
+            self._compiled = self.dispatcher.overloads[self.signature].entry_point
+        return self._compiled

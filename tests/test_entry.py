@@ -1,0 +1,117 @@
+"""Entry points (`streammargin.jit.entry`): the argument types they trust are checked where the
+arguments are made, so a wrong dtype raises instead of corrupting memory."""
+
+from __future__ import annotations
+
+import pickle
+
+import numba
+import numpy as np
+import pandas as pd
+import pytest
+from numba import njit
+
+import streammargin
+from streammargin import alma, convex_polytope, state
+from streammargin.features import FeatureSpace
+from streammargin.jit.entry import EntryPoint
+
+
+@njit(cache=False)
+def _add_to(out, values):
+    for i in range(values.shape[0]):
+        out[i] += values[i]
+
+
+def test_an_entry_point_refuses_arguments_of_other_types_naming_them():
+    entry = EntryPoint(_add_to, np.zeros(3), np.zeros(3))
+    add = entry.compiled(np.zeros(4))
+    out = np.zeros(2)
+    add(out, np.ones(2))
+    assert out.tolist() == [1.0, 1.0]
+    for bad, what in (
+        (np.zeros(4, dtype=np.float32), "float32"),
+        (np.zeros((2, 2)), "2d"),
+        (np.zeros(8)[::2], "1d, A"),  # not contiguous
+        (np.frombuffer(bytes(16)), "readonly"),
+        ([0.0, 1.0], "reflected list"),
+        ("text", "unicode"),
+    ):
+        with pytest.raises(TypeError, match=rf"argument 0 of _add_to's entry point is .*{what}"):
+            entry.compiled(bad)
+    with pytest.raises(TypeError, match="argument 1"):
+        entry.check(np.zeros(1), np.zeros(1, dtype=np.int64))
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        entry.check(np.zeros(1), np.zeros(1), np.zeros(1))
+
+
+def trained(model, n=40):
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        x = {f"f{j}": float(v) for j, v in enumerate(rng.normal(size=1 + i % 5))}
+        model.predict_one(x)
+        model.learn_one(x, bool(x["f0"] > 0) if not model._multiclass else "abc"[i % 3])
+    return model
+
+
+MODELS = {
+    "alma": (lambda: streammargin.ALMAClassifier(), ("_vectors", "_st")),
+    "cpm": (
+        lambda: streammargin.ConvexPolytopeClassifier(window=5), ("_weights", "_st", "_window")
+    ),
+    "cpm-one": (
+        lambda: streammargin.ConvexPolytopeClassifier(polytopes="one", window=5),
+        ("_weights", "_st", "_window"),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_wrong_dtype_raises_where_the_arrays_are_made(name):
+    make, arrays = MODELS[name]
+    model = trained(make())
+    # Every way the model makes its arrays gives the entry points' types: fresh, grown, new
+    # classes (CPM), restored, unpickled, rolled back after a bad frame.
+    model._bind()
+    twin = streammargin.from_state(state.loads(state.dumps(model.to_state())))
+    twin._bind()
+    pickle.loads(pickle.dumps(model))._bind()
+    if name == "alma":
+        with pytest.raises(ValueError):
+            model.learn_many(pd.DataFrame({"f0": [1.0, np.inf]}), pd.Series([True, False]))
+        model._bind()
+    # An array of another dtype, shape or layout is refused with a TypeError, not used.
+    for array_name in arrays:
+        for change in (
+            lambda a: a.astype(np.float32),
+            lambda a: np.asfortranarray(a) if a.ndim == 2 and min(a.shape) > 1 else a[::-1],
+            lambda a: a.reshape(-1) if a.ndim == 2 else a[:, None],
+        ):
+            broken = pickle.loads(pickle.dumps(model))
+            data = broken.__getstate__()
+            data[array_name] = change(data[array_name])
+            with pytest.raises(TypeError, match="entry point"):
+                broken.__setstate__(data)
+
+
+def test_the_encodings_have_the_types_the_entry_points_take():
+    """Per-record arguments are typed by FeatureSpace: int64 columns, packed bytes (ALMA) or
+    read-only float64 values (CPM), on every path: new, cached, repeated, hashed and merged."""
+    table, scalars = np.zeros((4, 3)), np.zeros(alma.alma_jit.STATE_SIZE)
+    space = FeatureSpace(max_features=4)  # three exact columns, one hashed
+    for x, grow in (
+        ({"a": 1.0, "b": 2.0}, True),
+        ({"a": 1.0, "b": 2.0}, True),  # the cache
+        ({"a": 1.5, "b": 2.0}, False),
+        ({"c": 1.0, "d": 2.0, "e": 3.0}, True),  # hashed names, merged into one entry
+        ({"z": 1.0, "y": 2.0}, False),
+        ({}, True),
+    ):
+        idx, packed = space.encode_packed(x, grow)
+        alma._PREDICT.check(table, scalars, idx, packed)
+        repeat = space.repeat_encoding(x)
+        if repeat is not None:
+            alma._PREDICT.check(table, scalars, *repeat)
+        idx, val = space.encode(x, grow)
+        convex_polytope._PREDICT.check(np.zeros((4, 2)), np.zeros(3), idx, val)
+        assert numba.typeof(val) == convex_polytope._PREDICT.signature[3]
