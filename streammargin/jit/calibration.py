@@ -22,7 +22,7 @@ with errors forgotten at BETA_CHOICE (a window of 1000 examples), and `decide` s
 with fewer recent errors, the sign on ties. Measured over four models and seven streams it stays
 within half a point of the better rule (`benchmarks/calibration.py`).
 
-State: one float64 array of length SIZE (layout below), owned by the model.
+State: one float64 array of length SIZE (`LAYOUT` below), owned by the model.
 """
 
 from __future__ import annotations
@@ -32,10 +32,26 @@ import math
 import numpy as np
 from numba import njit
 
-# UNSEEN = BETA_SCALE ** (examples learnt), the weight the running mean square still owes its zero
-# start (1 before the first example): kept as a running product, which spares a pow per call.
-A, B, H00, H01, H11, MEAN_SQUARE, UNSEEN, ERR_SIGN, ERR_CALIBRATED = range(9)
-SIZE = 9
+from streammargin.jit.layout import CALIBRATION, Layout, Slot
+
+LAYOUT = Layout(
+    "calibration",
+    Slot("a", CALIBRATION, "slope of the sigmoid, on the normalised score z"),
+    Slot("b", CALIBRATION, "intercept of the sigmoid"),
+    Slot("h00", CALIBRATION, "forgetting Hessian of the log loss (+ ridge), entry (a, a)"),
+    Slot("h01", CALIBRATION, "forgetting Hessian, entry (a, b)"),
+    Slot("h11", CALIBRATION, "forgetting Hessian (+ ridge), entry (b, b)"),
+    Slot("mean_square", CALIBRATION, "running mean square of the scores (z = score / its root)"),
+    # UNSEEN = BETA_SCALE ** (examples learnt), the weight the running mean square still owes its
+    # zero start (1 before the first example): kept as a running product, which spares a pow.
+    Slot("unseen", CALIBRATION, "BETA_SCALE ** examples: the weight of the zero start"),
+    Slot("err_sign", CALIBRATION, "decayed errors of the sign rule"),
+    Slot("err_calibrated", CALIBRATION, "decayed errors of the calibrated argmax"),
+)
+A, B, H00, H01, H11, MEAN_SQUARE, UNSEEN, ERR_SIGN, ERR_CALIBRATED = LAYOUT.offsets(
+    "a", "b", "h00", "h01", "h11", "mean_square", "unseen", "err_sign", "err_calibrated"
+)
+SIZE = LAYOUT.size
 BETA = 0.99
 BETA_SCALE = 0.999
 BETA_CHOICE = 0.999

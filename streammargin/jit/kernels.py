@@ -27,11 +27,28 @@ import numpy as np
 from numba import njit
 
 from streammargin.jit import calibration
+from streammargin.jit.layout import CALIBRATION, COUNTER, HYPER, Layout, Slot
 
 LINEAR, RBF, POLY = 0, 1, 2
 KERNELS = {"linear": LINEAR, "rbf": RBF, "poly": POLY}
-KIND, GAMMA, DEGREE, COEF0 = range(4)
-KP_SIZE = 4
+
+# Leading layout of every kernel model's state array `st` (model-specific entries follow, from
+# ST_MODEL on). A support cache without a kernel (the linear MPU) keeps the kernel slots at zero.
+HEAD = Layout(
+    "support cache",
+    Slot("size", COUNTER, "number of stored support vectors"),
+    Slot("trials", COUNTER, "examples learnt from"),
+    Slot("kernel", HYPER, "the kernel's code (KERNELS)", param="kernel", codes=KERNELS),
+    Slot("gamma", HYPER, param="gamma"),
+    Slot("degree", HYPER, param="degree"),
+    Slot("coef0", HYPER, param="coef0"),
+    Slot("platt", CALIBRATION, size=calibration.SIZE, parts=calibration.LAYOUT),
+)
+ST_SIZE, ST_TRIALS, ST_KP, ST_PLATT = HEAD.offsets("size", "trials", "kernel", "platt")
+ST_MODEL = HEAD.size  # first model-specific entry
+# The kernel parameters kp = st[ST_KP : ST_KP + KP_SIZE], as numba's kernels index them.
+KIND, GAMMA, DEGREE, COEF0 = (o - ST_KP for o in HEAD.offsets("kernel", "gamma", "degree", "coef0"))
+KP_SIZE = ST_PLATT - ST_KP
 
 # Common slot fields.
 LABEL, COEF, SQ_NORM, BORN = range(4)
@@ -261,10 +278,3 @@ def oldest(slots, size):
             best = i
     return best
 
-
-# Leading layout of every kernel model's state array `st` (model-specific entries follow).
-ST_SIZE = 0  # number of stored support vectors
-ST_TRIALS = 1  # examples learnt from
-ST_KP = 2  # kernel parameters, st[ST_KP : ST_KP + KP_SIZE]
-ST_PLATT = ST_KP + KP_SIZE  # calibration state, st[ST_PLATT : ST_PLATT + calibration.SIZE]
-ST_MODEL = ST_PLATT + calibration.SIZE  # first model-specific entry
