@@ -54,6 +54,7 @@ from numba import njit
 
 from streammargin.jit import kernels as kjit
 from streammargin.jit import rng
+from streammargin.jit.layout import COUNTER, HYPER, LEARNT, Slot
 from streammargin.jit.kernels import (
     BORN,
     COEF,
@@ -73,24 +74,6 @@ AVG_BASE = SELF + 1  # sum over past trials of this vector's coefficient, up to 
 AVG_MARK = SELF + 2  # CUM_SCALE when AVG_BASE was last brought up to date
 N_FIELDS = SELF + 3
 
-# Entries of `st` after kjit.ST_MODEL.
-RNG_KEY = ST_MODEL  # key of the counter-based generator
-RNG_COUNTER = ST_MODEL + 1  # draws so far
-SCALE = ST_MODEL + 2  # global factor of every coefficient
-POLICY = ST_MODEL + 3
-THRESHOLD = ST_MODEL + 4  # Projectron's relative projection error
-TRACK = ST_MODEL + 5  # 1.0: keep the MARGIN field up to date
-UPDATES = ST_MODEL + 6  # update steps (mistakes, corrections)
-EVICTIONS = ST_MODEL + 7  # vectors removed, or new vectors not added, to keep the budget
-MERGES = ST_MODEL + 8
-PROJECTIONS = ST_MODEL + 9
-CHANGES = ST_MODEL + 10  # changes of the cache since the margins were last recomputed
-FORGETRON_Q = ST_MODEL + 11  # the Forgetron's accumulated shrinking damage Q_t
-AVERAGE = ST_MODEL + 12  # 1.0: serve the averaged hypothesis
-CUM_SCALE = ST_MODEL + 13  # sum over trials of SCALE (the averaged hypothesis' clock)
-ST_BUDGET_END = ST_MODEL + 14  # first entry of a model's own state
-N_BUDGET_STATE = ST_BUDGET_END - ST_MODEL
-
 RANDOM, OLDEST, SMALLEST, MERGE, PROJECT = range(5)
 POLICIES = {
     "random": RANDOM,
@@ -99,6 +82,64 @@ POLICIES = {
     "merge": MERGE,
     "project": PROJECT,
 }
+
+# `st`: the support cache's head (kjit.HEAD), then these; a model's own entries follow from
+# ST_BUDGET_END (kernel ALMA's).
+LAYOUT = kjit.HEAD.extend(
+    "budget",
+    Slot(
+        "rng_key",
+        HYPER,
+        "key of the counter-based generator: from seed (fresh entropy when seed is None) under "
+        "the 'random' policy, 0 otherwise",
+    ),
+    Slot("rng_counter", COUNTER, "draws so far"),
+    Slot("scale", LEARNT, "global factor of every coefficient"),
+    Slot("policy", HYPER, "the policy's code (POLICIES)", param="eviction", codes=POLICIES),
+    Slot("threshold", HYPER, "Projectron's relative error", param="projection_threshold"),
+    Slot("track", HYPER, "1: keep the MARGIN field up to date (the policy or the model needs it)"),
+    Slot("updates", COUNTER, "update steps (mistakes, corrections)"),
+    Slot("evictions", COUNTER, "vectors removed, or new vectors not added, to keep the budget"),
+    Slot("merges", COUNTER, "merges of two vectors (policy 'merge')"),
+    Slot("projections", COUNTER, "examples projected instead of added (policy 'project')"),
+    Slot("changes", COUNTER, "changes of the cache since the margins were last recomputed"),
+    Slot("forgetron_q", LEARNT, "the Forgetron's accumulated shrinking damage Q_t"),
+    Slot("average", HYPER, "1: serve the averaged hypothesis", param="average"),
+    Slot("cum_scale", LEARNT, "sum over trials of SCALE (the averaged hypothesis' clock)"),
+)
+(
+    RNG_KEY,
+    RNG_COUNTER,
+    SCALE,
+    POLICY,
+    THRESHOLD,
+    TRACK,
+    UPDATES,
+    EVICTIONS,
+    MERGES,
+    PROJECTIONS,
+    CHANGES,
+    FORGETRON_Q,
+    AVERAGE,
+    CUM_SCALE,
+) = LAYOUT.offsets(
+    "rng_key",
+    "rng_counter",
+    "scale",
+    "policy",
+    "threshold",
+    "track",
+    "updates",
+    "evictions",
+    "merges",
+    "projections",
+    "changes",
+    "forgetron_q",
+    "average",
+    "cum_scale",
+)
+ST_BUDGET_END = LAYOUT.size  # first entry of a model's own state
+N_BUDGET_STATE = ST_BUDGET_END - ST_MODEL
 
 BIG = kjit.BIG
 COEF_LIMIT = 1e50  # a Projectron step never moves a coefficient further

@@ -31,7 +31,8 @@ from streammargin.jit.budget import (
 from streammargin.jit.kernels import ST_MODEL, ST_PLATT, ST_SIZE
 from streammargin.jit.rows import row_entries
 
-STATE_SIZE = bjit.ST_BUDGET_END
+LAYOUT = bjit.LAYOUT  # no entries of its own
+STATE_SIZE = LAYOUT.size
 
 
 @njit(cache=True)

@@ -37,7 +37,7 @@ of the cache (K_ij, kept up to date in O(budget) per example) makes each step O(
 kernel evaluations.
 
 Arrays: S (budget + 1 rows), slots (N_FIELDS fields: LABEL, COEF = a_i, SQ_NORM, BORN, GRAD,
-SELF), st (layout below) and gram ((budget + 1) x (budget + 1)).
+SELF), st (`LAYOUT` below) and gram ((budget + 1) x (budget + 1)).
 """
 
 from __future__ import annotations
@@ -49,31 +49,68 @@ from streammargin.jit import budget as bjit
 from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
 from streammargin.jit.kernels import BORN, COEF, LABEL, ST_MODEL, ST_PLATT, ST_SIZE, ST_TRIALS
+from streammargin.jit.layout import COUNTER, HYPER, LEARNT, Slot
 from streammargin.jit.rows import row_entries
 
 GRAD = kjit.N_COMMON_FIELDS  # G_i = 1 - y_i f(x_i)
 SELF = GRAD + 1  # K_ii
 N_FIELDS = SELF + 1
 
-C_BOX = ST_MODEL  # C
-CAP = ST_MODEL + 1  # B C
-ALPHA_SUM = ST_MODEL + 2  # sum_i a_i
-TOL = ST_MODEL + 3
-STEPS = ST_MODEL + 4  # SMO steps per example
-ADDED = ST_MODEL + 5  # examples that entered the cache
-PRUNED = ST_MODEL + 6  # support vectors (a > 0) removed to keep the budget
-RELEASED = ST_MODEL + 7  # examples with a = 0 that left the cache
-SMO_STEPS = ST_MODEL + 8  # SMO steps taken
-SINCE_REFRESH = ST_MODEL + 9  # steps since the gradients were recomputed
-PRUNE = ST_MODEL + 10  # who leaves an over-full cache with no a = 0: PRUNE_SMALLEST/PRUNE_OLDEST
-STATE_SIZE = ST_MODEL + 11
+PRUNE_SMALLEST, PRUNE_OLDEST = 0.0, 1.0
+PRUNES = {"smallest": PRUNE_SMALLEST, "oldest": PRUNE_OLDEST}
+
+# `st`: the support cache's head (kjit.HEAD), then these.
+LAYOUT = kjit.HEAD.extend(
+    "budget SVM",
+    Slot("C", HYPER, "the box: 0 <= a_i <= C", param="C"),
+    Slot("cap", HYPER, "B C, the cap on sum_i a_i (budget * C)"),
+    Slot("alpha_sum", LEARNT, "sum_i a_i"),
+    Slot("tol", HYPER, param="tol"),
+    Slot("steps", HYPER, "SMO steps per example", param="smo_steps"),
+    Slot("added", COUNTER, "examples that entered the cache"),
+    Slot("pruned", COUNTER, "support vectors (a > 0) removed to keep the budget"),
+    Slot("released", COUNTER, "examples with a = 0 that left the cache"),
+    Slot("smo_steps", COUNTER, "SMO steps taken"),
+    Slot("since_refresh", COUNTER, "steps since the gradients were recomputed"),
+    Slot(
+        "prune",
+        HYPER,
+        "who leaves an over-full cache with no a = 0 (PRUNES)",
+        param="prune",
+        codes=PRUNES,
+    ),
+)
+(
+    C_BOX,
+    CAP,
+    ALPHA_SUM,
+    TOL,
+    STEPS,
+    ADDED,
+    PRUNED,
+    RELEASED,
+    SMO_STEPS,
+    SINCE_REFRESH,
+    PRUNE,
+) = LAYOUT.offsets(
+    "C",
+    "cap",
+    "alpha_sum",
+    "tol",
+    "steps",
+    "added",
+    "pruned",
+    "released",
+    "smo_steps",
+    "since_refresh",
+    "prune",
+)
+STATE_SIZE = LAYOUT.size
 
 SLACK = -1  # the slack variable s of the sum constraint, as a working-set member
 NONE = -2
 REFRESH_EVERY = 2048  # recompute the gradients exactly every so many steps
 MIN_CURVATURE = 1e-12
-PRUNE_SMALLEST, PRUNE_OLDEST = 0.0, 1.0
-PRUNES = {"smallest": PRUNE_SMALLEST, "oldest": PRUNE_OLDEST}
 
 
 @njit(cache=True)

@@ -11,8 +11,8 @@ and the projection w <- w' / max(1, ||w'||) only divides SCALE (lazy norm scalin
 comes from the cached margins: ||w'||^2 = SCALE^2 sum_i a_i MARGIN_i, exact after any eviction,
 merge or projection of the budget policy, in O(budget).
 
-Own entries of `st` after `budget.ST_BUDGET_END`: the correction counter k (starts at 1) and the
-hyper-parameters alpha, B, C.
+Own entries of `st` after `budget.ST_BUDGET_END` (`LAYOUT`): the correction counter k (starts at
+1) and the hyper-parameters alpha, B, C.
 """
 
 from __future__ import annotations
@@ -27,11 +27,19 @@ from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
 from streammargin.jit.budget import SCALE, UPDATES
 from streammargin.jit.kernels import ST_MODEL, ST_PLATT, ST_SIZE
+from streammargin.jit.layout import COUNTER, HYPER, Slot
 from streammargin.jit.rows import row_entries
 
-K = bjit.ST_BUDGET_END
-ALPHA, B, C = K + 1, K + 2, K + 3
-N_OWN = 4
+LAYOUT = bjit.LAYOUT.extend(
+    "kernel ALMA",
+    Slot("k", COUNTER, "the correction counter k: corrections + 1"),
+    Slot("alpha", HYPER, param="alpha"),
+    Slot("B", HYPER, "B, or 1 / alpha when B is None"),
+    Slot("C", HYPER, param="C"),
+)
+K, ALPHA, B, C = LAYOUT.offsets("k", "alpha", "B", "C")
+STATE_SIZE = LAYOUT.size
+N_OWN = STATE_SIZE - bjit.ST_BUDGET_END
 
 
 @njit(cache=True)
