@@ -59,31 +59,66 @@ from numba import njit
 
 from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
+from streammargin.jit.layout import COUNTER, HYPER, LEARNT, Slot
 from streammargin.jit.rows import largest_abs, row_entries
 
 # Cache fields after the common LABEL, COEF (the count I_k), SQ_NORM (||x_k||^2), BORN.
 Z_SQ = kjit.N_COMMON_FIELDS  # ||z_k||^2 / R^2, in (0, 1]
 N_FIELDS = Z_SQ + 1
 
-# Model entries of st, after the common kernel-model layout of `streammargin.jit.kernels`.
+# `st`: the support cache's head (`streammargin.jit.kernels.HEAD`), then these.
+LAYOUT = kjit.HEAD.extend(
+    "MPU",
+    Slot("R", LEARNT, "the largest norm of an augmented pattern so far (0 before the first one)"),
+    Slot("margin", HYPER, "b / R^2, from epsilon and gap"),
+    Slot("gap", HYPER, "db / R^2 (> 1)", param="gap"),
+    Slot("penalty", HYPER, "Cp: C, 0 for the hard margin (C is None, I = infinity)"),
+    Slot("cap", LEARNT, "I, the cap on the counts, from C, b and R (CAP_MAX: no cap)"),
+    Slot("rho", HYPER, "the augmentation constant: intercept_scale, 0 without intercept"),
+    Slot("bias", LEARNT, "primal form: the weight of the constant feature, in units of R"),
+    Slot("cursor", COUNTER, "next cached pattern to replay"),
+    Slot("replay", HYPER, "cached patterns replayed after each example", param="replay"),
+    Slot("unlearn", HYPER, "1: the MPU; 0: the classic margin perceptron", param="unlearn"),
+    Slot("learn_steps", COUNTER, "t+, learning steps (a multiple update counts n)"),
+    Slot("unlearn_steps", COUNTER, "t-, unlearning steps"),
+    Slot("evictions", COUNTER, "patterns evicted from the full cache"),
+    Slot("since_refresh", COUNTER, "updates since the sums were last recomputed exactly"),
+    Slot("count_sum", LEARNT, "sum_k I_k over the cache: bounds |a . z_k| / R^2"),
+)
 (
-    R_NORM,  # R, the largest norm of an augmented pattern so far (0 before the first one)
-    MARGIN,  # b / R^2
-    GAP,  # db / R^2 (> 1)
-    PENALTY,  # Cp, 0 for the hard margin (I = infinity)
-    CAP,  # I, the cap on the counts (CAP_MAX: no cap)
-    RHO,  # the augmentation constant (0 without intercept)
-    BIAS,  # primal form: the weight of the constant feature, in units of R
-    CURSOR,  # next cached pattern to replay
-    REPLAY,  # cached patterns replayed after each example
-    UNLEARN,  # 1: the MPU; 0: the classic margin perceptron on the same cache
-    LEARN_STEPS,  # t+, learning steps (a multiple update counts n)
-    UNLEARN_STEPS,  # t-, unlearning steps
-    EVICTIONS,  # patterns evicted from the full cache
-    SINCE_REFRESH,  # updates since the incremental sums were last recomputed exactly
-    COUNT_SUM,  # sum_k I_k over the cache: bounds |a . z_k| / R^2, hence its rounding error
-) = range(kjit.ST_MODEL, kjit.ST_MODEL + 15)
-N_MODEL_STATE = 15
+    R_NORM,
+    MARGIN,
+    GAP,
+    PENALTY,
+    CAP,
+    RHO,
+    BIAS,
+    CURSOR,
+    REPLAY,
+    UNLEARN,
+    LEARN_STEPS,
+    UNLEARN_STEPS,
+    EVICTIONS,
+    SINCE_REFRESH,
+    COUNT_SUM,  # its size bounds the rounding error of a . z_k
+) = LAYOUT.offsets(
+    "R",
+    "margin",
+    "gap",
+    "penalty",
+    "cap",
+    "rho",
+    "bias",
+    "cursor",
+    "replay",
+    "unlearn",
+    "learn_steps",
+    "unlearn_steps",
+    "evictions",
+    "since_refresh",
+    "count_sum",
+)
+N_MODEL_STATE = LAYOUT.size - kjit.ST_MODEL
 
 CAP_MAX = 2.0**53  # counts are exact integers in float64 up to here; it is also "no cap"
 R_MIN = 1e-150  # R is at least this, so 1 / R and R^2 stay finite

@@ -47,14 +47,27 @@ from numba import njit
 from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
 from streammargin.jit import rng
+from streammargin.jit.layout import COUNTER, HYPER, LEARNT, Slot
 from streammargin.jit.rows import row_entries
 
 RESP, AVG = kjit.N_COMMON_FIELDS, kjit.N_COMMON_FIELDS + 1
 N_FIELDS = kjit.N_COMMON_FIELDS + 2
 
-# Model entries of st, after the common kernel layout.
-STEPS_DONE, R2, NU, STEPS, SEED, DRAWS, HORIZON = range(kjit.ST_MODEL, kjit.ST_MODEL + 7)
-N_MODEL_STATE = 7
+# `st`: the support cache's head (kjit.HEAD), then these.
+LAYOUT = kjit.HEAD.extend(
+    "SBP",
+    Slot("steps_done", COUNTER, "SGD steps taken"),
+    Slot("r2", LEARNT, "||w||^2 of the current hypothesis (projected onto the unit ball)"),
+    Slot("nu", HYPER, param="nu"),
+    Slot("steps", HYPER, "SGD steps per example", param="steps"),
+    Slot("seed", HYPER, "key of the counter-based generator", param="seed"),
+    Slot("draws", COUNTER, "draws of the generator so far"),
+    Slot("horizon", HYPER, "window * steps"),
+)
+STEPS_DONE, R2, NU, STEPS, SEED, DRAWS, HORIZON = LAYOUT.offsets(
+    "steps_done", "r2", "nu", "steps", "seed", "draws", "horizon"
+)
+N_MODEL_STATE = LAYOUT.size - kjit.ST_MODEL
 
 MAX_VALUE = 1e100
 MAX_KERNEL = 1e100
