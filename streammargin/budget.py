@@ -122,23 +122,14 @@ class BudgetKernelClassifier(ServedRow, KernelClassifier):
 
     A subclass validates the params `kernel`, `gamma`, `degree`, `coef0`, `budget`, `eviction`,
     `projection_threshold`, `average` and `seed` (`validate_budget`), sets them, then calls
-    `self._reset()`. Its own `st`
-    entries start at `bjit.ST_BUDGET_END` (`_n_own_state` of them); it names its numba module in
-    `_jit` (see `ServedRow`).
+    `self._reset()`. Its `st` is `bjit.LAYOUT`, or that extended with its own slots (`_layout`);
+    it names its numba module in `_jit` (see `ServedRow`).
     """
 
     _n_fields = bjit.N_FIELDS
-    _n_own_state = 0
+    _layout = bjit.LAYOUT
     _state_arrays = ("_support", "_slots", "_st", "_gram_inv")
     _learn_matrix = "_gram_inv"
-
-    @property
-    def _n_model_state(self) -> int:  # type: ignore[override]
-        return bjit.N_BUDGET_STATE + self._n_own_state
-
-    @classmethod
-    def _st_entries(cls) -> int:
-        return kjit.ST_MODEL + bjit.N_BUDGET_STATE + cls._n_own_state
 
     @classmethod
     def _extra_array_bytes(cls, params: dict, budget: int, columns: int) -> int:

@@ -135,7 +135,7 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
     """
 
     _n_fields = svm_jit.N_FIELDS
-    _n_model_state = svm_jit.STATE_SIZE - kjit.ST_MODEL
+    _layout = svm_jit.LAYOUT
     _state_arrays = ("_support", "_slots", "_st", "_gram")
     _extra_rows = 1  # the arriving example's working row
     _jit = svm_jit

@@ -118,7 +118,7 @@ class KernelALMAClassifier(BudgetKernelClassifier):
 
     """
 
-    _n_own_state = ka_jit.N_OWN
+    _layout = ka_jit.LAYOUT
     _jit = ka_jit
 
     def __init__(

@@ -100,7 +100,7 @@ class _MPURule:
 
     _first_column = 0
     _n_fields = mpu_jit.N_FIELDS
-    _n_model_state = mpu_jit.N_MODEL_STATE
+    _layout = mpu_jit.LAYOUT
 
     C: float | None
     epsilon: float

@@ -114,7 +114,7 @@ class SBPClassifier(KernelClassifier):
     """
 
     _n_fields = sbp_jit.N_FIELDS
-    _n_model_state = sbp_jit.N_MODEL_STATE
+    _layout = sbp_jit.LAYOUT
 
     def __init__(
         self,

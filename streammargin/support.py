@@ -23,6 +23,7 @@ from streammargin.base import (
 )
 from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
+from streammargin.jit.layout import Layout
 
 __all__ = [
     "KernelClassifier",
@@ -72,9 +73,9 @@ class SupportCacheClassifier(MarginClassifier):
 
     A subclass validates its params (`check_max_features` and `streammargin.validation`), sets
     them (including `budget` and `max_features`) as attributes, then calls `self._reset()`. It
-    sets `_n_fields` (per-row slot fields, at least `kjit.N_COMMON_FIELDS`) and `_n_model_state`
-    (its own entries of `st` after `kjit.ST_MODEL`), and extends `_reset` and `_check_restored`
-    for its own state.
+    sets `_n_fields` (per-row slot fields, at least `kjit.N_COMMON_FIELDS`) and `_layout` (the
+    layout of its `st`: `kjit.HEAD` extended with its own slots, which sizes `st` when it is made
+    and restored), and extends `_reset` and `_check_restored` for its own state.
 
     Hooks: `_extra_rows` (cache rows beyond `budget`, e.g. a working row), `_extra_array_bytes`
     (the memory bound of the model's own arrays).
@@ -85,7 +86,7 @@ class SupportCacheClassifier(MarginClassifier):
 
     _first_column = 0
     _n_fields = kjit.N_COMMON_FIELDS
-    _n_model_state = 0
+    _layout: Layout = kjit.HEAD
     _extra_rows = 0
     _state_arrays = ("_support", "_slots", "_st")
 
@@ -94,7 +95,7 @@ class SupportCacheClassifier(MarginClassifier):
         rows = self.budget + self._extra_rows
         self._support = np.zeros((rows, min(8, self._max_columns)))
         self._slots = np.zeros((rows, self._n_fields))
-        self._st = np.zeros(kjit.ST_MODEL + self._n_model_state)
+        self._st = np.zeros(self._layout.size)
         self._st[kjit.ST_PLATT : kjit.ST_MODEL] = calibration.new_state()
 
     @property
@@ -111,7 +112,7 @@ class SupportCacheClassifier(MarginClassifier):
 
     @classmethod
     def _st_entries(cls) -> int:
-        return kjit.ST_MODEL + cls._n_model_state
+        return cls._layout.size
 
     @classmethod
     def _extra_array_bytes(cls, params: dict, budget: int, columns: int) -> int:
@@ -131,7 +132,7 @@ class SupportCacheClassifier(MarginClassifier):
         return {
             "_support": (rows, self._capacity(n_columns)),
             "_slots": (rows, self._n_fields),
-            "_st": (kjit.ST_MODEL + self._n_model_state,),
+            "_st": (self._layout.size,),
         }
 
     def _check_restored(self) -> None:

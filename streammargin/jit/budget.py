@@ -62,7 +62,6 @@ from streammargin.jit.kernels import (
     LABEL,
     SQ_NORM,
     ST_KP,
-    ST_MODEL,
     ST_SIZE,
     ST_TRIALS,
 )
@@ -139,7 +138,6 @@ LAYOUT = kjit.HEAD.extend(
     "cum_scale",
 )
 ST_BUDGET_END = LAYOUT.size  # first entry of a model's own state
-N_BUDGET_STATE = ST_BUDGET_END - ST_MODEL
 
 BIG = kjit.BIG
 COEF_LIMIT = 1e50  # a Projectron step never moves a coefficient further

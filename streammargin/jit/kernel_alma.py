@@ -39,7 +39,6 @@ LAYOUT = bjit.LAYOUT.extend(
 )
 K, ALPHA, B, C = LAYOUT.offsets("k", "alpha", "B", "C")
 STATE_SIZE = LAYOUT.size
-N_OWN = STATE_SIZE - bjit.ST_BUDGET_END
 
 
 @njit(cache=True)

@@ -118,7 +118,6 @@ LAYOUT = kjit.HEAD.extend(
     "since_refresh",
     "count_sum",
 )
-N_MODEL_STATE = LAYOUT.size - kjit.ST_MODEL
 
 CAP_MAX = 2.0**53  # counts are exact integers in float64 up to here; it is also "no cap"
 R_MIN = 1e-150  # R is at least this, so 1 / R and R^2 stay finite

@@ -67,7 +67,6 @@ LAYOUT = kjit.HEAD.extend(
 STEPS_DONE, R2, NU, STEPS, SEED, DRAWS, HORIZON = LAYOUT.offsets(
     "steps_done", "r2", "nu", "steps", "seed", "draws", "horizon"
 )
-N_MODEL_STATE = LAYOUT.size - kjit.ST_MODEL
 
 MAX_VALUE = 1e100
 MAX_KERNEL = 1e100
