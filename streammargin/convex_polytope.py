@@ -249,7 +249,7 @@ class ConvexPolytopeClassifier(MulticlassMarginClassifier):
         first = min(8, self._max_columns)
         self._weights = np.zeros((first, n_poly * self.n_faces))
         self._window = np.zeros((self.window if self.steps > 1 else 0, first))
-        self._st = np.zeros(cpm_jit.CLASSES + n_poly * cpm_jit.block_size(self.n_faces))
+        self._st = np.zeros(cpm_jit.state_size(self.n_faces, n_poly))
         self._st[cpm_jit.N_FACES : cpm_jit.SEED + 1] = self._hyper_values()
         for p in range(n_poly):
             self._st[self._block(p)] = cpm_jit.new_block(self.n_faces)
@@ -307,7 +307,7 @@ class ConvexPolytopeClassifier(MulticlassMarginClassifier):
         n_poly = max(1, cls._max_labels(params))
         replays = memory.int_param(params, "steps", 1) > 1
         window = memory.int_param(params, "window", 1) if replays else 0
-        st = cpm_jit.CLASSES + n_poly * cpm_jit.block_size(n_faces)
+        st = cpm_jit.state_size(n_faces, n_poly)
         return 8 * (columns * n_poly * n_faces + window * columns + st)
 
     # The per-record path: `MulticlassMarginClassifier.learn_one` and `predict_one` with their hooks
@@ -380,7 +380,7 @@ class ConvexPolytopeClassifier(MulticlassMarginClassifier):
         return {
             "_weights": (self._capacity(n_columns), n_poly * K),
             "_window": (self.window if self.steps > 1 else 0, self._capacity(n_columns)),
-            "_st": (cpm_jit.CLASSES + n_poly * cpm_jit.block_size(K),),
+            "_st": (cpm_jit.state_size(K, n_poly),),
         }
 
     def _check_restored(self) -> None:

@@ -40,8 +40,8 @@ array argument adds to the cost of every call, and a call costs about as much as
   (value RHO, 0 without intercept), row i the feature column i; column p * K + k is face k of
   polytope p. A feature's weights over all faces are contiguous, so the scores of every face are
   one pass over the instance with a contiguous inner loop.
-- st: float64[CLASSES + n_classes * block_size(K)]: the scalars and hyper-parameters at the offsets
-  below, then one block per class c: the decayed face counts of polytope c (K), their total,
+- st: float64[CLASSES + n_classes * block_size(K)] (`layout`): the scalars and hyper-parameters of
+  HEAD, then one block per class c: the decayed face counts of polytope c (K), their total,
   their sum of n log n (kept incrementally, recomputed exactly every EXACT_EVERY positives), the
   number of positives since, and the online Platt state of class c. With one polytope there is
   one block: its counts and the calibration of P(positive).
@@ -70,18 +70,44 @@ from numba import njit
 
 from streammargin.jit import calibration
 from streammargin.jit import rng
+from streammargin.jit.layout import CALIBRATION, COUNTER, HYPER, LEARNT, Layout, Slot
 from streammargin.jit.rows import row_entries
-
-# learnt scalars
-TRIALS, SGD_STEPS, N_ACTIVE, DRAWS = range(4)
-# hyper-parameters, written from the model's params
-N_FACES, L2, ENTROPY, RHO, MODE, STEPS, WINDOW, SEED = range(4, 12)
-CLASSES = 12  # first class block
-# Offsets in a class block, after its K face counts.
-TOTAL, SUM_NLOGN, SINCE_EXACT, PLATT = range(4)
 
 ONE, SEPARATE, JOINT = 0, 1, 2
 MODES = {"one": ONE, "separate": SEPARATE, "joint": JOINT}
+
+# `st`: these scalars and hyper-parameters, then one block per class (`layout`).
+HEAD = Layout(
+    "CPM",
+    Slot("trials", COUNTER, "examples learnt"),
+    Slot("sgd_steps", COUNTER, "SGD steps taken: t of eta_t = 1 / (lambda t)"),
+    Slot("n_active", COUNTER, "classes seen, whose polytopes learn (0 with one polytope)"),
+    Slot("draws", COUNTER, "draws of the generator so far"),
+    Slot("n_faces", HYPER, "K, faces per polytope", param="n_faces"),
+    Slot("l2", HYPER, "lambda", param="l2"),
+    Slot("entropy", HYPER, "h: entropy * log K, in nats"),
+    Slot("rho", HYPER, "the intercept's constant feature: intercept_scale, 0 without intercept"),
+    Slot("mode", HYPER, "the variant's code (MODES)", param="polytopes", codes=MODES),
+    Slot("steps", HYPER, "SGD steps per example", param="steps"),
+    Slot("window", HYPER, "rows of the replay window", param="window"),
+    Slot("seed", HYPER, "key of the counter-based generator", param="seed"),
+)
+TRIALS, SGD_STEPS, N_ACTIVE, DRAWS = HEAD.offsets("trials", "sgd_steps", "n_active", "draws")
+N_FACES, L2, ENTROPY, RHO, MODE, STEPS, WINDOW, SEED = HEAD.offsets(
+    "n_faces", "l2", "entropy", "rho", "mode", "steps", "window", "seed"
+)
+CLASSES = HEAD.size  # first class block
+# A class block is its K decayed face counts, then BLOCK_TAIL (offsets from the end of the counts).
+BLOCK_TAIL = Layout(
+    "class block after its face counts",
+    Slot("total", LEARNT, "the face counts' sum"),
+    Slot("sum_nlogn", LEARNT, "the face counts' sum of n log n"),
+    Slot("since_exact", COUNTER, "positives since total and sum_nlogn were recomputed exactly"),
+    Slot("platt", CALIBRATION, size=calibration.SIZE, parts=calibration.LAYOUT),
+)
+TOTAL, SUM_NLOGN, SINCE_EXACT, PLATT = BLOCK_TAIL.offsets(
+    "total", "sum_nlogn", "since_exact", "platt"
+)
 
 DECAY = 0.999  # face counts of ASSIGN forget with this factor per positive instance
 LOG_DECAY = math.log(DECAY)
@@ -112,7 +138,23 @@ def hyper_values(n_faces, l2, entropy, rho, mode, steps, window, seed) -> tuple[
 
 
 def block_size(n_faces: int) -> int:
-    return n_faces + PLATT + calibration.SIZE
+    return n_faces + BLOCK_TAIL.size
+
+
+def state_size(n_faces: int, n_blocks: int) -> int:
+    """The entries of `st` with `n_blocks` class blocks of `n_faces` face counts each."""
+    return CLASSES + n_blocks * block_size(n_faces)
+
+
+def layout(n_faces: int, n_blocks: int) -> Layout:
+    """The whole layout of `st`: HEAD, then block c's slots, named `counts[c]` (K entries),
+    `total[c]`, `sum_nlogn[c]`, `since_exact[c]` and `platt[c]` (c: the class' code; 0 alone
+    with one polytope)."""
+    slots = []
+    for c in range(n_blocks):
+        slots.append(Slot(f"counts[{c}]", LEARNT, "decayed face counts of ASSIGN", size=n_faces))
+        slots.extend(slot._replace(name=f"{slot.name}[{c}]") for slot in BLOCK_TAIL.slots)
+    return HEAD.extend("class blocks", *slots)
 
 
 def new_block(n_faces: int) -> np.ndarray:
