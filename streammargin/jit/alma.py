@@ -35,7 +35,7 @@ about 0.1 us per argument, as much as the arithmetic of a small instance):
 - vectors: float64[capacity, 3]; columns U (the scaled dual vector), ACC and MARK (the averaged
   hypothesis' accumulators).
 - st: float64[STATE_SIZE], the scalars, the hyper-parameters and the calibration state, at the
-  offsets below.
+  offsets of `LAYOUT` below.
 """
 
 from __future__ import annotations
@@ -46,18 +46,52 @@ import numpy as np
 from numba import njit
 
 from streammargin.jit import calibration
+from streammargin.jit.layout import CALIBRATION, COUNTER, HYPER, LEARNT, Layout, Slot
 from streammargin.jit.rows import largest_abs, row_entries
 
 # columns of `vectors`
 U, ACC, MARK = range(3)
 N_COLUMNS = 3
-# learnt scalars
-K, SCALE, SUM_P, SINCE_RECOMPUTE, TRIALS, FACTOR_SUM, FACTOR_BASE, GROWTH, DECAYED = range(9)
-# hyper-parameters, written from the model's params
-P, ALPHA, B, C, RHO, AVERAGE, AVERAGE_DECAY = range(9, 16)
-# calibration state (streammargin.jit.calibration) at st[PLATT:]
-PLATT = 16
-STATE_SIZE = PLATT + calibration.SIZE
+LAYOUT = Layout(
+    "ALMA",
+    # learnt scalars
+    Slot("k", COUNTER, "the correction counter k: corrections + 1"),
+    Slot("scale", LEARNT, "theta = scale * u"),
+    Slot("sum_p", LEARNT, "S = sum_i |u_i|^p"),
+    Slot("since_recompute", COUNTER, "corrections since S was recomputed exactly"),
+    Slot("trials", COUNTER, "examples learnt"),
+    Slot("factor_sum", LEARNT, "F = sum_t factor_t GROWTH_t since the last re-base"),
+    Slot("factor_base", LEARNT, "the factor at the last re-base"),
+    Slot("growth", LEARNT, "GROWTH = beta^-(t - t0)"),
+    Slot("decayed", LEARNT, "sum_t beta^(T-t), the averaged weights' divisor"),
+    # hyper-parameters, written from the model's params
+    Slot("p", HYPER, param="p"),
+    Slot("alpha", HYPER, param="alpha"),
+    Slot("B", HYPER, "B, or 1 / alpha when B is None"),
+    Slot("C", HYPER, param="C"),
+    Slot("rho", HYPER, "the intercept's constant feature: intercept_scale, 0 without intercept"),
+    Slot("average", HYPER, "1: serve the averaged hypothesis", param="average"),
+    Slot("average_decay", HYPER, "beta = 1 - 1 / average_window (1 when it is None)"),
+    Slot("platt", CALIBRATION, size=calibration.SIZE, parts=calibration.LAYOUT),
+)
+(K, SCALE, SUM_P, SINCE_RECOMPUTE, TRIALS, FACTOR_SUM, FACTOR_BASE, GROWTH, DECAYED) = (
+    LAYOUT.offsets(
+        "k",
+        "scale",
+        "sum_p",
+        "since_recompute",
+        "trials",
+        "factor_sum",
+        "factor_base",
+        "growth",
+        "decayed",
+    )
+)
+P, ALPHA, B, C, RHO, AVERAGE, AVERAGE_DECAY = LAYOUT.offsets(
+    "p", "alpha", "B", "C", "rho", "average", "average_decay"
+)
+PLATT = LAYOUT.offset("platt")  # the calibration state is st[PLATT:]
+STATE_SIZE = LAYOUT.size
 
 RECOMPUTE_EVERY = 4096
 S_LOW, S_HIGH = 1e-150, 1e150  # the range S is kept in (see `_renormalise`)
