@@ -7,6 +7,7 @@ from streammargin.alma import ALMAClassifier
 from streammargin.budget_perceptron import BudgetPerceptron
 from streammargin.budget_svm import BudgetSVMClassifier
 from streammargin.convex_polytope import ConvexPolytopeClassifier
+from streammargin.describe import describe_state
 from streammargin.errors import InvalidInput, StateError
 from streammargin.kernel_alma import KernelALMAClassifier
 from streammargin.mpu import KernelMPUClassifier, LinearMPUClassifier, MPUClassifier
@@ -31,6 +32,7 @@ __all__ = [
     "SBPClassifier",
     "StandardScaler",
     "StateError",
+    "describe_state",
     "from_state",
     "memory",
     "state",

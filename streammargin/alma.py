@@ -153,6 +153,7 @@ class ALMAClassifier(MarginClassifier):
     """
 
     _state_arrays = ("_vectors", "_st")
+    _layout = alma_jit.LAYOUT
     _first_column = 1  # column 0: the intercept's constant feature
 
     def __init__(

@@ -24,6 +24,7 @@ from streammargin import memory, state, validation
 from streammargin.errors import InvalidInput, StateError
 from streammargin.features import MAX_MAX_FEATURES, FeatureSpace, validate_value
 from streammargin.jit import calibration
+from streammargin.jit.layout import Layout
 
 __all__ = [
     "Capacity",
@@ -339,6 +340,14 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
 
     # The model's bound on feature columns (a constructor param of every model).
     max_features: int
+
+    # The layout of the model's state array `_st` (`streammargin.jit.layout`): its size and the
+    # meaning of every entry (`streammargin.describe_state`).
+    _layout: Layout
+
+    def _state_layout(self) -> Layout:
+        """The layout of `_st` (a model whose `st` grows with its classes builds its own)."""
+        return self._layout
 
     def _reset(self) -> None:
         """Create the learnt state of a fresh model (called by the subclass' __init__)."""

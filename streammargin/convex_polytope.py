@@ -20,6 +20,7 @@ from streammargin.base import (
 )
 from streammargin.jit import convex_polytope as cpm_jit
 from streammargin.jit.entry import EntryPoint
+from streammargin.jit.layout import Layout
 from streammargin.support import grown_columns
 
 __all__ = ["ConvexPolytopeClassifier"]
@@ -286,6 +287,10 @@ class ConvexPolytopeClassifier(MulticlassMarginClassifier):
     @property
     def _n_polytopes(self) -> int:
         return len(self._scored_labels)
+
+    def _state_layout(self) -> Layout:
+        """The head, then one block per polytope (by class code: the order of `classes`)."""
+        return cpm_jit.layout(self.n_faces, self._n_polytopes)
 
     def _reserve(self, n_columns: int) -> None:
         limit = self._max_columns
