@@ -14,8 +14,9 @@ retries would bury the one line that says what is wrong), unless `--log-level DE
 
 `--http-port N` serves `/metrics` (Prometheus), `/healthz` and `/readyz`
 (`connectors.observability.EndpointServer`); `--log-format json` writes one JSON object per log
-line. The worker options map onto `WorkerConfig`; `--http-*`, `--liveness-timeout` and `--log-*`
-are the process's own.
+line. `--profile-stages FILE` writes where the main thread spent its time, by stage, at exit
+(`connectors.profiling`). The worker options map onto `WorkerConfig`; `--http-*`,
+`--liveness-timeout`, `--profile-stages` and `--log-*` are the process's own.
 """
 
 from __future__ import annotations
@@ -114,6 +115,9 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
     ("--liveness-timeout", "float", 60.0,
      "/healthz answers 503 once the main loop has not turned for SECONDS (keep it above the "
      "longest restore or checkpoint)"),
+    ("--profile-stages", "str", None,
+     "sample where the main thread spends its time (poll, decode, scale, model, encode, "
+     "produce, checkpoint, ...) and write it as JSON to FILE at exit (connectors.profiling)"),
     ("--log-level", "str", "INFO", "DEBUG, INFO, WARNING or ERROR"),
     ("--log-format", "str", "text", "text, or json: one JSON object per line (log shippers)"),
 ]
@@ -285,6 +289,20 @@ def config_from_args(args: argparse.Namespace) -> typing.Any:
     )
 
 
+def _write_profile(path: str, profiler: typing.Any, worker: typing.Any) -> None:
+    """`--profile-stages FILE`: the profiler's report, the worker's start-up stamps and the
+    records it processed, as JSON."""
+    report = profiler.report()
+    report.update(first_poll_at=worker.first_poll_at, rss_at_first_poll=worker.first_poll_rss,
+                  records=worker.throughput.count)
+    try:
+        with open(path, "w") as handle:
+            json.dump(report, handle, indent=1)
+    except OSError as error:
+        logging.getLogger("streammargin.kafka").error(
+            "cannot write --profile-stages %s: %s. Fix: give a writable path", path, error)
+
+
 def _log_metrics(record: dict) -> None:
     accuracy = record["accuracy"]
     logging.getLogger("streammargin.kafka").info(
@@ -449,6 +467,11 @@ def run(args: argparse.Namespace) -> int:
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        profiler = None
+        if args.profile_stages:
+            from connectors.profiling import StageProfiler
+
+            profiler = StageProfiler().start()
         try:
             summary = worker.run(on_metrics=_log_metrics)
         except Exception as error:
@@ -458,6 +481,9 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if server is not None:
                 server.close()
+            if profiler is not None:
+                profiler.stop()
+                _write_profile(args.profile_stages, profiler, worker)
         totals = {k: v for k, v in summary.items() if k != "partitions"}
         if args.log_format == "json":
             logger.info("finished (%s)", summary["reason"], extra=totals)

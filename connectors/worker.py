@@ -50,6 +50,7 @@ from connectors import checkpoint as checkpoint_module
 from connectors.codec import UndecodableBatch, install_batch_errors, install_fast_crc32c
 from connectors.metrics import Throughput
 from connectors.observability import ClientLogTail, WorkerStatus
+from connectors.profiling import rss_bytes
 from connectors.task import ERROR_HEADER, OutputRecords, PartitionTask, TaskOutput, TaskSettings
 from streammargin.errors import StateError
 
@@ -511,6 +512,10 @@ class Worker:
         # Recent checkpoints: partitions, bytes, and the milliseconds spent flushing outputs and
         # writing + flushing the checkpoints + committing.
         self.checkpoint_log: collections.deque[dict] = collections.deque(maxlen=1000)
+        # Start-up stamps: the wall-clock time (time.time()) and the process's RSS in bytes when
+        # the main loop starts polling (connected, subscribed, before any record).
+        self.first_poll_at: float | None = None
+        self.first_poll_rss: int | None = None
 
     # Life cycle -----------------------------------------------------------------------------
 
@@ -641,6 +646,8 @@ class Worker:
         now = time.monotonic()
         next_metrics = now + config.metrics_interval if config.metrics_interval else None
         next_checkpoint = now + config.checkpoint_interval if config.checkpoint_interval else None
+        self.first_poll_at = time.time()
+        self.first_poll_rss = rss_bytes()
         while not stop.is_set():
             self._raise_callback_error()
             if self._unrestored:

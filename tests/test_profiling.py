@@ -1,0 +1,62 @@
+"""The stage profiler of `streammargin kafka --profile-stages` (connectors/profiling.py)."""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import json
+import sys
+import time
+
+from connectors.profiling import STAGES, StageProfiler, encode_lines, rss_bytes
+from connectors.task import PartitionTask, TaskSettings
+
+Record = collections.namedtuple("Record", "topic partition offset timestamp key value headers")
+
+
+def test_encode_lines_are_the_statements_building_the_prediction_records():
+    lines = encode_lines(PartitionTask.process)
+    source, first = inspect.getsourcelines(PartitionTask.process)
+    text = {first + i: line for i, line in enumerate(source)}
+    encode = [text[n].strip() for n in sorted(lines)]
+    assert any(line.startswith("emit((") for line in encode)
+    assert any(line.startswith("emit_key(") for line in encode)
+    assert any(line.startswith("id_json = (") for line in encode)
+    assert not any("decode(" in line or "predict(" in line for line in encode)
+
+
+def test_a_sampled_task_spends_its_time_in_record_stages():
+    task = PartitionTask.new("t", 0, TaskSettings(scale=True, metrics_every=1 << 30))
+    records = [
+        Record("t", 0, i, 0, None,
+               json.dumps({"id": str(i), "x": {"a": i % 7, "b": 1.0 / (1 + i)},
+                           "y": i % 3 == 0}).encode(), [])
+        for i in range(4000)
+    ]
+    task.process(records[:10])  # compile / load the model before sampling
+    profiler = StageProfiler(interval=0.0005).start()
+    deadline = time.perf_counter() + 0.5
+    offset = 10
+    while time.perf_counter() < deadline:
+        batch = [r._replace(offset=offset + i) for i, r in enumerate(records)]
+        task.process(batch)
+        offset += len(batch)
+    profiler.stop()
+    report = profiler.report()
+    assert set(report["stages"]) == set(STAGES)
+    seconds = {stage: entry["seconds"] for stage, entry in report["stages"].items()}
+    assert report["samples"] > 0 and report["first_record_at"] is not None
+    record_time = sum(seconds[s] for s in ("decode", "scale", "model", "metrics", "encode",
+                                           "task"))
+    # This thread's outer frames (pytest) are "other"; nothing here polls, produces or
+    # checkpoints.
+    assert seconds["poll"] == seconds["produce"] == seconds["checkpoint"] == 0.0
+    assert record_time > 0.5 * sum(seconds.values()) - seconds["startup"]
+    for stage in ("decode", "scale", "model"):
+        assert seconds[stage] > 0.0, stage
+
+
+def test_rss_bytes():
+    rss = rss_bytes()
+    if sys.platform.startswith("linux"):
+        assert rss is not None and rss > 10 << 20
