@@ -1,23 +1,39 @@
-"""Throughput of the Kafka worker on the embedded broker, with a breakdown by stage.
+"""End-to-end throughput of the Kafka worker against what a user would pick instead.
 
-Everything is measured in one run, against the same broker, on the same records (River's
-Hyperplane generator, 10 features, binary labels, one JSON record each):
+One embedded broker, one input topic (`--records` labelled JSON events of River's Hyperplane
+generator, 10 features, keyed, spread over `--partitions` partitions), and the contenders taking
+turns on it, each a fresh process with its own consumer group and output topic, `--rounds` times
+(the order rotates each round):
 
-1. Breakdown: one consumer loop that adds one stage at a time (consume, + decode, + predict and
-   learn with ALMA, + metrics, + formatting the prediction JSON, + producing it), then the
-   kafka-python producer alone. Each row gives records/s (wall clock) and the CPU microseconds
-   per record of this process (all its threads: the clients' IO threads included), which is the
-   steadier figure when other jobs share the machine. River's ALMAClassifier stands in for ours
-   in one row, for the ratio.
-2. End to end: `Worker.run()` with its defaults (one worker, one input partition, checkpoints and
-   metrics on), rate from the first to the last record; and the same with kafka-python's
-   pure-Python CRC-32C (what one gets without `install_fast_crc32c`).
-3. Checkpoint + commit of an ALMA model with 1000 features: serialise, produce, flush, commit,
-   timed by the worker itself (`Worker.checkpoint_log`).
+- ``worker``: `streammargin kafka --model alma --scale` as the README installs it (kafka-python);
+- ``worker-fast``: the same in the project's fastest documented configuration (`FAST_OPTIONS`);
+- ``quix``: a Quix Streams 3.28 app (`Application`, `app.dataframe(topic).apply(...)`,
+  `to_topic`, `app.run()`) running River's `preprocessing.StandardScaler() |
+  linear_model.ALMAClassifier()`, one pipeline per input partition, one prediction record per
+  input (the worker's fields);
+- ``loop``: a hand-written kafka-python loop (poll, `json.loads`, the same River pipeline,
+  `json.dumps`, `send`), with kafka-python's defaults but the fast group settings and the worker's
+  compiled CRC-32C (what a user gets with the `crc32c` package).
 
-Rows are repeated `--repeats` times, interleaved, and the median is printed.
+Every consumer uses session timeout 6 s and heartbeat 1 s (the embedded broker makes a group join
+wait about half the session timeout; librdkafka needs this to join in ~3 s). The harness watches
+the output topic through a librdkafka consumer's cached high watermarks (fetched in C, never
+decoded in Python; Tansu's ListOffsets answers short of the log end), and stops the contender with
+SIGTERM once every prediction is there. Per run it records: records/s from the first to the last
+prediction, records/s from process start to the last prediction, and the process's CPU seconds per
+record (user + system, from `os.wait4`: start-up and shutdown included; the harness and the broker
+are not counted). Ratios are computed within each round (the machine's speed drifts, a round's
+contenders see the same drift), then their median is printed.
 
-Run: .venv/bin/python benchmarks/kafka_throughput.py [--records 40000] [--repeats 3]
+After the rounds, one more worker run with `--profile-stages` prints where its main thread spent
+its time (poll, decode, scale, model, metrics, encode, produce, checkpoint), its start-up (process
+start to the first poll) and RSS; then two workers in one group against one (CPU seconds per
+record, throughput ratio). The checkpoint section times checkpoint + commit of an ALMA model with
+1000 features.
+
+Run: .venv/bin/python benchmarks/kafka_throughput.py [--records 50000] [--rounds 3]
+     [--contenders worker,worker-fast,quix,loop]
+Quix Streams comes with the `bench` extra (`pip install -e '.[bench]'`, which `make bench` does).
 """
 
 from __future__ import annotations
@@ -26,262 +42,402 @@ import argparse
 import json
 import logging
 import os
+import signal
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
-from json.encoder import encode_basestring
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
 
-from connectors.broker import EmbeddedBroker, create_topics  # noqa: E402
-from connectors.codec import JSONCodec, install_fast_crc32c  # noqa: E402
-from connectors.metrics import PartitionMetrics  # noqa: E402
-from connectors.worker import Worker, WorkerConfig  # noqa: E402
-
-FAST_GROUP = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
-
-
-def cpu_seconds() -> float:
-    times = os.times()
-    return times.user + times.system
+GROUP_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+# The worker's options in every run, and those of the fastest documented configuration.
+WORKER_OPTIONS = ["--model", "alma", "--scale", "--log-level", "WARNING",
+                  "--session-timeout-ms", "6000", "--heartbeat-interval-ms", "1000"]
+FAST_OPTIONS: list[str] = []
+CONTENDERS = ("worker", "worker-fast", "quix", "loop")
+TIMEOUT_S = 180.0
 
 
-def make_records(n: int, n_features: int = 10, seed: int = 1) -> list[bytes]:
+def make_records(n: int, n_features: int = 10, seed: int = 1) -> list[tuple[bytes, bytes]]:
+    """(key, value) of `n` labelled JSON events of River's Hyperplane generator."""
     from river.datasets import synth
 
     stream = synth.Hyperplane(seed=seed, n_features=n_features).take(n)
     return [
-        json.dumps({"id": f"e{i}", "x": x, "y": bool(y)}).encode()
+        (f"e{i}".encode(), json.dumps({"id": f"e{i}", "x": x, "y": bool(y)}).encode())
         for i, (x, y) in enumerate(stream)
     ]
 
 
-def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]],
+            partitions: int) -> None:
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=512 * 1024)
-    for value in values:
-        producer.send(topic, value, partition=0)
+    for i, (key, value) in enumerate(records):
+        producer.send(topic, value, key=key, partition=i % partitions)
     producer.flush()
     producer.close()
 
 
-STAGES = ["consume", "+ decode", "+ predict/learn", "+ metrics", "+ format JSON", "+ produce"]
+# Contenders ---------------------------------------------------------------------------------------
 
 
-def stage_loop(bootstrap: str, topic: str, n: int, depth: int, river_model: bool = False) -> tuple:
-    """Consume `n` records and run the first `depth` stages on them; (records/s, CPU us/record)."""
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+def river_pipeline():
+    from river import linear_model, preprocessing
 
-    import streammargin
+    return preprocessing.StandardScaler() | linear_model.ALMAClassifier()
 
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-        metrics_enabled=False, fetch_max_wait_ms=100,
+
+def run_quix(bootstrap: str, topic: str, out: str, group: str) -> None:
+    """The Quix Streams app: River's pipeline per input partition, one prediction per input."""
+    from quixstreams import Application, message_context
+
+    app = Application(
+        broker_address=bootstrap, consumer_group=group, auto_offset_reset="earliest",
+        consumer_extra_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
+        loglevel="WARNING", use_changelog_topics=False,
     )
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap, linger_ms=20, batch_size=512 * 1024, metrics_enabled=False
-    )
-    out_topic = f"{topic}.out"
-    producer.send(out_topic, b"warm-up", partition=0).get(timeout=10)
-    tp = TopicPartition(topic, 0)
-    consumer.assign([tp])
-    consumer.seek_to_beginning(tp)
-    if river_model:
-        from river import linear_model
+    models: dict[int, object] = {}
 
-        model = linear_model.ALMAClassifier()
-    else:
-        model = streammargin.ALMAClassifier()
-    decode = JSONCodec().decode
-    metrics = PartitionMetrics()
-    send = producer.send
-    done = 0
-    started, cpu_started = time.perf_counter(), cpu_seconds()
-    while done < n:
-        for records in consumer.poll(timeout_ms=500, max_records=2000).values():
-            done += len(records)
-            if depth < 2:
-                continue
+    def predict_learn(event: dict) -> dict:
+        context = message_context()
+        partition = context.partition
+        model = models.get(partition)
+        if model is None:
+            model = models[partition] = river_pipeline()
+        x, y = event["x"], event.get("y")
+        y_pred = model.predict_one(x)
+        p_true = model.predict_proba_one(x).get(True, 0.0)
+        if y is not None:
+            model.learn_one(x, y)
+        return {"topic": context.topic, "partition": partition, "model": "alma",
+                "offset": context.offset, "id": event.get("id"), "y_pred": y_pred,
+                "p_true": p_true, "y": y}
+
+    sdf = app.dataframe(app.topic(topic, value_deserializer="json"))
+    sdf = sdf.apply(predict_learn)
+    sdf.to_topic(app.topic(out, value_serializer="json"))
+    app.run()
+
+
+def run_loop(bootstrap: str, topic: str, out: str, group: str) -> None:
+    """The hand-written kafka-python loop."""
+    from kafka import KafkaConsumer, KafkaProducer
+
+    from connectors.codec import install_fast_crc32c
+
+    install_fast_crc32c()
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                             auto_offset_reset="earliest", **GROUP_SETTINGS)
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    models: dict[int, object] = {}
+    while not stopping:
+        for tp, records in consumer.poll(timeout_ms=200).items():
+            model = models.get(tp.partition)
+            if model is None:
+                model = models[tp.partition] = river_pipeline()
             for record in records:
-                event_id, x, y = decode(record.value)
-                if depth < 3:
-                    continue
-                # As the worker does: the label of predict_one, the probability of
-                # predict_proba_one (the second call reuses the cached feature encoding).
+                event = json.loads(record.value)
+                x, y = event["x"], event.get("y")
                 y_pred = model.predict_one(x)
                 p_true = model.predict_proba_one(x).get(True, 0.0)
-                model.learn_one(x, y)
-                if depth < 4:
-                    continue
-                metrics.update(y, y_pred, p_true, record.offset)
-                if depth < 5:
-                    continue
-                value = (
-                    f'{{"topic":"in","partition":0,"model":"alma","offset":{record.offset},'
-                    f'"id":{encode_basestring(event_id)},"y_pred":{"true" if y_pred else "false"},'
-                    f'"p_true":{float(p_true)!r},"y":{"true" if y else "false"}}}'
-                ).encode()
-                if depth < 6:
-                    continue
-                send(out_topic, value, partition=0)
+                if y is not None:
+                    model.learn_one(x, y)
+                prediction = {"topic": record.topic, "partition": record.partition,
+                              "model": "alma", "offset": record.offset, "id": event.get("id"),
+                              "y_pred": y_pred, "p_true": p_true, "y": y}
+                producer.send(out, json.dumps(prediction).encode(), key=record.key,
+                              partition=record.partition)
     producer.flush()
-    elapsed, cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
     consumer.close()
     producer.close()
-    return n / elapsed, 1e6 * cpu / n
 
 
-def produce_only(bootstrap: str, topic: str, values: list[bytes]) -> tuple:
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap, linger_ms=20, batch_size=512 * 1024, metrics_enabled=False
-    )
-    producer.send(topic, b"warm-up", partition=0).get(timeout=10)
-    started, cpu_started = time.perf_counter(), cpu_seconds()
-    for value in values:
-        producer.send(topic, value, partition=0)
-    producer.flush()
-    elapsed, cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
-    producer.close()
-    return len(values) / elapsed, 1e6 * cpu / len(values)
+def worker_command(bootstrap: str, topic: str, out: str, group: str, extra: list[str]) -> list:
+    script = os.path.join(os.path.dirname(sys.executable), "streammargin")
+    command = [script] if os.path.exists(script) else [sys.executable, "-m", "connectors.cli"]
+    return [*command, "kafka", "--bootstrap-servers", bootstrap, "--topic", topic,
+            "--group-id", group, "--predictions-topic", out,
+            "--metrics-topic", f"{out}.metrics", "--dead-letter-topic", f"{out}.dead",
+            "--checkpoint-topic", f"{out}.checkpoints", *WORKER_OPTIONS, *extra]
 
 
-def worker_run(bootstrap: str, topic: str, n: int, run_id: str, **options) -> tuple:
-    config = WorkerConfig(
-        topics=[topic], bootstrap_servers=bootstrap, group_id=f"bench-{run_id}",
-        predictions_topic=f"{topic}.predictions-{run_id}", metrics_topic=f"{topic}.metrics",
-        dead_letter_topic=f"{topic}.dead", checkpoint_topic=f"{topic}.checkpoints-{run_id}",
-        idle_timeout=0.5, **FAST_GROUP, **options,
-    )
-    worker = Worker(config)
-    cpu_started = cpu_seconds()
-    summary = worker.run()
-    cpu = cpu_seconds() - cpu_started
-    if summary["records"] != n:
-        raise RuntimeError(f"worker processed {summary['records']} records, expected {n}")
-    return summary["records_per_s"], 1e6 * cpu / n, worker
+def contender_command(name: str, bootstrap: str, topic: str, out: str, group: str,
+                      extra: list[str] = ()) -> list:
+    if name in ("worker", "worker-fast"):
+        options = FAST_OPTIONS if name == "worker-fast" else []
+        return worker_command(bootstrap, topic, out, group, [*options, *extra])
+    return [sys.executable, os.path.abspath(__file__), "--contender", name,
+            "--bootstrap", bootstrap, "--topic", topic, "--out", out, "--group", group]
+
+
+# The harness --------------------------------------------------------------------------------------
+
+
+class OutputWatch:
+    """The number of records in a topic, from a librdkafka consumer's cached high watermarks:
+    librdkafka fetches in its own threads and nothing is decoded in Python."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int):
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"watch-{topic}",
+            "enable.auto.commit": False, "fetch.wait.max.ms": 5, "log_level": 0,
+        })
+        self.partitions = [TopicPartition(topic, p, 0) for p in range(partitions)]
+        self.consumer.assign(self.partitions)
+        for tp in self.partitions:  # connected and fetching before the contender starts
+            self.consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+
+    def count(self) -> int:
+        total = 0
+        for tp in self.partitions:
+            high = self.consumer.get_watermark_offsets(tp, cached=True)[1]
+            total += max(0, high)
+        return total
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def run_contender(name: str, bootstrap: str, topic: str, n: int, partitions: int, run_id: str,
+                  extra: list[str] = (), members: int = 1) -> dict:
+    """Run a contender (`members` processes in one group) until all `n` predictions are out."""
+    from connectors.broker import create_topics
+
+    out = f"out.{run_id}"
+    group = f"group.{run_id}"
+    create_topics(bootstrap, [out], partitions=partitions)
+    watch = OutputWatch(bootstrap, out, partitions)
+    command = contender_command(name, bootstrap, topic, out, group, extra)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    started = time.monotonic()
+    processes = [subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                 for _ in range(members)]
+    started_wall = time.time()
+    first = last = None
+    try:
+        while True:
+            count = watch.count()
+            now = time.monotonic()
+            if first is None and count > 0:
+                first = now
+            if count >= n:
+                last = now
+                break
+            if now - started > TIMEOUT_S or any(p.poll() is not None for p in processes):
+                raise RuntimeError(f"{name}: {count} of {n} predictions after "
+                                   f"{now - started:.0f} s")
+            time.sleep(0.002)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        cpu = 0.0
+        errors = []
+        for process in processes:
+            try:
+                _, status, usage = os.wait4(process.pid, 0)
+            except ChildProcessError:
+                usage, status = None, 0
+            process.returncode = os.waitstatus_to_exitcode(status)
+            if usage is not None:
+                cpu += usage.ru_utime + usage.ru_stime
+            stderr = process.stderr.read().decode(errors="replace")
+            if process.returncode not in (0, -signal.SIGTERM):
+                errors.append(stderr[-2000:])
+        watch.close()
+    if errors:
+        raise RuntimeError(f"{name} failed:\n" + "\n".join(errors))
+    return {
+        "rate_first_last": (n - 1) / max(last - first, 1e-9),
+        "rate_start_last": n / (last - started),
+        "first_prediction_s": first - started,
+        "cpu_s": cpu,
+        "cpu_us_per_record": 1e6 * cpu / n,
+        "started_wall": started_wall,
+    }
 
 
 def checkpoint_benchmark(bootstrap: str, n_features: int = 1000, n: int = 3000) -> dict:
-    """Checkpoint + commit times of an ALMA model with `n_features` features."""
+    """Checkpoint + commit times of an ALMA model with `n_features` features, in process."""
     import numpy as np
+
+    from connectors.broker import create_topics
+    from connectors.worker import Worker, WorkerConfig
 
     rng = np.random.default_rng(0)
     topic = f"wide{n_features}"
     create_topics(bootstrap, [topic])
     w = rng.normal(size=n_features)
-    values = []
+    records = []
     for i in range(n):
         x = rng.normal(size=n_features)
-        values.append(json.dumps({
+        records.append((None, json.dumps({
             "id": i, "x": {f"f{j}": float(v) for j, v in enumerate(x)}, "y": bool(x @ w > 0)
-        }).encode())
-    produce(bootstrap, topic, values)
-    _, _, worker = worker_run(bootstrap, topic, n, "wide", checkpoint_every=250,
-                              max_poll_records=250)
+        }).encode()))
+    produce(bootstrap, topic, records, 1)
+    worker = Worker(WorkerConfig(
+        topics=[topic], bootstrap_servers=bootstrap, group_id="bench-wide",
+        predictions_topic=f"{topic}.predictions", metrics_topic=f"{topic}.metrics",
+        dead_letter_topic=f"{topic}.dead", checkpoint_topic=f"{topic}.checkpoints",
+        idle_timeout=0.5, checkpoint_every=250, max_poll_records=250, **GROUP_SETTINGS,
+    ))
+    worker.run()
     log = [entry for entry in worker.checkpoint_log if entry["partitions"] == 1]
     times = [entry["checkpoint_commit_ms"] for entry in log]
-    flushes = [entry["flush_outputs_ms"] for entry in log]
     return {
         "checkpoints": len(times),
         "bytes": log[-1]["bytes"],
         "median_ms": statistics.median(times),
         "max_ms": max(times),
-        "flush_outputs_median_ms": statistics.median(flushes),
+        "flush_outputs_median_ms": statistics.median(e["flush_outputs_ms"] for e in log),
     }
+
+
+def print_profile(profile: dict, run: dict) -> None:
+    stages = dict(profile["stages"])
+    startup = stages.pop("startup")
+    records = max(1, profile["records"])
+    busy = sum(entry["seconds"] for entry in stages.values()) or 1.0
+    print(f"per-stage profile of the worker's main thread ({profile['samples']} samples; "
+          f"{startup['seconds']:.2f} s before the first record (connect, group join), then "
+          f"{busy:.2f} s for {profile['records']} records; wall time, so poll includes waiting "
+          "for the broker):")
+    print(f"  {'stage':<12}{'share':>8}{'us/record':>11}")
+    for stage, entry in sorted(stages.items(), key=lambda item: -item[1]["seconds"]):
+        if entry["samples"]:
+            print(f"  {stage:<12}{entry['seconds'] / busy:>8.1%}"
+                  f"{1e6 * entry['seconds'] / records:>11.1f}")
+    first_poll = profile.get("first_poll_at")
+    if first_poll is not None:
+        print(f"process start -> first poll: {first_poll - run['started_wall']:.2f} s; "
+              f"RSS at the first poll: {(profile.get('rss_at_first_poll') or 0) / 2**20:.0f} MiB, "
+              f"before the first record: "
+              f"{(profile.get('rss_before_first_record') or 0) / 2**20:.0f} MiB; "
+              f"first prediction {run['first_prediction_s']:.2f} s after start")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=40_000)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--skip-pure-crc", action="store_true",
-                        help="skip the run with kafka-python's pure-Python CRC-32C (slow)")
+    parser.add_argument("--records", type=int, default=50_000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--skip-profile", action="store_true")
+    parser.add_argument("--skip-scale-out", action="store_true")
+    parser.add_argument("--skip-checkpoint", action="store_true")
+    # Internal: run one contender in this process.
+    parser.add_argument("--contender", help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--group", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.contender:
+        run = {"quix": run_quix, "loop": run_loop}[args.contender]
+        run(args.bootstrap, args.topic, args.out, args.group)
+        return
     logging.basicConfig(level=logging.ERROR)
-    n = args.records
+    contenders = [name.strip() for name in args.contenders.split(",") if name.strip()]
+    unknown = set(contenders) - set(CONTENDERS)
+    if unknown:
+        parser.error(f"unknown contenders {sorted(unknown)}; known: {', '.join(CONTENDERS)}")
+    n, partitions = args.records, args.partitions
+
+    from connectors.broker import EmbeddedBroker, create_topics
 
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap_servers
         topic = "bench.in"
-        create_topics(bootstrap, [topic, f"{topic}.out", f"{topic}.produce-only"])
-        crc = install_fast_crc32c()
-        values = make_records(n)
-        produce(bootstrap, topic, values)
-        prediction = (
-            b'{"topic":"in","partition":0,"model":"alma","offset":12345,"id":"e12345",'
-            b'"y_pred":true,"p_true":0.8412345678901234,"y":true}'
-        )
+        create_topics(bootstrap, [topic, "warm.in"], partitions=partitions)
+        produce(bootstrap, topic, make_records(n), partitions)
+        produce(bootstrap, "warm.in", make_records(200 * partitions), partitions)
+        # Warm the numba cache (the rounds measure warm processes) and the page cache.
+        for name in contenders:
+            run_contender(name, bootstrap, "warm.in", 200 * partitions, partitions, f"warm-{name}")
 
-        rows: dict[str, list[tuple]] = {}
-        worker_rows: list[tuple] = []
-        lines_rows: list[tuple] = []
-        for repeat in range(args.repeats):
-            for depth, name in enumerate(STAGES, 1):
-                rows.setdefault(name, []).append(stage_loop(bootstrap, topic, n, depth))
-            rows.setdefault("  (River ALMA at + predict/learn)", []).append(
-                stage_loop(bootstrap, topic, n, 3, river_model=True)
-            )
-            rows.setdefault("kafka-python produce only", []).append(
-                produce_only(bootstrap, f"{topic}.produce-only", [prediction] * n)
-            )
-            rate, cpu, _ = worker_run(bootstrap, topic, n, f"e2e{repeat}")
-            worker_rows.append((rate, cpu))
-            rate, cpu, _ = worker_run(bootstrap, topic, n, f"lines{repeat}",
-                                      predictions_per_message=100)
-            lines_rows.append((rate, cpu))
+        results: dict[str, list[dict]] = {name: [] for name in contenders}
+        for round_index in range(args.rounds):
+            shift = round_index % len(contenders)
+            for name in contenders[shift:] + contenders[:shift]:
+                results[name].append(run_contender(name, bootstrap, topic, n, partitions,
+                                                   f"{name}-{round_index}"))
+                print(f"  round {round_index + 1} {name:<12} "
+                      f"{results[name][-1]['rate_first_last']:>8.0f} records/s", flush=True)
 
-        print(f"records: {n} JSON records, 10 features, 1 partition; CRC-32C: {crc}; "
-              f"median of {args.repeats}")
+        load = os.getloadavg()
         print()
-        print(f"{'stage (cumulative)':<38}{'records/s':>11}{'CPU us/rec':>12}{'+CPU us':>9}")
-        previous = None
-        for name, results in rows.items():
-            rate = statistics.median(r[0] for r in results)
-            cpu = statistics.median(r[1] for r in results)
-            cumulative = name in STAGES
-            delta = f"{cpu - previous:>9.1f}" if cumulative and previous is not None else " " * 9
-            print(f"{name:<38}{rate:>11.0f}{cpu:>12.1f}{delta}")
-            if cumulative:
-                previous = cpu
-        consume_rate = statistics.median(r[0] for r in rows["consume"])
-        produce_rate = statistics.median(r[0] for r in rows["kafka-python produce only"])
+        print(f"{n} labelled JSON events, 10 features, {partitions} partitions, one process per "
+              f"contender, {args.rounds} rounds (medians); load average during the run "
+              f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
+        print(f"worker options: {' '.join(WORKER_OPTIONS)}; worker-fast adds: "
+              f"{' '.join(FAST_OPTIONS) or '(nothing yet)'}")
         print()
-        print(f"{'end to end':<38}{'records/s':>11}{'CPU us/rec':>12}"
-              f"{'/consume':>9}{'/produce':>9}   records/s of each run")
-        for label, results in [("Worker.run(), ALMA, defaults", worker_rows),
-                               ("  same, 100 predictions per message", lines_rows)]:
-            rate = statistics.median(r[0] for r in results)
-            cpu = statistics.median(r[1] for r in results)
-            runs = " ".join(f"{r[0]:.0f}" for r in results)
-            print(f"{label:<38}{rate:>11.0f}{cpu:>12.1f}"
-                  f"{rate / consume_rate:>9.2f}{rate / produce_rate:>9.2f}   {runs}")
-        if not args.skip_pure_crc:
-            from kafka.record import _crc32c, default_records
-
-            import connectors.worker
-
-            fast = default_records.calc_crc32c
-            default_records.calc_crc32c = lambda data: _crc32c.crc(data)
-            # The worker installs the fast CRC when it connects: not this time.
-            connectors.worker.install_fast_crc32c = lambda: "pure Python"
-            try:
-                slow_rate, slow_cpu, _ = worker_run(bootstrap, topic, n, "purecrc")
-            finally:
-                default_records.calc_crc32c = fast
-                connectors.worker.install_fast_crc32c = install_fast_crc32c
-            print(f"{'  same, pure-Python CRC-32C':<38}{slow_rate:>11.0f}{slow_cpu:>12.1f}"
-                  f"{slow_rate / consume_rate:>9.2f}{slow_rate / produce_rate:>9.2f}")
-
-        result = checkpoint_benchmark(bootstrap)
+        print(f"{'contender':<13}{'rec/s first->last':>18}{'rec/s start->last':>18}"
+              f"{'first pred. s':>14}{'CPU us/rec':>11}   first->last of each round")
+        for name in contenders:
+            rows = results[name]
+            print(f"{name:<13}{statistics.median(r['rate_first_last'] for r in rows):>18.0f}"
+                  f"{statistics.median(r['rate_start_last'] for r in rows):>18.0f}"
+                  f"{statistics.median(r['first_prediction_s'] for r in rows):>14.2f}"
+                  f"{statistics.median(r['cpu_us_per_record'] for r in rows):>11.1f}   "
+                  + " ".join(f"{r['rate_first_last']:.0f}" for r in rows))
         print()
-        print("checkpoint + commit, ALMA with 1000 features "
-              f"({result['bytes']} bytes, {result['checkpoints']} checkpoints): "
-              f"median {result['median_ms']:.1f} ms, max {result['max_ms']:.1f} ms "
-              "(flushing the outputs before it: median "
-              f"{result['flush_outputs_median_ms']:.1f} ms)")
+        print("ratios (median over rounds of the ratio within each round; CPU/rec: the worker's CPU "
+              "per record / the contender's, below 1 = the worker uses less)")
+        print(f"{'':<13}{'vs':<13}{'first->last':>12}{'start->last':>12}{'CPU/rec':>9}")
+        for ours in ("worker", "worker-fast"):
+            if ours not in results:
+                continue
+            for other in contenders:
+                if other in ("worker", "worker-fast"):
+                    continue
+                pairs = list(zip(results[ours], results[other]))
+                first_last = statistics.median(a["rate_first_last"] / b["rate_first_last"]
+                                               for a, b in pairs)
+                start_last = statistics.median(a["rate_start_last"] / b["rate_start_last"]
+                                               for a, b in pairs)
+                cpu = statistics.median(a["cpu_s"] / b["cpu_s"] for a, b in pairs)
+                print(f"{ours:<13}{other:<13}{first_last:>11.2f}x{start_last:>11.2f}x"
+                      f"{cpu:>9.2f}")
+
+        if not args.skip_profile:
+            print()
+            with tempfile.TemporaryDirectory() as scratch:
+                path = os.path.join(scratch, "profile.json")
+                run = run_contender("worker", bootstrap, topic, n, partitions, "profile",
+                                    ["--profile-stages", path])
+                with open(path) as handle:
+                    print_profile(json.load(handle), run)
+
+        if not args.skip_scale_out:
+            one = run_contender("worker", bootstrap, topic, n, partitions, "scale-1")
+            two = run_contender("worker", bootstrap, topic, n, partitions, "scale-2", members=2)
+            print()
+            print(f"scale-out, {partitions} partitions: two workers in one group use "
+                  f"{two['cpu_us_per_record']:.1f} CPU us/record against one worker's "
+                  f"{one['cpu_us_per_record']:.1f} ({two['cpu_s'] / one['cpu_s']:.2f}x); "
+                  f"throughput first->last {two['rate_first_last'] / one['rate_first_last']:.2f}x,"
+                  f" start->last {two['rate_start_last'] / one['rate_start_last']:.2f}x "
+                  "(2 cores, shared with the broker)")
+
+        if not args.skip_checkpoint:
+            result = checkpoint_benchmark(bootstrap)
+            print()
+            print("checkpoint + commit, ALMA with 1000 features "
+                  f"({result['bytes']} bytes, {result['checkpoints']} checkpoints): "
+                  f"median {result['median_ms']:.1f} ms, max {result['max_ms']:.1f} ms "
+                  "(flushing the outputs before it: median "
+                  f"{result['flush_outputs_median_ms']:.1f} ms)")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ BENCHMARKS = [
     ("kernel_models.py", [], ["--quick"]),
     ("cpm_sbp.py", [], ["--quick"]),
     ("mpu.py", [], ["--quick"]),
-    ("kafka_throughput.py", [], ["--records", "20000", "--repeats", "2"]),
+    ("kafka_throughput.py", [], ["--records", "20000", "--rounds", "1"]),
     ("feature_bound_accuracy.py", [], ["--quick"]),
     ("memory_ceiling.py", [], ["--quick"]),
     ("drift_detectors.py", [], ["--quick"]),
