@@ -1136,6 +1136,10 @@ class PartitionTask:
         predict = model.predict_one
         predict_proba = model.predict_proba_one
         learn = model.learn_one if scaler is None else self._learn_scaled
+        learn_model = model.learn_one
+        if scaler is not None:
+            transform_learn = scaler.transform_learn_one
+            apply_learn = scaler.apply_learn
         update_metrics = (self.metrics.update_multiclass if multiclass
                           else self.metrics.update)
         pending = self.pending
@@ -1165,7 +1169,14 @@ class PartitionTask:
                         learn(entry[0], y)
                         drift = update_metrics(y, entry[3], entry[4], offset)
                 else:
-                    scaled = x if scaler is None else scaler.transform_one(x)
+                    if scaler is None:
+                        scaled = x
+                    elif y is None:
+                        scaled = scaler.transform_one(x)
+                    else:
+                        # River's pipeline: predict on x scaled before learning it, learn on x
+                        # scaled after; both in one pass, the scaler learns once predicted.
+                        scaled, scaled_after, update = transform_learn(x)
                     y_pred = predict(scaled)
                     if multiclass:
                         p = predict_proba(scaled)
@@ -1175,7 +1186,11 @@ class PartitionTask:
                         if not 0.0 <= p <= 1.0:  # also False for NaN
                             raise ArithmeticError(f"the model gave the probability {p!r}")
                     if y is not None:
-                        learn(x, y)
+                        if scaler is None:
+                            learn(x, y)
+                        else:
+                            apply_learn(update)
+                            learn_model(scaled_after, y)
                         drift = update_metrics(y, y_pred, p, offset)
                     elif event_id is not None:
                         size = len(record.value) + FEATURE_BYTES * len(x) + ENTRY_BYTES

@@ -245,6 +245,97 @@ class StandardScaler(base.Transformer):
             result[name] = (value - means.item(column)) / var**0.5 if var else 0.0
         return result
 
+    def transform_learn_one(self, x: dict) -> tuple[dict, dict, tuple]:
+        """`transform_one(x)`, and `transform_one(x)` as it will be after `learn_one(x)`, in
+        one pass over `x`, changing nothing; `apply_learn(update)` with the returned `update`
+        then does exactly what `learn_one(x)` does.
+
+        River's pipeline scales a labelled record twice: for the prediction with the statistics
+        before the record, for learning with those after it. This gives both to the last bit
+        (`tests/test_scaler.py`) at about half the cost of `transform_one`, `learn_one`,
+        `transform_one`, and leaves learning to the caller, once the prediction succeeded.
+        `InvalidInput` (a value that is not a finite real number) before anything changes.
+        """
+        columns = self._columns
+        means, vars_ = self._means, self._vars
+        counts = self._counts
+        max_features = self.max_features
+        n_columns = len(columns)
+        full = n_columns >= max_features
+        before: dict = {}
+        after: dict = {}
+        updates = []  # (column, count, mean, var) of known names whose statistics change
+        new_names = []  # names that get a column, in order
+        overflow = beyond = unsavable = 0
+        for name, xi in x.items():
+            value = xi if type(xi) is float and xi - xi == 0.0 else validate_value(name, xi)
+            column = columns.get(name)
+            if column is None:
+                # As `_new_column` decides in `learn_one`: the bound first, then the name.
+                if n_columns + len(new_names) >= max_features:
+                    beyond += 1
+                    name_ok = _name_ok(name)
+                elif not _name_ok(name):
+                    unsavable += 1
+                    name_ok = False
+                else:
+                    new_names.append((name, value))
+                    before[name] = xi if full else 0.0
+                    after[name] = 0.0  # one observation: no variance yet
+                    continue
+                before[name] = xi if full or not name_ok else 0.0
+                after[name] = xi  # never gets a column: passes through unscaled
+                continue
+            old_mean = means.item(column)
+            old_var = vars_.item(column)
+            before[name] = (value - old_mean) / old_var**0.5 if old_var else 0.0
+            # learn_one's arithmetic (see there).
+            count = counts.item(column) + 1
+            mean = old_mean + (value - old_mean) / count
+            var = old_var + ((value - old_mean) * (value - mean) - old_var) / count
+            if -_MAX_FLOAT <= mean <= _MAX_FLOAT and 0.0 <= var <= _MAX_FLOAT:
+                updates.append((column, count, mean, var))
+                after[name] = (value - mean) / var**0.5 if var else 0.0
+            else:
+                overflow += 1
+                after[name] = before[name]
+        return before, after, (updates, new_names, overflow, beyond, unsavable)
+
+    def apply_learn(self, update: tuple) -> None:
+        """Learn the record whose `update` `transform_learn_one` returned (see there); call it
+        once, before anything else changes the scaler."""
+        updates, new_names, overflow, beyond, unsavable = update
+        counts, means, vars_ = self._counts, self._means, self._vars
+        for column, count, mean, var in updates:
+            counts[column] = count
+            means[column] = mean
+            vars_[column] = var
+        for name, xi in new_names:
+            column = self._new_column(name)
+            if column is None:  # cannot happen after transform_learn_one on this state
+                raise RuntimeError(f"apply_learn: no column for {name!r:.60}: the scaler "
+                                   "changed since transform_learn_one")
+            counts, means, vars_ = self._counts, self._means, self._vars
+            # learn_one's arithmetic for a first observation.
+            count = counts.item(column) + 1
+            old_mean = means.item(column)
+            mean = old_mean + (xi - old_mean) / count
+            old_var = vars_.item(column)
+            var = old_var + ((xi - old_mean) * (xi - mean) - old_var) / count
+            if -_MAX_FLOAT <= mean <= _MAX_FLOAT and 0.0 <= var <= _MAX_FLOAT:
+                counts[column] = count
+                means[column] = mean
+                vars_[column] = var
+            else:  # as in learn_one (a first observation of a finite value never gets here)
+                overflow += 1
+        counters = self.counters
+        if overflow:
+            counters["overflow_skipped"] += overflow
+        if beyond:
+            counters["beyond_max_features"] += beyond
+        if unsavable:
+            counters["unsavable_names"] += unsavable
+
     # Statistics by name (River's StandardScaler attributes) ------------------------------------
 
     @property

@@ -298,3 +298,52 @@ def test_mutated_scaler_states_restore_or_raise_state_error(key, index, value):
             scaler.learn_one(x)
             assert all(math.isfinite(v) for v in scaler.transform_one(x).values())
         round_trip(scaler)
+
+
+# transform_learn_one: River's two scalings of a labelled record in one pass --------------------
+
+def identical(ours: dict, theirs: dict) -> bool:
+    """Same keys in the same order, values of the same type and bits (unscaled values pass
+    through as they came: ints stay ints)."""
+    return list(ours) == list(theirs) and all(
+        type(ours[k]) is type(theirs[k]) and ours[k] == theirs[k]
+        and math.copysign(1, ours[k]) == math.copysign(1, theirs[k])
+        for k in ours
+    )
+
+
+bounded_names = st.sampled_from(["a", "b", "c", "d", "e", "x" * 200, 7, ("t", 1), ("u",) * 9])
+wide_values = values | st.sampled_from([1e200, -1e200, 1.5e300, -0.0, 0.0])
+bounded_streams = st.lists(st.dictionaries(bounded_names, wide_values, max_size=6), min_size=1,
+                           max_size=40)
+
+
+@FAST
+@given(stream=bounded_streams, max_features=st.integers(1, 6),
+       learn=st.lists(st.booleans(), min_size=40, max_size=40))
+def test_transform_learn_one_equals_transform_learn_transform(stream, max_features, learn):
+    # The scaler of a labelled record in the worker: one pass instead of transform_one,
+    # learn_one, transform_one; the same figures, state and counters, bounds acting included
+    # (few columns, names that cannot be saved, values whose updates overflow).
+    fused, reference = StandardScaler(max_features), StandardScaler(max_features)
+    for x, labelled in zip(stream, learn):
+        before, after, update = fused.transform_learn_one(x)
+        assert identical(before, reference.transform_one(x))
+        if not labelled:  # a prediction only: nothing changes
+            continue
+        reference.learn_one(x)
+        fused.apply_learn(update)
+        assert identical(after, reference.transform_one(x))
+        assert fused.counters == reference.counters
+    assert state.dumps(fused.to_state()) == state.dumps(reference.to_state())
+
+
+def test_transform_learn_one_changes_nothing_and_refuses_bad_values_first():
+    scaler = StandardScaler()
+    scaler.learn_one({"a": 1.0, "b": 2.0})
+    saved = state.dumps(scaler.to_state())
+    scaler.transform_learn_one({"a": 3.0, "c": 4.0})
+    assert state.dumps(scaler.to_state()) == saved
+    with pytest.raises(InvalidInput, match="'b'"):
+        scaler.transform_learn_one({"a": 3.0, "b": math.inf})
+    assert state.dumps(scaler.to_state()) == saved

@@ -156,6 +156,46 @@ def test_a_scaler_in_front_matches_rivers_pipeline():
     assert task.scaler.means == pipeline["StandardScaler"].means
 
 
+def test_the_scaler_scales_each_record_as_rivers_pipeline_in_one_pass():
+    # The task scales a labelled record once for both the prediction (statistics before it) and
+    # learning (after it): every served prediction, the model, the scaler and the whole
+    # checkpoint equal River's two scalings (transform, learn, transform), unlabelled events
+    # and delayed labels included.
+    data = labelled_stream(1_500, seed=11)
+    values, held = [], {}
+    for i, (x, y) in enumerate(data):
+        if i % 5 == 3:
+            values.append(event(i, x))  # waits for its label two records later
+            held[i + 2] = (i, y)
+        else:
+            values.append(event(i, x, y))
+        if i in held:
+            values.append(json.dumps({"id": f"e{held[i][0]}", "y": held[i][1]}).encode())
+    task = PartitionTask.new("events", 0, TaskSettings(scale=True))
+    out = run(task, as_records(values))
+
+    scaler, model = streammargin.StandardScaler(), streammargin.ALMAClassifier()
+    waiting, served = {}, []
+    for value in values:
+        record = json.loads(value)
+        if "x" not in record:
+            x = waiting.pop(record["id"])
+            scaler.learn_one(x)
+            model.learn_one(scaler.transform_one(x), record["y"])
+            continue
+        x = record["x"]
+        scaled = scaler.transform_one(x)
+        served.append((model.predict_one(scaled), model.predict_proba_one(scaled)[True]))
+        if "y" in record:
+            scaler.learn_one(x)
+            model.learn_one(scaler.transform_one(x), record["y"])
+        else:
+            waiting[record["id"]] = x
+    assert [(p["y_pred"], p["p_true"]) for p in predictions(out)] == served
+    assert model_bytes(task.model) == model_bytes(model)
+    assert state.dumps(task.scaler.to_state()) == state.dumps(scaler.to_state())
+
+
 def test_binary_predictions_keep_their_format():
     task = PartitionTask.new("events", 0, TaskSettings())
     out = run(task, as_records([event(0, {"a": 1.0}, 1), event(1, {"a": -1.0}, -1),
