@@ -57,7 +57,10 @@ GROUP_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 WORKER_OPTIONS = ["--model", "alma", "--scale", "--log-level", "WARNING",
                   "--session-timeout-ms", "6000", "--heartbeat-interval-ms", "1000"]
 FAST_OPTIONS: list[str] = []
-CONTENDERS = ("worker", "worker-fast", "quix", "loop")
+CONTENDERS = ("worker", "worker-fast", "quix", "loop", "baseline")
+# `--baseline DIR`: the contender "baseline" runs the worker of another checkout (e.g. `git
+# archive` of an earlier commit), to measure a change against what it replaces in the same run.
+BASELINE: dict[str, str] = {}
 TIMEOUT_S = 180.0
 
 
@@ -173,6 +176,11 @@ def contender_command(name: str, bootstrap: str, topic: str, out: str, group: st
     if name in ("worker", "worker-fast"):
         options = FAST_OPTIONS if name == "worker-fast" else []
         return worker_command(bootstrap, topic, out, group, [*options, *extra])
+    if name == "baseline":
+        command = worker_command(bootstrap, topic, out, group, list(extra))
+        return [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+                "from connectors.cli import main; sys.exit(main())", BASELINE["dir"],
+                *command[command.index("kafka"):]]
     return [sys.executable, os.path.abspath(__file__), "--contender", name,
             "--bootstrap", bootstrap, "--topic", topic, "--out", out, "--group", group]
 
@@ -332,6 +340,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="a checkout whose worker runs as the contender 'baseline'")
     parser.add_argument("--skip-profile", action="store_true")
     parser.add_argument("--skip-scale-out", action="store_true")
     parser.add_argument("--skip-checkpoint", action="store_true")
@@ -352,6 +362,10 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown contenders {sorted(unknown)}; known: {', '.join(CONTENDERS)}")
     n, partitions = args.records, args.partitions
+    if "baseline" in contenders:
+        if not args.baseline:
+            parser.error("the contender 'baseline' needs --baseline DIR")
+        BASELINE["dir"] = os.path.abspath(args.baseline)
 
     from connectors.broker import EmbeddedBroker, create_topics
 
@@ -399,7 +413,7 @@ def main() -> None:
             if ours not in results:
                 continue
             for other in contenders:
-                if other in ("worker", "worker-fast"):
+                if other == ours or (ours == "worker-fast" and other == "worker"):
                     continue
                 pairs = list(zip(results[ours], results[other]))
                 first_last = statistics.median(a["rate_first_last"] / b["rate_first_last"]
