@@ -46,7 +46,9 @@ import typing
 
 from kafka import ConsumerRebalanceListener
 
+from connectors import bulk_produce
 from connectors import checkpoint as checkpoint_module
+from connectors.bulk_produce import send_many
 from connectors.codec import UndecodableBatch, install_batch_errors, install_fast_crc32c
 from connectors.metrics import Throughput
 from connectors.observability import ClientLogTail, WorkerStatus
@@ -498,6 +500,8 @@ class Worker:
         # again without its value.
         self._dead_letter_sends: list[tuple[typing.Any, typing.Any]] = []
         self._prediction_partitions: int = 1
+        # Whether predictions go out in bulk (kafka-python internals as expected).
+        self._bulk = False
         self._failed = False
         # Partitions assigned but not restored yet (paused until they are).
         self._unrestored: set = set()
@@ -578,6 +582,7 @@ class Worker:
         with ClientLogTail() as tail:
             try:
                 self._producer = KafkaProducer(**settings[client])
+                self._bulk = bulk_produce.supported(self._producer)
                 if config.create_topics:
                     client = "admin"
                     self._create_topics(settings[client])
@@ -989,7 +994,12 @@ class Worker:
         values = records.values
         per_message = self.config.predictions_per_message
         try:
-            if per_message == 1:
+            if per_message == 1 and partition is not None and self._bulk:
+                # Kafka's conventions: the input record's key, timestamp and headers; appended
+                # in bulk, one future per record batch (connectors/bulk_produce.py).
+                self._sends.extend(send_many(self._producer, topic, partition, values,
+                                             records.keys, records.headers, records.timestamps))
+            elif per_message == 1:
                 # Kafka's conventions: the input record's key, timestamp and headers.
                 for value, key, headers, timestamp in zip(values, records.keys, records.headers,
                                                           records.timestamps):
