@@ -41,8 +41,17 @@ import struct
 import typing
 
 import numpy as np
-from river import drift
-from river.drift import binary
+
+from connectors.lazy_imports import defer
+
+# River's drift package imports its data sets (River's datasets and streams, SciPy's io,
+# scikit-learn when installed) and KSWIN's module SciPy's stats: ~1 s and 60-90 MiB of every
+# worker's start for nothing it uses until a KSWIN detector tests (connectors/lazy_imports.py).
+defer("river.drift.datasets")
+defer("scipy.stats")
+
+from river import drift  # noqa: E402
+from river.drift import binary  # noqa: E402
 
 from streammargin.errors import StateError
 
