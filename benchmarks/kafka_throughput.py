@@ -179,8 +179,10 @@ def contender_command(name: str, bootstrap: str, topic: str, out: str, group: st
     if name == "baseline":
         command = worker_command(bootstrap, topic, out, group, list(extra))
         return [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+                "sys.modules.update(dict.fromkeys(sys.argv.pop(1).split(','))); "
+                "sys.modules.pop('', None); "
                 "from connectors.cli import main; sys.exit(main())", BASELINE["dir"],
-                *command[command.index("kafka"):]]
+                BASELINE.get("block", ""), *command[command.index("kafka"):]]
     return [sys.executable, os.path.abspath(__file__), "--contender", name,
             "--bootstrap", bootstrap, "--topic", topic, "--out", out, "--group", group]
 
@@ -342,6 +344,8 @@ def main() -> None:
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
     parser.add_argument("--baseline", metavar="DIR",
                         help="a checkout whose worker runs as the contender 'baseline'")
+    parser.add_argument("--baseline-without", metavar="MODULE[,MODULE]", default="",
+                        help="modules the baseline cannot import (what installing them changes)")
     parser.add_argument("--skip-profile", action="store_true")
     parser.add_argument("--skip-scale-out", action="store_true")
     parser.add_argument("--skip-checkpoint", action="store_true")
@@ -366,6 +370,7 @@ def main() -> None:
         if not args.baseline:
             parser.error("the contender 'baseline' needs --baseline DIR")
         BASELINE["dir"] = os.path.abspath(args.baseline)
+        BASELINE["block"] = args.baseline_without
 
     from connectors.broker import EmbeddedBroker, create_topics
 
