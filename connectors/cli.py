@@ -13,7 +13,8 @@ import sys
 
 from connectors import errors
 
-SUBCOMMANDS = ["connectors.demo", "connectors.evaluate_command", "connectors.kafka_command"]
+SUBCOMMANDS = ["connectors.demo", "connectors.evaluate_command", "connectors.kafka_command",
+               "connectors.warmup_command"]
 
 
 def build_parser() -> errors.ArgumentParser:

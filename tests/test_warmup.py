@@ -1,0 +1,40 @@
+"""`streammargin warmup`: the models' numba code compiled ahead into numba's cache."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+from connectors import cli
+from connectors.warmup_command import warm
+
+
+def test_warm_runs_the_workers_path_of_each_kind_of_model(capsys):
+    assert warm("alma", {"alpha": 0.9}) >= 0.0
+    assert warm("convexpolytope") >= 0.0  # natively multiclass: labels as they come
+    assert cli.main(["warmup", "--model", "alma", "--one-vs-rest"]) == 0
+    err = capsys.readouterr().err
+    assert "alma --one-vs-rest" in err and "warmed 1 models" in err
+
+
+def test_bad_models_and_parameters_are_two_lines(capsys):
+    assert cli.main(["warmup", "--model", "nope"]) == 2
+    assert cli.main(["warmup", "--model", "alma", "--param", "alpha=7"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 4 and "unknown model 'nope'" in lines[0]
+    assert lines[1].strip().startswith("fix:") and "alpha" in lines[2]
+
+
+def test_a_warmed_cache_serves_a_fresh_process_without_compiling(tmp_path):
+    # The image-building recipe: warm into NUMBA_CACHE_DIR, then a fresh process with the same
+    # cache runs the worker's path without writing any compiled code.
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    command = [sys.executable, "-m", "connectors.cli", "warmup", "--model", "alma"]
+    subprocess.run(command, env=env, check=True, capture_output=True)
+    compiled = {p: p.stat().st_mtime_ns for p in pathlib.Path(tmp_path).rglob("*.nbc")}
+    assert compiled  # the per-record functions are in the cache
+    subprocess.run(command, env=env, check=True, capture_output=True)
+    again = {p: p.stat().st_mtime_ns for p in pathlib.Path(tmp_path).rglob("*.nbc")}
+    assert again == compiled
