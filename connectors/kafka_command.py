@@ -92,6 +92,9 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
     ("--auto-offset-reset", "str", "earliest", "where a partition without checkpoint starts"),
     ("--client-id", "str", None, "client id (default: streammargin-<host>-<pid>)"),
     ("--create-topics", "bool", True, "create missing output and checkpoint topics"),
+    ("--warm-up", "bool", True,
+     "load (or compile) the model's numba code while joining the group, not at the first "
+     "record"),
     ("--security-protocol", "str", None, "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
     ("--sasl-mechanism", "str", None, "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, GSSAPI"),
     ("--sasl-plain-username", "str", None, "SASL username"),
@@ -283,6 +286,7 @@ def config_from_args(args: argparse.Namespace) -> typing.Any:
         auto_offset_reset=args.auto_offset_reset,
         client_id=args.client_id,
         create_topics=args.create_topics,
+        warm_up=args.warm_up,
         client_config=client_config,
         consumer_config=args.consumer_config,
         producer_config=args.producer_config,

@@ -72,25 +72,37 @@ class _Record(typing.NamedTuple):
     headers: list
 
 
-def warm(model: str, params: dict | None = None, one_vs_rest: bool = False) -> float:
-    """Run the worker's per-record path of `model` (with and without the scaler); seconds."""
-    from connectors.task import PartitionTask, TaskSettings
+def warm_task(settings: typing.Any) -> float:
+    """Run the per-record path of a worker with these `TaskSettings` on a few made-up records
+    (through the JSON codec, whatever codec the worker reads with); seconds. Raises
+    `CommandError` if the model refused them."""
+    from connectors.codec import JSONCodec
+    from connectors.task import PartitionTask
 
     started = time.perf_counter()
-    for scale in (False, True):
-        settings = TaskSettings(model=model, params=dict(params or {}), scale=scale,
-                                one_vs_rest=one_vs_rest)
-        values = _records(settings.multiclass)
-        records = [_Record("warmup", 0, i, 0, None, value, []) for i, value in enumerate(values)]
-        task = PartitionTask.new("warmup", 0, settings)
-        output = task.process(records)
-        if output.processed != len(records) or len(output.dead_letters):
-            raise CommandError(
-                f"warming --model {model} did not process its records "
-                f"({len(output.dead_letters)} dead letters)",
-                "report it: the model refused the warm-up events", EXIT_FAILURE,
-            )
+    values = _records(settings.multiclass)
+    records = [_Record("warmup", 0, i, 0, None, value, []) for i, value in enumerate(values)]
+    codec = JSONCodec(max_record_bytes=1 << 20, multiclass=settings.multiclass)
+    task = PartitionTask.new("warmup", 0, settings, codec=codec)
+    output = task.process(records)
+    if output.processed != len(records) or len(output.dead_letters):
+        raise CommandError(
+            f"warming --model {settings.model} did not process its records "
+            f"({len(output.dead_letters)} dead letters)",
+            "report it: the model refused the warm-up events", EXIT_FAILURE,
+        )
     return time.perf_counter() - started
+
+
+def warm(model: str, params: dict | None = None, one_vs_rest: bool = False) -> float:
+    """Run the worker's per-record path of `model` (with and without the scaler); seconds."""
+    from connectors.task import TaskSettings
+
+    return sum(
+        warm_task(TaskSettings(model=model, params=dict(params or {}), scale=scale,
+                               one_vs_rest=one_vs_rest))
+        for scale in (False, True)
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -135,6 +135,9 @@ class WorkerConfig:
     auto_offset_reset: str = "earliest"
     client_id: str | None = None
     create_topics: bool = True
+    # Load (or compile) the model's numba code in a thread while connecting and joining the
+    # group, instead of at the first record.
+    warm_up: bool = True
     # Settings for every client (security: security_protocol, sasl_*, ssl_*), and per client;
     # `client_settings` says which client gets what.
     client_config: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
@@ -540,6 +543,9 @@ class Worker:
         if stop_event is not None:
             self._stop = stop_event
         self._on_metrics = on_metrics
+        if self.config.warm_up:
+            threading.Thread(target=self._warm_up, name="streammargin-warm-up",
+                             daemon=True).start()
         try:
             self._connect()
             self.status.connected(self._consumer.highwater)
@@ -557,6 +563,18 @@ class Worker:
             raise
         self.status.stopped()
         return self.summary()
+
+    def _warm_up(self) -> None:
+        """Run the model's per-record path on made-up records, on a task of its own: numba
+        loads (or compiles) the code while the main thread waits for the broker, instead of at
+        the first record. A failure here is left for the real records to meet."""
+        from connectors.warmup_command import warm_task
+
+        try:
+            seconds = warm_task(self.settings)
+            log.debug("warmed up --model %s in %.2f s", self.settings.model, seconds)
+        except Exception as error:  # the first real record reports it, with its coordinates
+            log.debug("warming up --model %s failed: %r", self.settings.model, error)
 
     def summary(self) -> dict:
         return {

@@ -38,3 +38,24 @@ def test_a_warmed_cache_serves_a_fresh_process_without_compiling(tmp_path):
     subprocess.run(command, env=env, check=True, capture_output=True)
     again = {p: p.stat().st_mtime_ns for p in pathlib.Path(tmp_path).rglob("*.nbc")}
     assert again == compiled
+
+
+def test_the_worker_warms_its_model_up_on_a_task_of_its_own():
+    # Worker.run starts this in a thread while it connects and joins: in a fresh process, the
+    # model's compiled per-record code is loaded before any record, and the worker's own state
+    # (tasks, throughput) is untouched.
+    out = subprocess.run([sys.executable, "-c", """
+import numba
+from connectors.worker import Worker, WorkerConfig
+import streammargin.jit.alma as jit_alma
+
+def loaded():
+    return sum(len(f.signatures) for f in vars(jit_alma).values()
+               if isinstance(f, numba.core.dispatcher.Dispatcher))
+
+worker = Worker(WorkerConfig(topics=["t"], scale=True))
+before = loaded()
+worker._warm_up()
+print(before, loaded() > before, worker.tasks, worker.throughput.count)
+"""], capture_output=True, text=True, check=True).stdout.split(maxsplit=1)
+    assert out == ["0", "True {} 0\n"]
