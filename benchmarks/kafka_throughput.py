@@ -61,6 +61,8 @@ CONTENDERS = ("worker", "worker-fast", "quix", "loop", "baseline")
 # `--baseline DIR`: the contender "baseline" runs the worker of another checkout (e.g. `git
 # archive` of an earlier commit), to measure a change against what it replaces in the same run.
 BASELINE: dict[str, str] = {}
+# `--cold-cache`: every worker process starts with an empty numba cache (a fresh container).
+COLD_CACHE = False
 TIMEOUT_S = 180.0
 
 
@@ -228,6 +230,8 @@ def run_contender(name: str, bootstrap: str, topic: str, n: int, partitions: int
     watch = OutputWatch(bootstrap, out, partitions)
     command = contender_command(name, bootstrap, topic, out, group, extra)
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    if COLD_CACHE and name not in ("quix", "loop"):
+        env["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="numba-cache-")  # empty: compiles
     started = time.monotonic()
     processes = [subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -346,6 +350,9 @@ def main() -> None:
                         help="a checkout whose worker runs as the contender 'baseline'")
     parser.add_argument("--baseline-without", metavar="MODULE[,MODULE]", default="",
                         help="modules the baseline cannot import (what installing them changes)")
+    parser.add_argument("--cold-cache", action="store_true",
+                        help="every worker process starts with an empty numba cache, as in a "
+                        "fresh container without `streammargin warmup` (see 'first pred. s')")
     parser.add_argument("--skip-profile", action="store_true")
     parser.add_argument("--skip-scale-out", action="store_true")
     parser.add_argument("--skip-checkpoint", action="store_true")
@@ -366,6 +373,8 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown contenders {sorted(unknown)}; known: {', '.join(CONTENDERS)}")
     n, partitions = args.records, args.partitions
+    global COLD_CACHE
+    COLD_CACHE = args.cold_cache
     if "baseline" in contenders:
         if not args.baseline:
             parser.error("the contender 'baseline' needs --baseline DIR")
