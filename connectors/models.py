@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import typing
 
-__all__ = ["model_names", "short_name", "model_class", "parse_params", "parse_value", "build_model"]
+__all__ = ["model_names", "short_name", "model_class", "parse_params", "parse_value", "build_model",
+           "check_model"]
 
 
 def short_name(cls: type) -> str:
@@ -101,3 +102,14 @@ def build_model(name: str, params: dict[str, typing.Any] | None = None) -> typin
         raise ValueError(
             f"bad parameters {params!r} for {cls.__name__}: {error}; it takes {accepted}"
         ) from None
+
+
+def check_model(name: str, params: dict[str, typing.Any] | None = None) -> typing.Any:
+    """`build_model`'s checks and errors, without loading the model's compiled code: a model to
+    read (its params, `_multiclass`), never to run (`streammargin.jit.entry.types_only`).
+    Checking a worker's configuration this way leaves numba's code generator unloaded until the
+    model first runs (in the worker's warm-up thread)."""
+    from streammargin.jit.entry import types_only
+
+    with types_only():
+        return build_model(name, params)

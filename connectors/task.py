@@ -58,7 +58,7 @@ from connectors.codec import (
     label_to_state,
 )
 from connectors.metrics import MAX_CLASSES, PartitionMetrics, label_key, make_detector
-from connectors.models import build_model, model_class, short_name
+from connectors.models import build_model, check_model, model_class, short_name
 from streammargin.errors import InvalidInput, StateError
 from streammargin.scaler import StandardScaler
 
@@ -200,7 +200,7 @@ class TaskSettings:
                              f"got {copy!r}")
         model_class(self.model)  # an unknown model name fails here, not at the first record
         # Bad parameters fail here too; the model says whether it is natively multiclass.
-        native = bool(getattr(build_model(self.model, self.params), "_multiclass", False))
+        native = bool(getattr(check_model(self.model, self.params), "_multiclass", False))
         if self.one_vs_rest and native:
             raise ValueError(
                 f"--model {self.model} is natively multiclass (it takes any labels): drop "

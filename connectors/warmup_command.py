@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         params = models.parse_params(args.param)
         for name in names:
             models.model_class(name)  # an unknown name fails before anything is compiled
-            models.build_model(name, params)  # so does a parameter it refuses
+            models.check_model(name, params)  # so does a parameter it refuses
     except ValueError as error:
         raise CommandError(str(error), "give model names of `streammargin kafka --list-models` "
                            "and parameters they take (key=value)") from None
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     total = 0.0
     for name in names:
         variants = [False]
-        if args.one_vs_rest and not getattr(models.build_model(name, params), "_multiclass",
+        if args.one_vs_rest and not getattr(models.check_model(name, params), "_multiclass",
                                             False):
             variants.append(True)
         for one_vs_rest in variants:

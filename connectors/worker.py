@@ -218,10 +218,10 @@ def _check_model_params(model: str, params: dict[str, typing.Any]) -> None:
     validation rejects) fails before connecting, naming the model and its parameters."""
     import inspect
 
-    from connectors.models import build_model, model_class
+    from connectors.models import check_model, model_class
 
     try:
-        build_model(model, params)
+        check_model(model, params)
     except (ValueError, TypeError) as error:
         cls = model_class(model)
         text = str(error)

@@ -115,3 +115,27 @@ def test_the_encodings_have_the_types_the_entry_points_take():
         idx, val = space.encode(x, grow)
         convex_polytope._PREDICT.check(np.zeros((4, 2)), np.zeros(3), idx, val)
         assert numba.typeof(val) == convex_polytope._PREDICT.signature[3]
+
+
+def test_types_only_checks_and_loads_nothing_in_its_own_thread():
+    import threading
+
+    from streammargin.jit.entry import types_only
+
+    @njit(cache=False)
+    def double(a):
+        return 2.0 * a[0]
+
+    entry = EntryPoint(double, np.zeros(1))
+    with types_only():
+        with pytest.raises(TypeError):  # still checked
+            entry.compiled(np.zeros(1, dtype=np.int64))
+        unloaded = entry.compiled(np.zeros(1))
+        # Another thread (the worker's warm-up) loads as usual meanwhile.
+        other = []
+        thread = threading.Thread(target=lambda: other.append(entry.compiled(np.zeros(1))))
+        thread.start()
+        thread.join()
+    with pytest.raises(RuntimeError, match="types_only"):
+        unloaded(np.ones(1))
+    assert other[0](np.ones(1)) == 2.0 and entry.compiled(np.zeros(1))(np.ones(1)) == 2.0

@@ -2,11 +2,49 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import typing
 
 import numba
 
-__all__ = ["EntryPoint"]
+__all__ = ["EntryPoint", "types_only"]
+
+# Set by `types_only()` in this thread: `EntryPoint.compiled` checks and loads nothing.
+_types_only = threading.local()
+
+
+@contextlib.contextmanager
+def types_only() -> typing.Iterator[None]:
+    """Within this block (in this thread), `EntryPoint.compiled` checks its arguments but loads
+    no compiled code: it returns a function that raises `RuntimeError` if called.
+
+    For models built only to validate their parameters (the Kafka worker's configuration
+    checks): loading a model's compiled code initialises numba's code generator and LLVM (about
+    60 MB of the process and a fraction of a second), which checking a command line does not
+    need. Such a model must not be used.
+
+    >>> import numpy as np
+    >>> from numba import njit
+    >>> @njit
+    ... def twice(a):
+    ...     return 2.0 * a[0]
+    >>> with types_only():
+    ...     unloaded = EntryPoint(twice, np.zeros(1)).compiled(np.zeros(1))
+    >>> unloaded(np.ones(1))
+    Traceback (most recent call last):
+    ...
+    RuntimeError: twice's entry point is not loaded: bound within types_only(), for validation only
+    >>> twice.signatures
+    []
+
+    """
+    previous = getattr(_types_only, "active", False)
+    _types_only.active = True
+    try:
+        yield
+    finally:
+        _types_only.active = previous
 
 
 class EntryPoint:
@@ -73,9 +111,16 @@ class EntryPoint:
                 )
 
     def compiled(self, *args: typing.Any) -> typing.Callable:
-        """The compiled function, after `check(*args)`."""
+        """The compiled function, after `check(*args)` (within `types_only()`: after the check,
+        a function that raises)."""
         self.check(*args)
+        if self._compiled is None and getattr(_types_only, "active", False):
+            return self._unloaded
         if self._compiled is None:
             self.dispatcher.compile(self.signature)  # loads numba's on-disk cache when there is one
             self._compiled = self.dispatcher.overloads[self.signature].entry_point
         return self._compiled
+
+    def _unloaded(self, *args: typing.Any) -> typing.NoReturn:
+        raise RuntimeError(f"{self.name}'s entry point is not loaded: bound within types_only(), "
+                           "for validation only")
