@@ -330,6 +330,9 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
     """
 
     _state_arrays: tuple[str, ...] = ()
+    # Arrays that checkpoints of earlier versions hold and this class now recomputes on restore
+    # (the Gram matrices): accepted in a state and ignored.
+    _recomputed_arrays: tuple[str, ...] = ()
     _state_values: tuple[str, ...] = ()
     # Columns before this one are reserved by the model (linear models keep the intercept at 0).
     _first_column: int = 0
@@ -467,6 +470,9 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
         if state["model"] != cls.__name__:
             raise StateError(f"state of {state['model']!r:.80} cannot restore a {cls.__name__}")
         model = cls._validated(state["params"])
+        arrays = state["arrays"]
+        if isinstance(arrays, dict) and cls._recomputed_arrays:
+            arrays = {k: a for k, a in arrays.items() if k not in cls._recomputed_arrays}
         # Only validated params reach the formula: no bound is computed from an inf, a bool or
         # a string.
         memory.check_state_bound(cls, model._get_params(), max_bytes)
@@ -474,7 +480,7 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
         values = state["values"]
         if not isinstance(values, dict) or set(values) != set(cls._state_values):
             raise StateError(f"the state's values must be a dict of {list(cls._state_values)}")
-        arrays = model._checked_arrays(state["arrays"], features.n_columns, values)
+        arrays = model._checked_arrays(arrays, features.n_columns, values)
         model._reset()
         model._features = features
         for name, array in arrays.items():

@@ -25,6 +25,10 @@ arrays at their largest, with C = reserved columns + max_features (8 bytes a flo
     ConvexPolytopeClassifier   C x max_classes x n_faces x 8                   faces
                                + window x C x 8 (steps > 1)                    replay window
 
+A checkpoint holds the arrays of `_state_arrays` only: the budget SVM's and the kernel MPU's Gram
+matrices are recomputed on restore (so are the SBP's), so their checkpoints stay near the support
+vectors' bytes while the process holds the matrix (counted here).
+
 `memory_bound(cls)` gives each model's figure at its defaults (docs/ARCHITECTURE.md has the
 table). A Python process holds more per stored name than its JSON (the str object, a list slot and
 a dict entry: about 120 bytes plus the name's length), which the worker's RSS shows

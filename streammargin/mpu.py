@@ -512,7 +512,9 @@ class KernelMPUClassifier(_MPURule, KernelClassifier):
 
     """
 
-    _state_arrays = ("_support", "_slots", "_st", "_gram", "_margins")
+    # The Gram matrix is not saved: `_check_weights` recomputes it, bit for bit.
+    _state_arrays = ("_support", "_slots", "_st", "_margins")
+    _recomputed_arrays = ("_gram",)
 
     def __init__(
         self,
@@ -568,22 +570,17 @@ class KernelMPUClassifier(_MPURule, KernelClassifier):
         budget = self.budget
         return {
             **super()._state_shapes(n_columns, values),
-            "_gram": (budget, budget),
             "_margins": (budget,),
         }
 
     def _check_weights(self, size: int, bound: float) -> None:
-        """Also: the Gram matrix symmetric, its diagonal ||z_k||^2 / R^2, its entries within
-        [-1, 1] (Cauchy-Schwarz), zero past the cache; no primal bias."""
+        """Also: the margins zero past the cache; no primal bias; the Gram matrix, recomputed
+        from the cache as learning made it (`mpu_jit.restore_gram`), within [-1, 1]
+        (Cauchy-Schwarz)."""
         check_zero("MPU bias (kernel form)", self._st[mpu_jit.BIAS])
         gram, margins = self._gram, self._margins
-        check_zero("MPU Gram matrix past the cache", gram[size:])
-        check_zero("MPU Gram matrix past the cache", gram[:, size:])
         check_zero("MPU margins past the cache", margins[size:])
-        if not np.array_equal(gram, gram.T):
-            raise state.StateError("state field MPU Gram matrix must be symmetric")
-        if not np.array_equal(np.diag(gram)[:size], self._slots[:size, mpu_jit.Z_SQ]):
-            raise state.StateError("state field MPU Gram diagonal must be ||z_k||^2 / R^2")
+        mpu_jit.restore_gram(self._support, self._slots, self._st, gram)
         check_range("MPU Gram matrix", gram, -1.0, 1.0)
         check_range("MPU margins", margins, -bound, bound)
 
@@ -776,6 +773,7 @@ class MPUClassifier(abc.ABC):
                 raise state.StateError(f"bad parameter in the state of a {cls.__name__}: "
                                        f"{error}") from None
         unused = {"_gram", "_margins"} if form is LinearMPUClassifier else {"_weights"}
+        # (a kernel form's `_gram`, saved then, is recomputed: `_recomputed_arrays`)
         for name in unused:
             array = arrays.get(name)
             if not isinstance(array, np.ndarray) or array.size != 0:

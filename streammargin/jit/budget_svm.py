@@ -37,7 +37,9 @@ of the cache (K_ij, kept up to date in O(budget) per example) makes each step O(
 kernel evaluations.
 
 Arrays: S (budget + 1 rows), slots (N_FIELDS fields: LABEL, COEF = a_i, SQ_NORM, BORN, GRAD,
-SELF), st (`LAYOUT` below) and gram ((budget + 1) x (budget + 1)).
+SELF), st (`LAYOUT` below) and gram ((budget + 1) x (budget + 1)). Each Gram entry is computed from
+the stored vectors with the later-born one as the query (`kernels.stored_query_row`), so
+`restore_gram` rebuilds the matrix bit for bit and checkpoints leave it out.
 """
 
 from __future__ import annotations
@@ -279,6 +281,17 @@ def _remove(S, slots, st, gram, r):
 
 
 @njit(cache=True)
+def restore_gram(S, slots, st, gram):
+    """The Gram matrix of the cache as learning made it (checkpoints leave it out): K_ij from
+    the stored vectors (`kernels.stored_gram`), K_ii = SELF, zero past the cache."""
+    size = int(st[ST_SIZE])
+    gram[:, :] = 0.0
+    kjit.stored_gram(bjit.kernel_params(st), S, slots, size, gram)
+    for i in range(size):
+        gram[i, i] = slots[i, SELF]
+
+
+@njit(cache=True)
 def decision(S, slots, st, idx, val):
     """f(x) = sum_i a_i y_i K(x_i, x)."""
     kp = bjit.kernel_params(st)
@@ -322,6 +335,9 @@ def learn(S, slots, st, gram, idx, val, y, krow):
     slots[n, BORN] = st[ST_TRIALS]
     slots[n, GRAD] = g_new
     slots[n, SELF] = self_k
+    # Its Gram row from the stored vector (not krow, whose sums follow x's feature order), so
+    # that a restore recomputes the matrix bit for bit (`kernels.stored_gram`).
+    kjit.stored_query_row(kp, S, slots, n, np.arange(n), krow)
     for i in range(n):
         gram[n, i] = krow[i]
         gram[i, n] = krow[i]

@@ -216,6 +216,49 @@ def stored_row(kp, S, slots, size, i, out):
 
 
 @njit(cache=True)
+def stored_entries(S, i, idx, val):
+    """The nonzero columns of stored row i and their values, in column order, into idx and val
+    (room for S.shape[1]); returns their count. A stored vector as a query that is the same
+    whatever order its features came in (or collided in), so kernel values computed from it at
+    insertion can be computed again, bit for bit, from a checkpoint's cache."""
+    n = 0
+    for c in range(S.shape[1]):
+        value = S[i, c]
+        if value != 0.0:
+            idx[n] = c
+            val[n] = value
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def stored_query_row(kp, S, slots, q, rows, out):
+    """out[k] = K(S[q], S[rows[k]]) with S[q] as the query (`stored_entries`, its squared norm
+    slots[q, SQ_NORM]): how a Gram matrix's entries are made, at insertion and on restore."""
+    idx = np.empty(S.shape[1], dtype=np.int64)
+    val = np.empty(S.shape[1])
+    n = stored_entries(S, q, idx, val)
+    x_sq = slots[q, SQ_NORM]
+    for k in range(rows.shape[0]):
+        out[k] = _query(kp, S, slots, rows[k], idx[:n], val[:n], x_sq)
+
+
+@njit(cache=True)
+def stored_gram(kp, S, slots, size, gram):
+    """gram[i, j] = gram[j, i] = K(S[i], S[j]) for i != j < size, each with the later-born of the
+    two (larger BORN; ties: the larger index) as the query, as `stored_query_row` computed it when
+    that one entered the cache. The diagonal is the caller's."""
+    order = np.argsort(slots[:size, BORN], kind="mergesort")
+    out = np.empty(max(size, 1))
+    for a in range(1, size):
+        q = order[a]
+        stored_query_row(kp, S, slots, q, order[:a], out)
+        for b in range(a):
+            gram[q, order[b]] = out[b]
+            gram[order[b], q] = out[b]
+
+
+@njit(cache=True)
 def store(S, slots, slot, idx, val, x_sq):
     """Write x into row `slot` (all of idx must be >= 0) and set its SQ_NORM; other fields are the
     caller's."""

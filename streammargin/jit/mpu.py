@@ -43,7 +43,9 @@ Two forms share the cache and the rule:
   entry st[BIAS]; a margin costs O(columns).
 - dual (`learn_dual`): any kernel of `streammargin.jit.kernels`, augmented as K(x, x') + rho^2; the
   cache keeps its Gram matrix `gram` (z_j . z_k / R^2) and the margins of all cached patterns
-  `margins` (a . z_k / R^2), so a replay costs O(1) to test and O(size) to apply.
+  `margins` (a . z_k / R^2), so a replay costs O(1) to test and O(size) to apply. Gram entries are
+  computed from the stored patterns only (`dual_gram`), so checkpoints leave the matrix out and
+  `restore_gram` rebuilds it bit for bit.
 
 Batch (`batch_pass`): one presentation pass of the paper's batch driver over an index list, on a
 dense C-contiguous X, in the paper's own units (no R scaling: X is used as given). The rule itself
@@ -466,6 +468,41 @@ def dual_proba(S, slots, st, idx, val):
 
 
 @njit(cache=True)
+def _dual_gram_entry(y_q, y_s, kernel, rho2, r2):
+    """z_q . z_s / R^2 from K(x_q, x_s); |.| <= 1 by Cauchy-Schwarz once R covers both (the
+    clip only catches overflowed or indefinite kernels)."""
+    return _clip(y_q * y_s * ((kernel + rho2) / r2), 1.0)
+
+
+@njit(cache=True)
+def dual_gram(S, slots, st, gram):
+    """The Gram matrix's entries off the diagonal, from the cached patterns at the current R:
+    each kernel value with the later-born pattern as the query (`kernels.stored_gram`), as
+    `learn_dual` computes a new pattern's row. Learning recomputes them when R grows (rather than
+    rescaling them) and a restore recomputes them, so both give the same bits."""
+    size = int(st[kjit.ST_SIZE])
+    kjit.stored_gram(st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE], S, slots, size, gram)
+    r2 = st[R_NORM] * st[R_NORM]
+    rho2 = st[RHO] * st[RHO]
+    for j in range(size):
+        for k in range(size):
+            if j != k:
+                gram[j, k] = _dual_gram_entry(
+                    slots[j, kjit.LABEL], slots[k, kjit.LABEL], gram[j, k], rho2, r2
+                )
+
+
+@njit(cache=True)
+def restore_gram(S, slots, st, gram):
+    """The Gram matrix as learning made it (checkpoints leave it out): `dual_gram`, the
+    diagonal ||z_k||^2 / R^2 = Z_SQ, zero past the cache."""
+    gram[:, :] = 0.0
+    dual_gram(S, slots, st, gram)
+    for k in range(int(st[kjit.ST_SIZE])):
+        gram[k, k] = slots[k, Z_SQ]
+
+
+@njit(cache=True)
 def _add_dual(gram, margins, size, k, n):
     """a += n z_k: every cached margin moves by n z_k . z_j."""
     for j in range(size):
@@ -508,11 +545,14 @@ def _grow_dual(S, slots, st, gram, margins, r_new):
     size = int(st[kjit.ST_SIZE])
     if size == 0:
         return
-    shrink = (r_old / r_new) * (r_old / r_new)
     _rescaled_counts(slots, size, r_new / r_old, st[CAP])
-    for j in range(size):
-        for k in range(size):
-            gram[j, k] *= shrink
+    # Recomputed at the new R, not rescaled: a restore recomputes them the same way.
+    dual_gram(S, slots, st, gram)
+    kp = st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE]
+    r2 = r_new * r_new
+    for k in range(size):
+        augmented = kjit.self_kernel(kp, slots[k, kjit.SQ_NORM]) + st[RHO] * st[RHO]
+        gram[k, k] = min(augmented / r2, 1.0)
     for k in range(size - 1, -1, -1):
         slots[k, Z_SQ] = gram[k, k]
         if gram[k, k] <= 0.0:  # underflow: the pattern is nothing at the new scale
@@ -580,9 +620,14 @@ def learn_dual(S, slots, st, gram, margins, idx, val, y):
                 size -= 1
                 st[EVICTIONS] += 1.0
             slot = _store(S, slots, st, idx, val, y, z_sq)
+            # Its Gram row from the stored pattern (not `row`, whose sums follow x's feature
+            # order), as `dual_gram` recomputes it.
+            kernels = np.empty(max(slot, 1))
+            kjit.stored_query_row(kp, S, slots, slot, np.arange(slot), kernels)
             for k in range(slot):
-                gram[slot, k] = row[k]
-                gram[k, slot] = row[k]
+                entry = _dual_gram_entry(y, slots[k, kjit.LABEL], kernels[k], rho2, r2)
+                gram[slot, k] = entry
+                gram[k, slot] = entry
             gram[slot, slot] = z_sq
             margins[slot] = s
             size = slot + 1
