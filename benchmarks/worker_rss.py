@@ -1,0 +1,107 @@
+"""The Kafka worker's resident memory before its first record, and where it goes.
+
+1. Worker: `streammargin kafka --model alma --scale` (and with `--no-warm-up`) on an empty topic
+   of the embedded broker: it connects, joins its group, warms its model up (loads the compiled
+   code) and waits. After `--seconds` its VmRSS and VmHWM (peak) from /proc.
+2. Imports: in fresh processes, the RSS after each step of what the worker loads, cumulative
+   (python + numpy, kafka-python, numba/llvmlite, numba's CPU target as loading cached code
+   initialises it (it imports scipy.linalg for BLAS), River's modules, the model built and run).
+
+Measured on the development VM (numba 0.68.1, cached code): the worker sits at ~186 MB before its
+first record (~183 MB with `--warm-up false`: the task built at assignment loads the model's
+code anyway). Of that, numba is ~125 MB: importing it maps LLVM (libllvmlite, +64 MB with its
+Python modules), and loading any cached function runs `target_context.refresh()`, which imports
+and registers numba's whole lowering library (numba.np, scipy.linalg for BLAS: +19 MB) and
+initialises the code generator and the loaded objects (+41 MB). Python + numpy are ~25 MB,
+kafka-python ~19 MB. So 150 MB is out of reach while the model's numba code is loaded; without
+numba before the first record the process would sit near 60 MB, and reach the same after it.
+
+Run: .venv/bin/python benchmarks/worker_rss.py [--seconds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+STEPS = [
+    ("python + numpy", "import numpy"),
+    ("+ kafka-python", "import kafka"),
+    ("+ connectors.worker", "import connectors.worker, connectors.kafka_command"),
+    ("+ numba CPU target", "import numba.np.arraymath"),
+    ("+ ALMA built (cached code)", "import streammargin; m = streammargin.ALMAClassifier()"),
+    ("+ ALMA predict/learn", "m.predict_one({'a': 1.0}); m.learn_one({'a': 1.0}, True)"),
+    ("+ river.preprocessing", "import river.preprocessing"),
+    ("+ the worker task (--scale)", "from connectors.warmup_command import warm; warm('alma')"),
+]
+
+
+def status(pid: int | str) -> dict:
+    values = {}
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                values[key] = int(rest.split()[0]) / 1024
+    return values
+
+
+def imports() -> None:
+    code = ["import sys; sys.path.insert(0, %r)" % os.path.join(HERE, ".."),
+            "def rss():\n    return int(open('/proc/self/statm').read().split()[1]) * "
+            "__import__('os').sysconf('SC_PAGE_SIZE') / 2**20",
+            "print(f'{\"python\":<30}{rss():8.1f} MB')"]
+    for label, step in STEPS:
+        code.append(step)
+        code.append(f"print(f'{label:<30}{{rss():8.1f}} MB  ({{len(sys.modules)}} modules)')")
+    subprocess.run([sys.executable, "-c", "\n".join(code)], check=True)
+
+
+def worker(bootstrap: str, topic: str, seconds: float, extra: list[str]) -> dict:
+    script = os.path.join(os.path.dirname(sys.executable), "streammargin")
+    group = f"rss-{uuid.uuid4().hex[:8]}"
+    command = [script, "kafka", "--bootstrap-servers", bootstrap, "--topic", topic,
+               "--group-id", group, "--predictions-topic", f"{group}.out",
+               "--metrics-topic", f"{group}.metrics", "--dead-letter-topic", f"{group}.dead",
+               "--checkpoint-topic", f"{group}.checkpoints", "--model", "alma", "--scale",
+               "--session-timeout-ms", "6000", "--heartbeat-interval-ms", "1000",
+               "--log-level", "WARNING", *extra]
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(seconds)
+        if process.poll() is not None:
+            raise RuntimeError(f"the worker exited with {process.returncode}")
+        return status(process.pid)
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=15.0)
+    args = parser.parse_args()
+    from connectors.broker import EmbeddedBroker, create_topics
+
+    print("imports, cumulative RSS:")
+    imports()
+    print()
+    with EmbeddedBroker() as broker:
+        topic = f"rss-{uuid.uuid4().hex[:8]}"
+        create_topics(broker.bootstrap_servers, [topic], partitions=2)
+        for label, extra in (("worker, warm-up on (default)", []),
+                             ("worker --warm-up false", ["--warm-up", "false"])):
+            found = worker(broker.bootstrap_servers, topic, args.seconds, extra)
+            print(f"{label:<30} before the first record: RSS {found['VmRSS']:6.1f} MB, "
+                  f"peak {found['VmHWM']:6.1f} MB (after {args.seconds:.0f} s idle)")
+
+
+if __name__ == "__main__":
+    main()
