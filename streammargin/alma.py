@@ -32,6 +32,17 @@ MAX_SCALE = 1e6  # upper bound of B and C
 MAX_INTERCEPT_SCALE = 1e100
 MAX_WINDOW = 10**9
 MIN_SCALE = 1e-200  # a restored theta's scale: learning keeps it above ~1e-75 (see _check_restored)
+# How far a restored running S may be from its exact recomputation, relative to S. Since its last
+# recomputation S went through at most RECOMPUTE_EVERY corrections of nnz(x) + 1 coordinate
+# updates each. An update adds |u_i'|^p - |u_i|^p to a partial sum, the norm^p of a mix of the
+# old and new u, so every quantity it rounds is at most twice the peak of S: four roundings and
+# the ulp of a power for p != 2 stay within 8 eps peak (eps = 2.2e-16). Learning recomputes S
+# once it falls below half its peak (`jit.alma`), so peak <= 2 S, and the relative error is at
+# most 4096 (nnz + 1) 16 eps = 1.5e-11 (nnz + 1), plus the recomputations' own (positive terms:
+# d eps, 2.4e-7 at 2**30 columns): 1.5e-5 for records of a million features; 1e-3 only beyond
+# 6.8e7 features a record with every rounding the same way (random roundings add up as the square
+# root). Without the peak rule the factor peak / S is unbounded: 1.5e-6 after two records.
+S_RTOL = 1e-3
 
 
 # The per-record numba calls go through entry points (`streammargin.jit.entry`): half the cost of a
@@ -340,11 +351,25 @@ class ALMAClassifier(MarginClassifier):
             "_st": (alma_jit.STATE_SIZE,),
         }
 
+    def _checked_arrays(self, arrays: typing.Any, n_columns: int, values: dict) -> dict:
+        # A state saved before the slot S_PEAK existed (one scalar less): its S is its own peak,
+        # as right after a recomputation; the checks below then apply as to any state.
+        saved = arrays.get("_st") if isinstance(arrays, dict) else None
+        if (
+            isinstance(saved, np.ndarray)
+            and saved.dtype == np.float64
+            and saved.shape == (alma_jit.STATE_SIZE - 1,)
+        ):
+            upgraded = np.insert(saved, alma_jit.S_PEAK, saved[alma_jit.SUM_P])
+            arrays = {**arrays, "_st": upgraded}
+        return super()._checked_arrays(arrays, n_columns, values)
+
     def _check_restored(self) -> None:
         """The invariants of ALMA's learnt state (`streammargin.jit.alma`), which keep every
         later step finite: theta = SCALE u in the unit p-ball (the projection), S the sum of
-        |u_i|^p (recomputed here), and, for the average, marks behind the clock F and averaged
-        weights that are weighted means of weights of the unit ball."""
+        |u_i|^p (recomputed here, within the rounding of its running sum, `S_RTOL`) and at least
+        half its peak since its last recomputation, and, for the average, marks behind the clock
+        F and averaged weights that are weighted means of weights of the unit ball."""
         st, vectors = self._st, self._vectors
         # The params are the source of truth for the hyper-parameter slots.
         st[alma_jit.P : alma_jit.AVERAGE_DECAY + 1] = self._hyper_values()
@@ -364,7 +389,11 @@ class ALMAClassifier(MarginClassifier):
         u = vectors[:, alma_jit.U]
         with np.errstate(over="ignore", under="ignore"):
             exact = float(np.sum(u * u)) if p == 2.0 else float(np.sum(np.abs(u) ** p))
-        check_close("ALMA S (sum of |u|^p)", total, exact, 1e-6, 0.0)
+        check_close("ALMA S (sum of |u|^p)", total, exact, S_RTOL, 0.0)
+        # Learning recomputes S when it falls below half its peak: S <= peak <= 2 S (both 0
+        # before the first correction). 2 S is exact: S < S_HIGH.
+        check_range("ALMA peak of S since its recomputation", st[alma_jit.S_PEAK], total,
+                    2.0 * total)
         if total > 0.0 and math.log(scale) + math.log(total) / p > 1e-9:
             raise state.StateError("state field ALMA scale puts theta outside the unit ball")
         self._check_restored_average(st, vectors, p)

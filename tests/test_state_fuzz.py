@@ -10,7 +10,9 @@ real states hold hashed names (a name longer than `MAX_NAME_BYTES`, and new name
 
 from __future__ import annotations
 
+import base64
 import json
+import pathlib
 import struct
 import tracemalloc
 
@@ -795,3 +797,89 @@ def test_a_cpm_window_with_codes_beyond_the_classes_is_refused():
     saved["arrays"]["_window"][:60, 0] = 1e6  # the rows in use (60 trials)
     with pytest.raises(StateError, match="window class codes"):
         streammargin.from_state(saved)
+
+
+# Regression tests of the adversarial streams (issue 12 follow-up): learnt states were refused ----
+
+
+def test_alma_recomputes_s_after_cancellation_and_its_state_restores():
+    """Two opposite instances of one feature take back nearly all of S (2 -> 2.9e-10): the running
+    S kept the rounding of 2, a relative error of 1.5e-6, and restoring refused the checkpoint of
+    a model that learnt only valid input. Learning now recomputes S once it falls below half its
+    peak, so S is exact here."""
+    from streammargin.jit import alma as alma_jit
+
+    model = streammargin.ALMAClassifier()
+    model.learn_one({"a": 402562.0}, True)
+    model.learn_one({"a": -104345.0}, True)
+    saved = model.to_state()
+    scalars, u = saved["arrays"]["_st"], saved["arrays"]["_vectors"][:, alma_jit.U]
+    assert scalars[alma_jit.SUM_P] == pytest.approx(float(np.sum(u * u)), rel=1e-13, abs=0.0)
+    twin = streammargin.from_state(state.loads(state.dumps(saved)))
+    for x in ({"a": 1.0}, {"a": -3.0, "b": 2.0}):
+        assert twin.predict_proba_one(x) == model.predict_proba_one(x)
+
+
+@pytest.mark.parametrize(("peak", "refused"), [(1.0, False), (2.0, False), (0.999, True),
+                                               (2.001, True)])
+def test_an_alma_peak_of_s_outside_what_learning_keeps_is_refused(peak, refused):
+    """Learning keeps S <= S_PEAK <= 2 S (it recomputes S below half its peak)."""
+    from streammargin.jit import alma as alma_jit
+
+    saved = alma_state()
+    scalars = saved["arrays"]["_st"]
+    scalars[alma_jit.S_PEAK] = peak * scalars[alma_jit.SUM_P]
+    if refused:
+        with pytest.raises(StateError, match="peak of S"):
+            streammargin.from_state(saved)
+    else:
+        streammargin.from_state(saved)
+
+
+# ALMA states saved by the code before S_PEAK (one scalar less), made with the stream below: the
+# state after 40 records and the probabilities of the last 20 records before and after learning
+# them (tests/data/, generated once with the code of 88541e7).
+ALMA_BEFORE_THE_PEAK = json.loads(
+    (pathlib.Path(__file__).parent / "data" / "alma_states_before_the_peak.json").read_text()
+)
+
+
+def alma_legacy_stream(labels: tuple) -> list[tuple[dict, object]]:
+    rng = np.random.default_rng(2)
+    out = []
+    for _ in range(60):
+        x = {f"f{i}": float(v) for i, v in enumerate(rng.normal(size=4))}
+        if rng.random() < 0.3:
+            x["rare"] = float(rng.normal())
+        if len(labels) > 2:
+            y = labels[int(rng.integers(len(labels)))]
+        else:
+            y = bool(x["f0"] + 0.5 * x["f1"] > 0)
+        out.append((x, y))
+    return out
+
+
+@pytest.mark.parametrize(("name", "labels"), [("default", (True, False)), ("p3", (True, False)),
+                                              ("ovr", ("a", "b", "c"))])
+def test_an_alma_state_saved_before_the_peak_of_s_restores(name, labels):
+    """An older checkpoint's S is taken as its own peak (as right after a recomputation): it
+    restores, and predicts and learns as the model that wrote it (no S falls below half its peak
+    on this stream, so S is recomputed when the old code did)."""
+    from streammargin.jit import alma as alma_jit
+
+    fixture = ALMA_BEFORE_THE_PEAK[name]
+    saved = state.loads(base64.b64decode(fixture["state"]))
+    members = saved["members"] if saved["model"] == "OneVsRestClassifier" else [saved]
+    assert all(m["arrays"]["_st"].shape == (alma_jit.STATE_SIZE - 1,) for m in members)
+    model = streammargin.from_state(saved)
+    data = alma_legacy_stream(labels)
+    probes = [x for x, _ in data[40:]]
+
+    def probabilities():
+        return [{str(k): float(v) for k, v in model.predict_proba_one(x).items()} for x in probes]
+
+    assert probabilities() == fixture["before"]
+    for x, y in data[40:]:
+        model.learn_one(x, y)
+    assert probabilities() == fixture["after"]
+    streammargin.from_state(state.loads(state.dumps(model.to_state())))  # saves in the new layout

@@ -10,7 +10,10 @@ theta = scale * u, keep S = sum_i |u_i|^p up to date incrementally, and read the
 
 (w = scale * u for p = 2). An update then costs O(nnz(x)) instead of O(d): the projection only
 changes `scale`. S is recomputed exactly every RECOMPUTE_EVERY corrections (rounding never
-accumulates), and whenever it leaves [S_LOW, S_HIGH] the scale moves into u so that max |u_i| = 1
+accumulates) and whenever it falls below half its peak since the last recomputation, S_PEAK: the
+rounding of the running sum is relative to the largest sums it went through, so cancellation
+(an update that takes back most of S) multiplies its relative error by peak / S, which this
+keeps at most 2. Whenever S leaves [S_LOW, S_HIGH] the scale moves into u so that max |u_i| = 1
 (|u|^p must neither overflow nor underflow; for a large p this happens often, at O(d) each).
 
 Averaged hypothesis, also in O(nnz(x)). The served average is sum_t beta^(T-t) w_t / sum_t
@@ -64,6 +67,7 @@ LAYOUT = Layout(
     Slot("factor_base", LEARNT, "the factor at the last re-base"),
     Slot("growth", LEARNT, "GROWTH = beta^-(t - t0)"),
     Slot("decayed", LEARNT, "sum_t beta^(T-t), the averaged weights' divisor"),
+    Slot("s_peak", LEARNT, "the largest S since S was last recomputed exactly"),
     # hyper-parameters, written from the model's params
     Slot("p", HYPER, param="p"),
     Slot("alpha", HYPER, param="alpha"),
@@ -90,6 +94,7 @@ LAYOUT = Layout(
 P, ALPHA, B, C, RHO, AVERAGE, AVERAGE_DECAY = LAYOUT.offsets(
     "p", "alpha", "B", "C", "rho", "average", "average_decay"
 )
+S_PEAK = LAYOUT.offset("s_peak")
 PLATT = LAYOUT.offset("platt")  # the calibration state is st[PLATT:]
 STATE_SIZE = LAYOUT.size
 
@@ -346,6 +351,7 @@ def _renormalise(vectors, st):
             for i in range(vectors.shape[0]):
                 total += _abs_pow(vectors[i, U], p)
     st[SUM_P] = total
+    st[S_PEAK] = total
     st[SINCE_RECOMPUTE] = 0.0
 
 
@@ -385,8 +391,11 @@ def _learn(vectors, st, idx, val, y, xh):
                 total = _update(vectors, st, idx[j], step, xh[j], total, p, averaged)
             st[SUM_P] = total
             st[SINCE_RECOMPUTE] += 1.0
+            peak = max(st[S_PEAK], total)
+            st[S_PEAK] = peak
             # (`not a < S < b` is also true for a NaN from an overflowed |u|^p.)
-            if not S_LOW < total < S_HIGH or st[SINCE_RECOMPUTE] >= RECOMPUTE_EVERY:
+            if (not S_LOW < total < S_HIGH or st[SINCE_RECOMPUTE] >= RECOMPUTE_EVERY
+                    or total < 0.5 * peak):
                 _renormalise(vectors, st)
             # ||w'||_q = ||theta'||_p; project onto the unit q-ball by scaling theta.
             dual_norm = st[SCALE] * st[SUM_P] ** (1.0 / p)
