@@ -136,6 +136,26 @@ def test_project_with_zero_threshold_only_projects_when_the_cache_is_full():
     assert model.counters["projections"] > 0 and max(sizes) == 15
 
 
+@pytest.mark.parametrize("cls", [BudgetPerceptron, KernelALMAClassifier])
+@pytest.mark.parametrize("tiny", [1e-155, 2.9e-102, 1e-50])
+def test_a_projectron_never_writes_a_non_finite_inverse_gram_matrix(cls, tiny):
+    """With a linear kernel a first vector of norm 1e-155 made K(x, x) = 1e-310 and the Projectron
+    wrote 1 / K(x, x) = inf into `_gram_inv` (2.9e-102: 1.2e203, past the restore check's range):
+    the state of a model that learnt only valid input was refused. Such an x is now projected on
+    the empty span (no update), as any x whose K^-1 update leaves the finite range; later x are
+    added as before."""
+    model = cls(eviction="project", kernel="linear", budget=4)
+    model.learn_one({"a": tiny}, True)
+    assert model.support_size == 0 and model.counters["projections"] == 1
+    model.learn_one({"a": 1.0, "b": 2.0}, False)
+    model.learn_one({"b": 1.0, "c": 3.0}, True)
+    assert model.support_size == 2
+    assert np.isfinite(model._gram_inv).all() and np.abs(model._gram_inv).max() < 1e100
+    twin = streammargin.from_state(state.loads(state.dumps(model.to_state())))
+    for x in ({"a": tiny}, {"a": 1.0, "b": 2.0}, {"c": -1.0}):
+        assert twin.predict_proba_one(x) == model.predict_proba_one(x)
+
+
 def test_merge_loses_exactly_the_degradation_it_computes():
     """BSGD's merge: ||f_before - f_after||^2 = the degradation of the merged pair, and the new
     point lies on the segment between them."""

@@ -511,13 +511,15 @@ def projectron_step(S, slots, st, gram_inv, idx, val, x_sq, krow, a, label, self
     """Add a phi(x) to f the Projectron's way: with d = K^-1 k (k = krow, K the cache's Gram
     matrix) and delta^2 = K(x, x) - k.d the squared distance of phi(x) to the span of the cache,
     project (a_j += a d_j) if delta <= THRESHOLD ||phi(x)|| or the cache is full, else add x and
-    grow K^-1 by its Schur complement delta^2. Returns True when it projected."""
+    grow K^-1 by its Schur complement delta^2. Returns True when it projected.
+
+    An empty cache is no special case: d is empty and delta^2 = K(x, x), so K^-1 = 1 / K(x, x)
+    obeys the finite-range rule of any growth. A first x with K(x, x) <= 1 / BIG (a linear kernel
+    and ||x|| <= 1e-50), whose 1 / K(x, x) would pass the range or overflow to inf, is projected
+    on the empty span instead, an update of zero: learning never writes a non-finite K^-1.
+    """
     n = int(st[ST_SIZE])
     budget = S.shape[0]
-    if n == 0:
-        add_vector(S, slots, st, idx, val, x_sq, krow, a, label, self_k, fx)
-        gram_inv[0, 0] = 1.0 / self_k
-        return False
     d = np.zeros(n)
     for i in range(n):
         total = 0.0
