@@ -192,13 +192,29 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
         for slot, value in self._hyper_values().items():
             self._st[slot] = value
 
+    def _checked_arrays(self, arrays: typing.Any, n_columns: int, values: dict) -> dict:
+        # A state saved before the slot KERNEL_PEAK existed (the last, one scalar less): its
+        # peak becomes its Gram matrix's largest value, as right after a refresh of the gradients,
+        # once `_check_restored` has recomputed the matrix.
+        saved = arrays.get("_st") if isinstance(arrays, dict) else None
+        legacy = (
+            isinstance(saved, np.ndarray)
+            and saved.dtype == np.float64
+            and saved.shape == (svm_jit.STATE_SIZE - 1,)
+        )
+        if legacy:
+            arrays = {**arrays, "_st": np.append(saved, 0.0)}
+        self._restoring_legacy_peak = legacy
+        return super()._checked_arrays(arrays, n_columns, values)
+
     def _check_restored(self) -> None:
         """The invariants of the cached dual problem (`streammargin.jit.budget_svm`): the box
         0 <= a_i <= C, sum a_i <= B C and its running total, K_ii = K(x_i, x_i) in SELF; then
         the Gram matrix, recomputed from the cache as learning made it
         (`svm_jit.restore_gram`), with kernel values in their range ([0, 1] for RBF, clamped at
-        kernels.BIG otherwise); gradients within what |1 - y_i f(x_i)| can reach with those;
-        whole counters."""
+        kernels.BIG otherwise); gradients within what |1 - y_i f(x_i)| can reach with those, the
+        kernel peak since the gradients were recomputed at least the Gram matrix's largest
+        value; whole counters."""
         st, slots, gram = self._st, self._slots, self._gram
         for slot, value in self._hyper_values().items():
             st[slot] = value
@@ -224,8 +240,14 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
             raise state.StateError("state field SELF does not match K(x_i, x_i)")
         svm_jit.restore_gram(self._support, slots, st, gram)
         low = 0.0 if self.kernel == "rbf" else -kjit.BIG
-        check_range("Gram matrix", gram, low, 1.0 if self.kernel == "rbf" else kjit.BIG)
-        largest = 1.0 + (size + 1) * C * float(np.abs(gram).max(initial=0.0))
+        high = 1.0 if self.kernel == "rbf" else kjit.BIG
+        check_range("Gram matrix", gram, low, high)
+        largest_kernel = float(np.abs(gram).max(initial=0.0))
+        if self.__dict__.pop("_restoring_legacy_peak", False):
+            st[svm_jit.KERNEL_PEAK] = largest_kernel
+        check_range("kernel peak since the gradients were recomputed", st[svm_jit.KERNEL_PEAK],
+                    largest_kernel, high)
+        largest = 1.0 + (size + 1) * C * largest_kernel
         check_range("gradients", slots[:size, svm_jit.GRAD], -largest * 1.01, largest * 1.01)
 
     @classmethod

@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import pathlib
+
 import numpy as np
 import pytest
 from reference_kernel import budget_svm_dual_objective, budget_svm_primal
 from test_kernel_perceptron import dense_stream
 
 import streammargin
-from streammargin import BudgetSVMClassifier
+from streammargin import BudgetSVMClassifier, state
 from streammargin.budget_svm import budget_svm_dual
+from streammargin.errors import StateError
 from streammargin.jit import budget_svm as svm_jit
 from streammargin.jit import kernels as kjit
 
@@ -178,3 +183,85 @@ def test_bananas_accuracy_of_the_defaults():
 
 def test_package_exports():
     assert streammargin.BudgetSVMClassifier is BudgetSVMClassifier
+
+
+# An example of kernel values near the clamp (kernels.BIG) entering and leaving a small cache.
+HUGE_THEN_SMALL = [
+    ({"a": -0.004096420239283693}, True),
+    ({"a": -6.9207680221862626e100}, False),
+    ({"a": 7.660509987274323e100}, True),
+    ({"a": 7.660509987274323e100}, False),
+    ({"a": 7.660509987274323e100}, True),
+    ({"a": -0.00879654765426198}, False),
+    ({"a": -6.9207680221862626e100}, True),
+    ({"a": 7.660509987274323e100}, False),
+    ({"a": -0.004096420239283693}, True),
+    ({"a": -0.00879654765426198}, False),
+    ({"a": -0.004096420239283693}, True),
+    ({"a": -6.9207680221862626e100}, False),
+    ({"a": -0.00879654765426198}, True),
+]
+
+
+def test_gradients_stay_exact_when_huge_kernel_values_leave_the_cache():
+    """Examples of K ~ 1e100 left the cache and left their rounding in the incrementally updated
+    gradients: 1.9e81 (or 0) where the exact values are 1. The gradients were out of the range
+    the restore check derives from the cache left, and a checkpoint of a model that learnt only
+    valid input was refused. Learning now recomputes them once the kernel scale they went
+    through is 1000 times that of the cache left."""
+    model = BudgetSVMClassifier(budget=3, kernel="linear", smo_steps=1, prune="smallest")
+    for x, y in HUGE_THEN_SMALL:
+        model.learn_one(x, y)
+        n = model.support_size
+        slots, gram = model._slots, model._gram
+        stored = slots[:n, svm_jit.GRAD].copy()
+        exact = 1.0 - slots[:n, kjit.LABEL] * (
+            gram[:n, :n] @ (slots[:n, kjit.COEF] * slots[:n, kjit.LABEL])
+        )
+        scale = 1.0 + n * model.C * np.abs(gram).max()
+        np.testing.assert_allclose(stored, exact, rtol=0.0, atol=1e-9 * scale)
+        twin = streammargin.from_state(state.loads(state.dumps(model.to_state())))
+        assert twin.predict_proba_one({"a": 1.0}) == model.predict_proba_one({"a": 1.0})
+    assert model._st[svm_jit.KERNEL_PEAK] < 1.0  # recomputed when the huge examples left
+
+
+def test_a_kernel_peak_below_the_gram_matrix_is_refused():
+    model = BudgetSVMClassifier(budget=4, kernel="linear")
+    for x, y in HUGE_THEN_SMALL[:4]:
+        model.learn_one(x, y)
+    saved = state.loads(state.dumps(model.to_state()))
+    saved["arrays"]["_st"][svm_jit.KERNEL_PEAK] = 0.5 * np.abs(saved["arrays"]["_gram"]).max()
+    with pytest.raises(StateError, match="kernel peak"):
+        streammargin.from_state(saved)
+
+
+# States saved before the slot KERNEL_PEAK (one scalar less), made with the stream below: the
+# state after 40 records and P(True) of the last 20 records before and after learning them
+# (tests/data/, generated once with the code of 88541e7).
+SVM_BEFORE_THE_PEAK = json.loads(
+    (pathlib.Path(__file__).parent / "data" / "budget_svm_states_before_the_kernel_peak.json")
+    .read_text()
+)
+
+
+@pytest.mark.parametrize("name", ["rbf", "linear"])
+def test_a_state_saved_before_the_kernel_peak_restores(name):
+    """Its peak is its Gram matrix's largest value (as right after a refresh): it restores, and
+    predicts and learns as the model that wrote it."""
+    fixture = SVM_BEFORE_THE_PEAK[name]
+    saved = state.loads(base64.b64decode(fixture["state"]))
+    assert saved["arrays"]["_st"].shape == (svm_jit.STATE_SIZE - 1,)
+    model = streammargin.from_state(saved)
+    assert model._st[svm_jit.KERNEL_PEAK] == np.abs(model._gram).max()
+    rng = np.random.default_rng(2)
+    data = []
+    for _ in range(60):
+        x = {f"f{i}": float(v) for i, v in enumerate(rng.normal(size=4))}
+        if rng.random() < 0.3:
+            x["rare"] = float(rng.normal())
+        data.append((x, bool(x["f0"] + 0.5 * x["f1"] > 0)))
+    probes = [x for x, _ in data[40:]]
+    assert [model.predict_proba_one(x)[True] for x in probes] == fixture["before"]
+    for x, y in data[40:]:
+        model.learn_one(x, y)
+    assert [model.predict_proba_one(x)[True] for x in probes] == fixture["after"]

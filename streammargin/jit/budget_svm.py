@@ -36,6 +36,15 @@ makes the cached problem the budget SVM of the recent margin violators instead. 
 of the cache (K_ij, kept up to date in O(budget) per example) makes each step O(budget) without
 kernel evaluations.
 
+The gradients are updated incrementally and recomputed from the Gram matrix every REFRESH_EVERY
+steps. Their rounding is relative to the largest kernel values they went through, st[KERNEL_PEAK]
+(the largest |K_ij| of the cache since the last recomputation): when an example with kernel
+values near the clamp (kernels.BIG) leaves, its terms leave behind their rounding, 1e81 in
+gradients whose exact values are 1 after terms of 1e97. So after removals the gradients are
+recomputed too if 1 + n C KERNEL_PEAK is more than PEAK_RATIO times 1 + n C max_i K_ii, the scale
+of what is left (the largest value of a Gram matrix is on its diagonal for the RBF, linear and
+polynomial kernels with coef0 >= 0; otherwise this recomputes more often than needed).
+
 Arrays: S (budget + 1 rows), slots (N_FIELDS fields: LABEL, COEF = a_i, SQ_NORM, BORN, GRAD,
 SELF), st (`LAYOUT` below) and gram ((budget + 1) x (budget + 1)). Each Gram entry is computed from
 the stored vectors with the later-born one as the query (`kernels.stored_query_row`), so
@@ -81,6 +90,11 @@ LAYOUT = kjit.HEAD.extend(
         param="prune",
         codes=PRUNES,
     ),
+    Slot(
+        "kernel_peak",
+        LEARNT,
+        "the largest |K_ij| of the cache since the gradients were recomputed",
+    ),
 )
 (
     C_BOX,
@@ -107,11 +121,16 @@ LAYOUT = kjit.HEAD.extend(
     "since_refresh",
     "prune",
 )
+KERNEL_PEAK = LAYOUT.offset("kernel_peak")
 STATE_SIZE = LAYOUT.size
 
 SLACK = -1  # the slack variable s of the sum constraint, as a working-set member
 NONE = -2
 REFRESH_EVERY = 2048  # recompute the gradients exactly every so many steps
+# Recompute them after removals when the kernel scale they went through is this many times that of
+# the cache left: their rounding then stays below REFRESH_EVERY eps PEAK_RATIO = 5e-10 of the scale
+# of the exact gradients, 1 + n C max |K_ij|.
+PEAK_RATIO = 1e3
 MIN_CURVATURE = 1e-12
 
 
@@ -244,13 +263,16 @@ def best_step(slots, st, gram, n):
 def refresh(slots, st, gram, n):
     """Recompute G_i and sum a exactly from the Gram matrix (rounding never accumulates)."""
     total = 0.0
+    peak = 0.0
     for i in range(n):
         f = 0.0
         for j in range(n):
             f += slots[j, COEF] * slots[j, LABEL] * gram[i, j]
+            peak = max(peak, abs(gram[i, j]))
         slots[i, GRAD] = 1.0 - slots[i, LABEL] * f
         total += slots[i, COEF]
     st[ALPHA_SUM] = min(total, st[CAP])
+    st[KERNEL_PEAK] = peak
     st[SINCE_REFRESH] = 0.0
 
 
@@ -338,10 +360,13 @@ def learn(S, slots, st, gram, idx, val, y, krow):
     # Its Gram row from the stored vector (not krow, whose sums follow x's feature order), so
     # that a restore recomputes the matrix bit for bit (`kernels.stored_gram`).
     kjit.stored_query_row(kp, S, slots, n, np.arange(n), krow)
+    peak = max(st[KERNEL_PEAK], abs(self_k))
     for i in range(n):
         gram[n, i] = krow[i]
         gram[i, n] = krow[i]
+        peak = max(peak, abs(krow[i]))
     gram[n, n] = self_k
+    st[KERNEL_PEAK] = peak
     n += 1
     st[ST_SIZE] = n
     st[ADDED] += 1.0
@@ -355,7 +380,23 @@ def learn(S, slots, st, gram, idx, val, y, krow):
     if st[SINCE_REFRESH] >= REFRESH_EVERY:
         refresh(slots, st, gram, n)
     _keep_budget(S, slots, st, gram)
+    if int(st[ST_SIZE]) < n:
+        _refresh_below_the_peak(slots, st, gram)
     return 1
+
+
+@njit(cache=True)
+def _refresh_below_the_peak(slots, st, gram):
+    """After removals: recompute the gradients if the kernel scale they went through
+    (KERNEL_PEAK) is more than PEAK_RATIO times that of the cache left (see the module's
+    docstring). O(n), and the O(n^2) refresh only then."""
+    n = int(st[ST_SIZE])
+    largest_self = 0.0
+    for i in range(n):
+        largest_self = max(largest_self, abs(slots[i, SELF]))
+    spread = n * st[C_BOX]
+    if 1.0 + spread * st[KERNEL_PEAK] > PEAK_RATIO * (1.0 + spread * largest_self):
+        refresh(slots, st, gram, n)
 
 
 @njit(cache=True)
