@@ -22,6 +22,7 @@ from reference_mpu import (
 import streammargin
 from streammargin import KernelMPUClassifier, LinearMPUClassifier, MPUClassifier, state
 from streammargin.jit import kernels as kjit
+from streammargin.jit import mpu as mpu_jit
 from streammargin.memory import memory_bound
 from streammargin.mpu import dual_objective, fit_batch, objective
 
@@ -712,3 +713,17 @@ def test_fit_batch_rejects_bad_input():
     w, info = fit_batch(np.zeros((4, 2)), [1, -1, 1, 1], C=2.0)
     # Zero patterns cannot be classified: alpha = C for each, J = L = 4 C.
     assert w.tolist() == [0.0, 0.0] and info["J"] == info["dual_objective"] == 8.0
+
+
+def test_a_pattern_within_the_tie_of_r_is_cached_at_norm_r():
+    """With rho = 1, x = {a: 9e-62} sets R = 1, and x = {b: 7.3e-7} has the norm 1 + 2.7e-13: not
+    a new R (R_TIE = 1e-12), but its ||z||^2 / R^2 was stored as 1 + 5.3e-13, beyond the
+    (0, 1] the restore check (and the rule's Cauchy-Schwarz bounds) take for granted, and the
+    checkpoint was refused. It is cached at the norm R, as the dual form already did."""
+    model = LinearMPUClassifier()
+    model.learn_one({"a": -8.99082190404122e-62}, True)
+    model.learn_one({"b": -7.280314328651533e-07}, True)
+    n = model.cache_size
+    assert n == 2 and np.all(model._slots[:n, mpu_jit.Z_SQ] <= 1.0)
+    twin = streammargin.from_state(state.loads(state.dumps(model.to_state())))
+    assert twin.predict_proba_one({"b": 1.0}) == model.predict_proba_one({"b": 1.0})

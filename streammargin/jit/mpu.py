@@ -410,7 +410,8 @@ def learn_primal(S, slots, st, weights, idx, val, y):
             _grow_primal(S, slots, st, weights, max(norm, R_MIN))
         r = st[R_NORM]
         inv = 1.0 / r
-        z_sq = (norm / r) * (norm / r)
+        # <= 1 as ||z|| <= R: a norm within R_TIE above R counts as R (as in the dual form)
+        z_sq = min((norm / r) * (norm / r), 1.0)
         s = y * primal_dot(weights, st, idx, val)
         if s <= st[MARGIN] + tolerance(st) and z_sq > 0.0:  # a margin violator: it is cached
             if st[kjit.ST_SIZE] >= S.shape[0]:
