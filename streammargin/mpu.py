@@ -182,8 +182,9 @@ class _MPURule:
         counts = slots[:size, kjit.COEF]
         check_whole("MPU dual counts", counts, 0.0, cap)
         total = float(np.sum(counts))
-        # Whole numbers add exactly while the sums stay below 2**53 (the hard margin's cap is
-        # 2**53 itself, beyond which they round).
+        # Whole numbers add exactly while the sums stay below 2**53; beyond (the hard margin's
+        # cap is 2**53 itself) learning counts them again, and two orders of summation differ
+        # by at most size eps relative.
         check_close("MPU count sum", st[mpu_jit.COUNT_SUM], total, 1e-9, 0.0)
         z_sq = slots[:size, mpu_jit.Z_SQ]
         if not np.all((z_sq > 0.0) & (z_sq <= 1.0)):

@@ -727,3 +727,19 @@ def test_a_pattern_within_the_tie_of_r_is_cached_at_norm_r():
     assert n == 2 and np.all(model._slots[:n, mpu_jit.Z_SQ] <= 1.0)
     twin = streammargin.from_state(state.loads(state.dumps(model.to_state())))
     assert twin.predict_proba_one({"b": 1.0}) == model.predict_proba_one({"b": 1.0})
+
+
+def test_the_count_sum_stays_exact_when_counts_near_2_to_the_53_are_taken_back():
+    """A pattern 1e62 times shorter than R takes a multiple update of 2**53 steps (the cap): the
+    running sum of counts, 2**53 + 64, rounded, and when that count was unlearnt the sum kept the
+    rounding (66 for counts adding to 65): the checkpoint was refused. Beyond 2**53 the sum is
+    now counted again."""
+    model = LinearMPUClassifier()
+    for x in ({"b": -45113861004.86478, "a": -4.36261953488018e-150}, {"b": 2.1767304953512693e72},
+              {"b": -45113861004.86478, "a": -4.36261953488018e-150}):
+        model.learn_one(x, True)
+        n = model.cache_size
+        assert model._st[mpu_jit.COUNT_SUM] == np.sum(model._slots[:n, kjit.COEF])
+    assert model.n_learning_steps > 2**53  # the multiple update did reach the cap
+    twin = streammargin.from_state(state.loads(state.dumps(model.to_state())))
+    assert twin.predict_proba_one({"b": 1.0}) == model.predict_proba_one({"b": 1.0})

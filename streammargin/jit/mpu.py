@@ -171,6 +171,21 @@ def _count_sum(slots, st):
 
 
 @njit(cache=True, inline="always")
+def _moved_count_sum(slots, st, delta):
+    """COUNT_SUM += delta, the counts in `slots` having moved by delta already. Whole numbers add
+    exactly while the sums stay below 2**53 (CAP_MAX); beyond, the sum would keep its rounding
+    through a later cancellation (a count of 2**53 beside one of 64, both moved and the large one
+    taken back, left a sum of 66 for 65), so it is counted again (O(size), only with counts near
+    the hard margin's cap)."""
+    old = st[COUNT_SUM]
+    total = old + delta
+    if old < CAP_MAX and total < CAP_MAX:
+        st[COUNT_SUM] = total
+    else:
+        _count_sum(slots, st)
+
+
+@njit(cache=True, inline="always")
 def rule(s, sq, count, b, db, cap, tie, unlearn):
     """The paper's rule with multiple updates, the one copy the online model and the batch
     solver share: the signed number of steps (+n learning, -n unlearning, 0 none) for a pattern
@@ -209,11 +224,11 @@ def steps(st, slots, k, s):
     if n > 0.0:
         slots[k, kjit.COEF] = count + n
         st[LEARN_STEPS] += n
-        st[COUNT_SUM] += n
+        _moved_count_sum(slots, st, n)
     elif n < 0.0:
         slots[k, kjit.COEF] = count + n
         st[UNLEARN_STEPS] -= n
-        st[COUNT_SUM] += n
+        _moved_count_sum(slots, st, n)
     return n
 
 
@@ -347,10 +362,12 @@ def refresh_primal(S, slots, st, weights):
 
 @njit(cache=True)
 def _evict_primal(S, slots, st, weights, v):
-    if slots[v, kjit.COEF] != 0.0:
-        _add_primal(S, slots, st, weights, v, -slots[v, kjit.COEF], 1.0 / st[R_NORM])
-        st[COUNT_SUM] -= slots[v, kjit.COEF]
+    count = slots[v, kjit.COEF]
+    if count != 0.0:
+        _add_primal(S, slots, st, weights, v, -count, 1.0 / st[R_NORM])
     st[kjit.ST_SIZE] = kjit.remove(S, slots, int(st[kjit.ST_SIZE]), v)
+    if count != 0.0:
+        _moved_count_sum(slots, st, -count)
 
 
 @njit(cache=True)
@@ -528,14 +545,16 @@ def refresh_dual(slots, st, gram, margins):
 def _remove_dual(S, slots, st, gram, margins, v):
     """Drop cached pattern v, its contribution included; the last one moves into its place."""
     size = int(st[kjit.ST_SIZE])
-    if slots[v, kjit.COEF] != 0.0:
-        _add_dual(gram, margins, size, v, -slots[v, kjit.COEF])
-        st[COUNT_SUM] -= slots[v, kjit.COEF]
+    count = slots[v, kjit.COEF]
+    if count != 0.0:
+        _add_dual(gram, margins, size, v, -count)
     last = size - 1
     margins[v] = margins[last]
     margins[last] = 0.0
     kjit.remove_from_gram(gram, size, v)
     st[kjit.ST_SIZE] = kjit.remove(S, slots, size, v)
+    if count != 0.0:
+        _moved_count_sum(slots, st, -count)
 
 
 @njit(cache=True)
