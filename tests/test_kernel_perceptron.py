@@ -156,6 +156,29 @@ def test_a_projectron_never_writes_a_non_finite_inverse_gram_matrix(cls, tiny):
         assert twin.predict_proba_one(x) == model.predict_proba_one(x)
 
 
+def test_the_forgetron_damage_stays_within_its_bound_after_cancellation():
+    """With a linear kernel and values up to 1e254 the damage Q of the self-tuned Forgetron went
+    to -5e82 (Psi < 0 when the oldest vector's margin is large) and a later shrink, chosen so that
+    Q + Psi <= 15/32 M, took nearly all of it back: the sum's rounding left Q far above that bound
+    and the checkpoint was refused. Q is now kept at most 15/32 M, as phi was chosen to keep it."""
+    stream = [
+        ({"c": 6.59923779887402e172}, False),
+        ({"c": -3.954427555746621e-49, "b": -95036.02069503692}, False),
+        ({"c": 1464744828619106.8, "a": 9.934717375840614e42, "b": 2981570860.0729218}, True),
+        ({"c": -7.083485513990904e-140, "a": 0.009337491803296434, "b": 8.960399720657761e253},
+         False),
+        ({"c": 1.4578493116963189e-149, "b": -4.335286302787267e58}, False),
+        ({"c": 1464744828619106.8, "a": 9.934717375840614e42, "b": 2981570860.0729218}, False),
+    ]
+    model = BudgetPerceptron(eviction="oldest", kernel="linear", budget=3, average=True)
+    for x, y in stream:
+        model.learn_one(x, y)
+        assert model._st[bjit.FORGETRON_Q] <= 15 / 32 * model.n_mistakes
+        twin = streammargin.from_state(state.loads(state.dumps(model.to_state())))
+        assert twin.predict_proba_one(x) == model.predict_proba_one(x)
+    assert model.counters["evictions"] > 0
+
+
 def test_merge_loses_exactly_the_degradation_it_computes():
     """BSGD's merge: ||f_before - f_after||^2 = the degradation of the merged pair, and the new
     point lies on the segment between them."""

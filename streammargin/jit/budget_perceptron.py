@@ -55,7 +55,9 @@ def _forgetron_update(kp, S, slots, st, idx, val, x_sq, krow, y, self_k):
     sigma = scale * slots[r, COEF]  # the oldest vector's weight sigma_{r,t}
     mu = slots[r, LABEL] * (scale * slots[r, MARGIN] + y * krow[r])  # y_r f'_t(x_r)
     phi, damage = bjit.forgetron_phi(sigma, mu, st[FORGETRON_Q], st[UPDATES])
-    st[FORGETRON_Q] += damage
+    # phi keeps Q + damage <= 15/32 M; when a large negative Q (mu >> sigma: Psi < 0) is nearly
+    # taken back, the sum's rounding (eps |Q|: 7e66 at Q = -5e82) would pass that bound.
+    st[FORGETRON_Q] = min(st[FORGETRON_Q] + damage, 15.0 / 32.0 * st[UPDATES])
     bjit.remove_vector(kp, S, slots, st, r, krow)
     st[bjit.EVICTIONS] += 1.0
     fx = bjit.row_sum(slots, int(st[ST_SIZE]), krow)
