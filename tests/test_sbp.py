@@ -220,3 +220,26 @@ def test_package_exports_and_counters():
         "features": 2,
         "features_hashed": 0,
     }
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        # K(x, x) = 5.5e-310 and 0 (underflow): eta_0 = 4.3e154, eta^2 = inf, inf * 0 = NaN
+        [({"a": 2.336430832879966e-155}, False), ({"a": 3.133442780195567e-179}, True),
+         ({"a": 3.133442780195567e-179}, False), ({"a": -2.3364308328799662e-145}, True)],
+        # only K(x, x) = 2.5e-307: eta_0 = 2e153, a coefficient past the restore range (1e150)
+        [({"a": -4.9826198561510596e-154}, False), ({"a": 4.9826198561510596e-154}, True),
+         ({"a": 4.9826198561510596e-154}, False)],
+    ],
+)
+def test_kernel_values_near_the_float64_floor_keep_the_state_finite_and_restorable(stream):
+    """With a linear kernel on values of 1e-154 to 1e-179 the scale-free step 1 / sqrt(max K_jj)
+    passed 1e153: NaN in ||w||^2, or coefficients beyond 1e150, and the checkpoint of a model that
+    learnt only valid input was refused. The step is now at most 1e100."""
+    model = SBPClassifier(kernel="linear", window=5, steps=2)
+    for x, y in stream:
+        model.learn_one(x, y)
+        assert np.isfinite(model._st).all() and np.isfinite(model._slots).all()
+        twin = streammargin.from_state(state.loads(state.dumps(model.to_state())))
+        assert twin.predict_proba_one(x) == model.predict_proba_one(x)

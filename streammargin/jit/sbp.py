@@ -34,7 +34,8 @@ SQ_NORM, BORN (the trial that brought the point), RESP c_i, AVG the averaged alp
 
 Numerical guards (they only act on absurd inputs): values are clipped to +-MAX_VALUE so squared
 norms stay finite, and kernel values are saturated at +-MAX_KERNEL, so the responses, ||w|| <= 1
-and the served score stay finite whatever the data.
+and the served score stay finite whatever the data; the step eta_0 is at most 1e100 (see
+MIN_STEP_KERNEL).
 """
 
 from __future__ import annotations
@@ -70,6 +71,12 @@ STEPS_DONE, R2, NU, STEPS, SEED, DRAWS, HORIZON = LAYOUT.offsets(
 
 MAX_VALUE = 1e100
 MAX_KERNEL = 1e100
+# The step eta_0 = 1 / sqrt(max(max_j K(x_j, x_j), MIN_STEP_KERNEL)) is at most 1e100. Kernel
+# values below 1e-200 (a linear kernel on values under 1e-100) are too near float64's floor for
+# the scale-free step: with them it passed 1e154, eta^2 overflowed (inf * 0 = NaN in ||w||^2),
+# and a point whose K_ii underflowed to 0 gained 1e154 a step. At most 1e100 x window x steps
+# (1e108) a coefficient, within the range a restore accepts.
+MIN_STEP_KERNEL = 1e-200
 
 
 @njit(cache=True)
@@ -279,7 +286,7 @@ def learn(S, slots, gram, st, idx, val, y):
         largest = max(largest, gram[j, j])
     if largest <= 0.0:
         return  # only zero vectors (or a kernel that is 0 on them): nothing to learn
-    eta0 = 1.0 / math.sqrt(largest)
+    eta0 = 1.0 / math.sqrt(max(largest, MIN_STEP_KERNEL))
     buf = np.empty(n)
     for _ in range(int(st[STEPS])):
         sbp_step(slots, gram, st, buf, eta0)
