@@ -31,7 +31,9 @@ MIN_ALPHA = 1e-6  # the margin scale 1 / alpha stays within MAX_SCALE
 MAX_SCALE = 1e6  # upper bound of B and C
 MAX_INTERCEPT_SCALE = 1e100
 MAX_WINDOW = 10**9
-MIN_SCALE = 1e-200  # a restored theta's scale: learning keeps it above ~1e-75 (see _check_restored)
+# A restored theta's scale: learning keeps it above min(S_HIGH^(-1/p), NEGLIGIBLE C) (the projection
+# and `jit.alma._renormalise`), 1e-75 at the defaults.
+MIN_SCALE = 1e-200
 # How far a restored running S may be from its exact recomputation, relative to S. Since its last
 # recomputation S went through at most RECOMPUTE_EVERY corrections of nnz(x) + 1 coordinate
 # updates each. An update adds |u_i'|^p - |u_i|^p to a partial sum, the norm^p of a mix of the

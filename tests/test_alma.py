@@ -9,7 +9,7 @@ import pytest
 from reference import alma_reference
 
 import streammargin
-from streammargin import ALMAClassifier
+from streammargin import ALMAClassifier, state
 
 
 def paper_model(**params) -> ALMAClassifier:
@@ -401,3 +401,23 @@ def test_learn_many_with_an_infinite_entry_leaves_the_model_as_it_was():
         model.predict_many(X)
     assert state.dumps(model.to_state()) == before
     assert "new" not in model._features.index
+
+
+@pytest.mark.parametrize("params", [{}, {"fit_intercept": False}, {"p": 3.0, "fit_intercept": False},
+                                    {"alpha": 0.5, "average_window": 2}])
+def test_a_theta_cancelled_to_almost_nothing_becomes_zero(params):
+    """x, then 1e-3 x with the other label: the second correction takes back the first, up to
+    the intercept's share (5e-268) or rounding. Moving what was left into the scale took SCALE
+    to 5e-268 (a state restore refuses) or, without intercept, subnormal and then 0: inf and NaN
+    in the weights from the next correction on. Such a theta is now 0."""
+    x = {"e": -4.571986029418337e83, "b": 0.06171958327635391, "d": -13724032126.176456,
+         "c": -9.564132694241264e-30, "a": 1.9303274604848024e270}
+    model = ALMAClassifier(**params)
+    for record, y in [(x, True), ({k: v * 1e-3 for k, v in x.items()}, False), (x, True),
+                      ({"a": 1.0}, False)]:
+        model.learn_one(record, y)
+        saved = model.to_state()
+        assert all(np.isfinite(a).all() for a in saved["arrays"].values())
+        twin = streammargin.from_state(state.loads(state.dumps(saved)))
+        assert twin.predict_proba_one(x) == model.predict_proba_one(x)
+    assert model.predict_one(x) is True

@@ -100,6 +100,7 @@ STATE_SIZE = LAYOUT.size
 
 RECOMPUTE_EVERY = 4096
 S_LOW, S_HIGH = 1e-150, 1e150  # the range S is kept in (see `_renormalise`)
+NEGLIGIBLE = 1e-30  # a theta whose entries are all below NEGLIGIBLE C is 0 (see `_renormalise`)
 GROWTH_LIMIT = 1e100  # re-base the average before 1/decay^t gets near float64's range
 
 
@@ -332,7 +333,15 @@ def _rebase(vectors, st):
 @njit(cache=True)
 def _renormalise(vectors, st):
     """Recompute S = sum |u_i|^p exactly; if it strays from [S_LOW, S_HIGH] (|u|^p about to
-    overflow, or underflowing), move the scale so that max |u_i| = 1, which puts S in [1, d]."""
+    overflow, or underflowing), move the scale so that max |u_i| = 1, which puts S in [1, d].
+
+    Unless theta = SCALE u is negligible, every entry below NEGLIGIBLE C: then theta becomes 0
+    (u = 0, SCALE = 1). Corrections can cancel theta to almost nothing (x, then 1e-3 x with the
+    other label: 5e-268 is left), and moving that into the scale took SCALE to 5e-268, or
+    subnormal and on to 0 (then inf and NaN in u). Every later correction moves an entry of
+    theta by at least eta_k max |xh_j| >= C / (sqrt(p - 1) sqrt(k)) d^(-1/p) >= 1e-14 C (p <= 1000,
+    k <= 2**53, d <= 2**30 + 1), so such a theta is below the rounding of the next one; and
+    SCALE stays above min(S_HIGH^(-1/p), NEGLIGIBLE C)."""
     p = st[P]
     total = 0.0
     for i in range(vectors.shape[0]):
@@ -344,9 +353,10 @@ def _renormalise(vectors, st):
         if largest > 0.0:
             if st[AVERAGE] != 0.0:
                 _rebase(vectors, st)  # the unit of g(u) changes
+            negligible = st[SCALE] * largest < NEGLIGIBLE * st[C]
             for i in range(vectors.shape[0]):
-                vectors[i, U] /= largest
-            st[SCALE] *= largest
+                vectors[i, U] = 0.0 if negligible else vectors[i, U] / largest
+            st[SCALE] = 1.0 if negligible else st[SCALE] * largest
             total = 0.0
             for i in range(vectors.shape[0]):
                 total += _abs_pow(vectors[i, U], p)
