@@ -29,10 +29,12 @@ __all__ = ["ALMAClassifier"]
 MAX_P = 1000.0  # p = 2 ln d reaches 1000 only for d = e^500 features
 MIN_ALPHA = 1e-6  # the margin scale 1 / alpha stays within MAX_SCALE
 MAX_SCALE = 1e6  # upper bound of B and C
+# Lower bound of C: a theta of the scale of C must keep SCALE above MIN_SCALE (see there).
+MIN_C = 1e-100
 MAX_INTERCEPT_SCALE = 1e100
 MAX_WINDOW = 10**9
 # A restored theta's scale: learning keeps it above min(S_HIGH^(-1/p), NEGLIGIBLE C) (the projection
-# and `jit.alma._renormalise`), 1e-75 at the defaults.
+# and `jit.alma._renormalise`): 1e-75 at the defaults, 1e-130 at C = MIN_C.
 MIN_SCALE = 1e-200
 # How far a restored running S may be from its exact recomputation, relative to S. Since its last
 # recomputation S went through at most RECOMPUTE_EVERY corrections of nnz(x) + 1 coordinate
@@ -93,7 +95,7 @@ class ALMAClassifier(MarginClassifier):
         experiments (ALMA_2(alpha) is shorthand for ALMA_2(alpha; 1/alpha, sqrt(2))). The paper's
         Theorem 1 part 1 states its separable-case bound for B = sqrt(8) / alpha, C = sqrt(2).
     C
-        Learning-rate scale of eta_k, in (0, 1e6].
+        Learning-rate scale of eta_k, in [1e-100, 1e6].
     fit_intercept
         The paper's hypothesis has no bias. With `fit_intercept=True` every instance is augmented
         with a constant feature of value `intercept_scale` *before* normalisation, so the bias is
@@ -184,7 +186,7 @@ class ALMAClassifier(MarginClassifier):
         validation.real_in("p", p, 2.0, MAX_P)
         validation.real_in("alpha", alpha, MIN_ALPHA, 1.0)
         validation.optional(validation.positive_real, "B", B, MAX_SCALE)
-        validation.positive_real("C", C, MAX_SCALE)
+        validation.real_in("C", C, MIN_C, MAX_SCALE)
         validation.boolean("fit_intercept", fit_intercept)
         validation.positive_real("intercept_scale", intercept_scale, MAX_INTERCEPT_SCALE)
         validation.boolean("average", average)

@@ -123,6 +123,21 @@ def test_the_findings_of_issue_12():
                 cls(**params)
 
 
+def test_alma_c_below_1e_100_is_refused():
+    """With C = 1e-300 the weights are of that scale, and the renormalisation that keeps S in
+    range moved it into SCALE: 1e-300, below what a restore accepts (1e-200), so every checkpoint
+    of such a model was refused. C in [1e-100, 1e6] keeps SCALE above 1e-130."""
+    for C in (1e-300, 1e-101):
+        with pytest.raises(ValueError, match=r"\bC\b"):
+            streammargin.ALMAClassifier(C=C)
+    model = streammargin.ALMAClassifier(C=1e-100)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        x = {"a": float(rng.normal()), "b": float(rng.normal())}
+        model.learn_one(x, x["a"] > 0)
+    streammargin.from_state(state.loads(state.dumps(model.to_state())))
+
+
 @pytest.mark.parametrize("cls", MODEL_CLASSES, ids=lambda cls: cls.__name__)
 def test_validation_happens_before_anything_is_allocated(cls, monkeypatch):
     """`_reset` allocates the learnt state; a bad parameter never reaches it."""
