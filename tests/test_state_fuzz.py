@@ -483,6 +483,91 @@ def test_states_that_learning_produces_are_restored(cls, params):
                 assert twin.predict_proba_one(probe) == model.predict_proba_one(probe)
 
 
+# Adversarial streams (hypothesis): every model's learnt state round-trips ------------------------
+# Issue 12's follow-up: checkpoints of models that learnt only valid input were refused on restore,
+# or held NaN: cancellation in running sums (ALMA's S, the MPU's count sum, the budget SVM's
+# gradients, the Forgetron's damage), a tiny first vector of the Projectron, a theta of ALMA
+# cancelled to 1e-268, the SBP's step at kernel values near float64's floor. Learning must keep
+# the invariants `_check_restored` checks, on any valid input.
+
+# Every class that saves itself under its own name (the one-vs-rest wrapper included) with each of
+# its `_unit_test_params`, and the parameter sets (linear kernels, small caches) on which the
+# fuzzing found the learning bugs above.
+LEARNT_CASES = [
+    pytest.param(cls, params, id=f"{cls.__name__}-{i}")
+    for cls in sorted(
+        (cls for cls in state.registered_models().values() if not hasattr(cls, "_forms")),
+        key=lambda cls: cls.__name__,
+    )
+    for i, params in enumerate(cls._unit_test_params())
+] + [
+    pytest.param(cls, params, id=f"{cls.__name__}-{name}")
+    for cls, name, params in [
+        (streammargin.ALMAClassifier, "no-intercept",
+         {"fit_intercept": False, "alpha": 0.5, "average_window": 2}),
+        (streammargin.BudgetPerceptron, "forgetron-linear",
+         {"eviction": "oldest", "kernel": "linear", "budget": 3}),
+        (streammargin.KernelALMAClassifier, "projectron-linear",
+         {"eviction": "project", "kernel": "linear", "budget": 4}),
+        (streammargin.SBPClassifier, "linear", {"kernel": "linear", "window": 5, "steps": 2}),
+    ]
+]
+# Finite values from 1e-150 to 1e151 of either sign, often within a few orders of 1 (where
+# cancellation between nearly opposite instances is exact enough to hurt).
+MAGNITUDES = st.integers(-10, 10) | st.integers(-150, 150) | st.sampled_from([-150, 0, 150])
+ADVERSARIAL_VALUES = st.builds(
+    lambda sign, mantissa, exponent: sign * mantissa * 10.0**exponent,
+    st.sampled_from([-1.0, 1.0]),
+    st.floats(1.0, 10.0),
+    MAGNITUDES,
+)
+FEW_FEATURES = st.dictionaries(st.sampled_from(["a", "b", "c"]), ADVERSARIAL_VALUES, min_size=1,
+                               max_size=3)
+
+
+@st.composite
+def adversarial_streams(draw) -> list[tuple[dict, bool]]:
+    """A few records of one to three features, each maybe with its sign flipped or rescaled
+    copy, presented again and again under random or alternating labels."""
+    pool = []
+    for x in draw(st.lists(FEW_FEATURES, min_size=1, max_size=3)):
+        pool.append(x)
+        if draw(st.booleans()):
+            factor = draw(st.sampled_from([-1.0, -0.5, -2.0, -10.0, 0.999, -1e-3, 1e3]))
+            pool.append({name: value * factor for name, value in x.items()})
+    picks = draw(st.lists(st.integers(0, len(pool) - 1), min_size=2, max_size=60))
+    alternate = draw(st.booleans())
+    labels = [i % 2 == 0 for i in range(len(picks))] if alternate else draw(
+        st.lists(st.booleans(), min_size=len(picks), max_size=len(picks)))
+    return [(dict(pool[k]), y) for k, y in zip(picks, labels)]
+
+
+def assert_round_trips(model, probes: list[dict]) -> None:
+    data = state.dumps(model.to_state())
+    twin = streammargin.from_state(state.loads(data))  # no StateError
+    assert state.dumps(twin.to_state()) == data
+    for x in probes:
+        assert twin.predict_proba_one(x) == model.predict_proba_one(x)
+        assert twin.decision_one(x) == model.decision_one(x)
+
+
+@pytest.mark.parametrize(("cls", "params"), LEARNT_CASES)
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(stream=adversarial_streams())
+def test_learning_from_adversarial_streams_leaves_a_state_that_round_trips(cls, params, stream):
+    """Sign flips, magnitudes from 1e-150 to 1e151, one to three features, repeated examples:
+    the state after learning restores (no StateError), dumps to the same bytes and predicts the
+    same, halfway and at the end."""
+    model = cls(**params)
+    probes = [x for x, _ in stream[:8]]
+    for i, (x, y) in enumerate(stream):
+        model.learn_one(x, ["u", "v", "w"][(i + y) % 3] if model._multiclass else y)
+        if i == len(stream) // 2:
+            assert_round_trips(model, probes)
+    assert_round_trips(model, probes)
+
+
 # Fuzzing real states (hypothesis) ---------------------------------------------------------------
 # Each example: a real state (a model trained on a short random stream), one mutation, then
 # `from_state(loads(data))` within bounded memory: a StateError, or a model that serves and learns
