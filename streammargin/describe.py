@@ -55,11 +55,11 @@ def describe_state(model: typing.Any) -> dict[str, typing.Any]:
     >>> slot["offset"], slot["kind"], slot["doc"]
     (0, 'counter', 'the correction counter k: corrections + 1')
     >>> state["hyper"]["alpha"], state["slots"]["alpha"]["offset"], state["slots"]["alpha"]["param"]
-    (0.9, 10, 'alpha')
+    (0.9, 11, 'alpha')
     >>> list(state["calibration"]["platt"])[:2]
     ['a', 'b']
     >>> state["arrays"]
-    {'_vectors': {'shape': (8, 3), 'dtype': 'float64'}, '_st': {'shape': (25,), 'dtype': 'float64'}}
+    {'_vectors': {'shape': (8, 3), 'dtype': 'float64'}, '_st': {'shape': (26,), 'dtype': 'float64'}}
 
     """
     members = getattr(model, "classifiers", None)
