@@ -445,7 +445,7 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
             "model": type(self).__name__,
             "params": params,
             "features": self._features.to_state(),
-            "arrays": {name: getattr(self, name) for name in self._state_arrays},
+            "arrays": {name: getattr(self, name) for name in self._saved_arrays()},
             "values": {name: getattr(self, name) for name in self._state_values},
         }
 
@@ -526,8 +526,9 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
         """Copies of the saved arrays, after checking each one's dtype (float64), shape
         (`_state_shapes`) and finiteness: the numba loops index without bounds checks and
         expect no NaN."""
-        if not isinstance(arrays, dict) or set(arrays) != set(self._state_arrays):
-            raise StateError(f"the state's arrays must be a dict of {list(self._state_arrays)}")
+        names = self._saved_arrays()
+        if not isinstance(arrays, dict) or set(arrays) != set(names):
+            raise StateError(f"the state's arrays must be a dict of {list(names)}")
         checked = {}
         for name, expected in self._state_shapes(n_columns, values).items():
             array = arrays[name]
@@ -538,7 +539,7 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
             ):
                 raise StateError(f"state array {name!r} is not a {len(expected)}-d float64 array")
             for dim, want in zip(array.shape, expected):
-                if isinstance(want, Capacity):
+                if hasattr(want, "fits"):  # Capacity, or another dimension with a rule
                     fits = want.fits(dim, empty=array.size == 0)
                 else:
                     fits = dim == want
@@ -553,6 +554,11 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
                 raise StateError(f"state array {name!r} holds NaN or infinite values")
             checked[name] = np.array(array, dtype=np.float64, order="C", copy=True)
         return checked
+
+    def _saved_arrays(self) -> tuple[str, ...]:
+        """The names of the arrays `to_state` saves: `_state_arrays`, and arrays that only some
+        parameter sets have (a kernel model's warm-up rows with gamma="auto")."""
+        return self._state_arrays
 
     @abc.abstractmethod
     def _state_shapes(self, n_columns: int, values: dict) -> dict[str, tuple]:

@@ -1,5 +1,6 @@
 """Base of the kernel classifiers: a bounded support cache (`SupportCacheClassifier`, also the
-MPU's replay cache in its linear form) and kernels by name (`KernelClassifier`).
+MPU's replay cache in its linear form), kernels by name and a data-driven kernel width
+(`KernelClassifier`).
 
 A kernel model keeps at most `budget` support vectors, each a dense row of the feature columns,
 of which there are at most `max_features` (`streammargin.features`: later names are hashed into
@@ -11,27 +12,40 @@ cache's arrays and the numba functions that work on them are described in
 
 from __future__ import annotations
 
+import copy
+import math
+import typing
+
 import numpy as np
 
 from streammargin import memory, state, validation
 from streammargin.base import (
+    Capacity,
     MarginClassifier,
+    binary_target,
+    binary_targets,
     check_calibration,
     check_close,
+    check_range,
     check_whole,
     check_zero,
+    frame_values,
 )
+from streammargin.errors import InvalidInput
 from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
 from streammargin.jit.layout import Layout
 
 __all__ = [
+    "AUTO_GAMMA_RECORDS",
     "KernelClassifier",
     "SupportCacheClassifier",
     "MAX_BUDGET",
     "MAX_DEGREE",
     "MAX_GRAM_BUDGET",
+    "estimate_gamma",
     "grown_columns",
+    "validate_gamma",
     "validate_kernel",
 ]
 
@@ -39,6 +53,21 @@ __all__ = [
 MAX_BUDGET = 100_000  # cached vectors: budget x columns float64 (budget x 8 at first)
 MAX_GRAM_BUDGET = 10_000  # models with a budget x budget float64 matrix: 800 MB at the bound
 MAX_DEGREE = 100  # polynomial values are clamped anyway; a higher degree means nothing more
+MAX_TRIALS = 2.0**53  # trials are whole numbers in float64
+
+
+def validate_gamma(gamma: object) -> None:
+    """`gamma`: a positive finite number, or "auto" (estimated from the data, see
+    `estimate_gamma`); `ValueError` naming it otherwise."""
+    if isinstance(gamma, str) and gamma in GAMMA_ESTIMATES:
+        return
+    try:
+        validation.positive_real("gamma", gamma)
+    except ValueError:
+        raise ValueError(
+            f"gamma must be a number in (0.0, 1e+300] or one of {list(GAMMA_ESTIMATES)}, "
+            f"got {gamma!r:.80}"
+        ) from None
 
 
 def validate_kernel(
@@ -50,9 +79,78 @@ def validate_kernel(
         validation.optional(validation.one_of, "kernel", kernel, sorted(kjit.KERNELS))
     else:
         validation.one_of("kernel", kernel, sorted(kjit.KERNELS))
-    validation.positive_real("gamma", gamma)
+    validate_gamma(gamma)
     validation.integer_in("degree", degree, 1, MAX_DEGREE)
     validation.finite_real("coef0", coef0)
+
+
+# The data-driven kernel width (gamma="auto"). ------------------------------------------------------
+
+GAMMA_ESTIMATES = ("auto",)
+# Records the width is estimated from: it is re-estimated at records 1, 2, 4, ..., 64 (the model
+# relearns the records so far whenever it moves) and frozen at the 64th.
+AUTO_GAMMA_RECORDS = 64
+# gamma = AUTO_GAMMA_FACTOR / (sum of the features' variances): 2 / n_features on standardised
+# features, twice scikit-learn's gamma="scale" (benchmarks/model_selection.py, --section gamma).
+AUTO_GAMMA_FACTOR = 2.0
+# The width before two records differ (no variance to measure): the former default.
+AUTO_GAMMA_START = 1.0
+# An estimate is kept within these bounds (values of 1e-300 and 1e300 put it beyond float64).
+MIN_GAMMA, MAX_GAMMA = 1e-300, 1e300
+
+
+def estimate_gamma(rows: np.ndarray) -> float:
+    """gamma = AUTO_GAMMA_FACTOR / sum_j var_j, the variances of the columns of `rows` (records
+    as dense rows, absent features 0; population variances), so that two records lie about
+    sqrt(2 sum_j var_j) apart and K(x, x') of two typical records is about e^-4.
+    AUTO_GAMMA_START below two rows or without variance. Finite for any finite rows: computed
+    on rows / max |entry|, rescaled by logarithms and kept in [MIN_GAMMA, MAX_GAMMA]."""
+    if rows.shape[0] < 2:
+        return AUTO_GAMMA_START
+    largest = float(np.max(np.abs(rows), initial=0.0))
+    if largest == 0.0:
+        return AUTO_GAMMA_START
+    scaled = rows / largest
+    spread = float(np.sum(np.var(scaled, axis=0)))
+    if not spread > 0.0:
+        return AUTO_GAMMA_START
+    # factor / (spread largest^2) by logarithms: no overflow or underflow on the way
+    log_gamma = math.log(AUTO_GAMMA_FACTOR) - math.log(spread) - 2.0 * math.log(largest)
+    if log_gamma >= math.log(MAX_GAMMA):
+        return MAX_GAMMA
+    if log_gamma <= math.log(MIN_GAMMA):
+        return MIN_GAMMA
+    return min(max(math.exp(log_gamma), MIN_GAMMA), MAX_GAMMA)
+
+
+def _estimated_at(n: int) -> int:
+    """How many of the first `n` records the current estimate is from: the largest power of two
+    <= n (0 for n = 0)."""
+    return 0 if n == 0 else 1 << (n.bit_length() - 1)
+
+
+class _OneOf(typing.NamedTuple):
+    """A saved array's dimension that is one of a few values."""
+
+    values: tuple
+
+    def fits(self, dim: int, empty: bool) -> bool:
+        return dim in self.values
+
+    def __str__(self) -> str:
+        return " or ".join(map(str, self.values))
+
+
+class _FreedOr(typing.NamedTuple):
+    """A saved array's column dimension: 0 once the array is freed, else its `Capacity`."""
+
+    capacity: Capacity
+
+    def fits(self, dim: int, empty: bool) -> bool:
+        return (empty and dim == 0) or self.capacity.fits(dim, empty)
+
+    def __str__(self) -> str:
+        return f"0 or {self.capacity.needed}..{self.capacity.limit}"
 
 
 def grown_columns(array: np.ndarray, n_columns: int, limit: int) -> np.ndarray:
@@ -182,19 +280,176 @@ class KernelClassifier(SupportCacheClassifier):
     `budget`, `max_features`) as attributes, then calls `self._reset()`; see
     `SupportCacheClassifier` for the rest of the contract. The kernel lives in `st` as
     `kp = [kind, gamma, degree, coef0]`, written from the params.
+
+    `gamma="auto"` (with an "rbf" or "poly" kernel): the width is learnt state, in `st`'s gamma
+    slot. The first `AUTO_GAMMA_RECORDS` labelled records are also kept, as dense rows, in
+    `_warmup_x` (their targets in `_warmup_y`); when the count reaches a power of two the width
+    is estimated from them (`estimate_gamma`), and if it moved, the learnt state is reset (the
+    feature space kept) and those records learnt again with it: every cached kernel quantity
+    (margins, Gram matrices, the Projectron's inverse, SVM gradients, SBP responses, the MPU's
+    norms) is then exact for the width in use, in every model, at the cost of 127 extra learning
+    steps in all. At the last one the width is frozen and the rows freed. Prediction uses the
+    width of the moment.
     """
 
     def _kernel_params(self) -> np.ndarray:
-        return kjit.kernel_params(self.kernel, self.gamma, self.degree, self.coef0)
+        return kjit.kernel_params(self.kernel, self._gamma_now(), self.degree, self.coef0)
 
     def _reset(self) -> None:
         super()._reset()
         self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = self._kernel_params()
+        warmup = AUTO_GAMMA_RECORDS if self._estimates_gamma else 0
+        self._warmup_x = np.zeros((warmup, min(8, self._max_columns) if warmup else 0))
+        self._warmup_y = np.zeros(warmup)
+
+    # The data-driven width (gamma="auto") ---------------------------------------------------------
+
+    @property
+    def _estimates_gamma(self) -> bool:
+        """Whether the kernel width is estimated from the data: gamma="auto" with a kernel that
+        has a width (the linear kernel has none)."""
+        return isinstance(self.gamma, str) and getattr(self, "kernel", None) in ("rbf", "poly")
+
+    def _gamma_now(self) -> float:
+        """The width in use: the param, or the estimate in `st` (AUTO_GAMMA_START before any)."""
+        if not isinstance(self.gamma, str):
+            return float(self.gamma)
+        st = getattr(self, "_st", None)
+        if st is None or not self._estimates_gamma or st[kjit.ST_KP + kjit.GAMMA] == 0.0:
+            return AUTO_GAMMA_START
+        return float(st[kjit.ST_KP + kjit.GAMMA])
+
+    @property
+    def gamma_(self) -> float:
+        """The kernel width in use: `gamma` itself, or its estimate with gamma="auto"."""
+        return self._gamma_now()
+
+    @property
+    def _warming_up(self) -> bool:
+        return self._warmup_y.shape[0] != 0
+
+    def _saved_arrays(self) -> tuple[str, ...]:
+        if self._estimates_gamma:
+            return (*self._state_arrays, "_warmup_x", "_warmup_y")
+        return self._state_arrays
+
+    def learn_one(self, x: dict, y: typing.Any) -> None:
+        if not self._warming_up:
+            return super().learn_one(x, y)
+        target = 1.0 if y is True else -1.0 if y is False else binary_target(y)
+        features = self._features
+        idx, val = features.encode(x, True)
+        self._reserve(features.n_columns)
+        self._warm_up(idx, val, target)
+
+    def _warm_up(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
+        """Learn one record of the warm-up: keep it, re-estimate the width at a power of two,
+        and relearn the records kept if the width moved."""
+        n = int(np.count_nonzero(self._warmup_y))
+        self._warmup_x = grown_columns(self._warmup_x, self._features.n_columns, self._max_columns)
+        self._warmup_x[n, idx] = val
+        self._warmup_y[n] = target
+        n += 1
+        if n == _estimated_at(n):  # a power of two
+            gamma = estimate_gamma(self._warmup_x[:n])
+            if gamma != self._st[kjit.ST_KP + kjit.GAMMA]:
+                self._relearn(gamma, n)
+            else:
+                self._learn(idx, val, target)
+        else:
+            self._learn(idx, val, target)
+        if n == AUTO_GAMMA_RECORDS:  # frozen: the rows are no longer needed
+            self._warmup_x = np.zeros((0, 0))
+            self._warmup_y = np.zeros(0)
+
+    def _relearn(self, gamma: float, n: int) -> None:
+        """A fresh learnt state with width `gamma` (the feature space and the warm-up rows kept),
+        then the first `n` warm-up records learnt again, in order."""
+        features, rows, targets = self._features, self._warmup_x, self._warmup_y
+        self._reset()
+        self._features, self._warmup_x, self._warmup_y = features, rows, targets
+        self._st[kjit.ST_KP + kjit.GAMMA] = gamma
+        self._reserve(features.n_columns)
+        for i in range(n):
+            columns = np.flatnonzero(rows[i])
+            self._learn(columns, np.ascontiguousarray(rows[i, columns]), float(targets[i]))
+
+    def learn_many(self, X: typing.Any, y: typing.Any) -> None:
+        """As `MarginClassifier.learn_many`; the rows of the warm-up (gamma="auto") are learnt one
+        by one as `learn_one` would, and a refused frame leaves the model as it was."""
+        if not self._warming_up:
+            return super().learn_many(X, y)
+        targets = binary_targets(y)  # labels and values are checked before anything changes
+        if len(targets) != len(X):
+            raise InvalidInput(f"X has {len(X)} rows but y has {len(targets)} labels")
+        values = frame_values(X)
+        head = min(AUTO_GAMMA_RECORDS - int(np.count_nonzero(self._warmup_y)), len(X))
+        saved = copy.deepcopy(self.__dict__)
+        try:
+            columns = list(X.columns)
+            for row in range(head):
+                x = {
+                    name: float(values[row, j])
+                    for j, name in enumerate(columns)
+                    if not math.isnan(values[row, j])
+                }
+                self.learn_one(x, bool(targets[row] > 0.0))
+            if head < len(X):
+                super().learn_many(X.iloc[head:], targets[head:] > 0.0)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
+
+    @classmethod
+    def _max_array_bytes(cls, params: dict) -> int:
+        warmup = 0
+        if isinstance(params.get("gamma"), str) and params.get("kernel") in ("rbf", "poly"):
+            columns = cls._first_column + memory.int_param(params, "max_features", 1)
+            warmup = 8 * AUTO_GAMMA_RECORDS * (columns + 1)  # the warm-up rows and targets
+        return super()._max_array_bytes(params) + warmup
+
+    def _state_shapes(self, n_columns: int, values: dict) -> dict[str, tuple]:
+        shapes = super()._state_shapes(n_columns, values)
+        if self._estimates_gamma:
+            warmup = _OneOf((AUTO_GAMMA_RECORDS, 0))
+            shapes["_warmup_x"] = (warmup, _FreedOr(self._capacity(n_columns)))
+            shapes["_warmup_y"] = (warmup,)
+        return shapes
 
     def _check_restored(self) -> None:
-        # The params are the source of truth for the kernel.
+        if self._estimates_gamma:
+            self._check_estimated_gamma()
+        # The params are the source of truth for the kernel (its width too, unless estimated).
         self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = self._kernel_params()
         super()._check_restored()
+
+    def _check_estimated_gamma(self) -> None:
+        """gamma="auto": during the warm-up, the kept rows are the records so far (targets +-1,
+        then zeros; nothing past them or past the feature space) and the width is the estimate
+        from the first 2^k of them (recomputed, to 1e-9: libm and numpy may differ in the last
+        bits between machines); after it, no rows and a width within [MIN_GAMMA, MAX_GAMMA]."""
+        rows, targets = self._warmup_x, self._warmup_y
+        gamma = self._st[kjit.ST_KP + kjit.GAMMA]
+        check_range("estimated gamma", gamma, MIN_GAMMA, MAX_GAMMA)
+        if targets.shape[0] == 0:
+            if rows.shape != (0, 0):
+                raise state.StateError("state field warm-up rows must be empty after the warm-up")
+            check_whole("trials after the warm-up", self._st[kjit.ST_TRIALS],
+                        AUTO_GAMMA_RECORDS, MAX_TRIALS)
+            return
+        if rows.shape[0] != AUTO_GAMMA_RECORDS:
+            raise state.StateError("state field warm-up rows does not match its targets")
+        n = int(np.count_nonzero(targets))
+        if not (np.all(np.abs(targets[:n]) == 1.0) and n < AUTO_GAMMA_RECORDS):
+            raise state.StateError(
+                "state field warm-up targets must be -1 or +1, then zeros, fewer than "
+                f"{AUTO_GAMMA_RECORDS}"
+            )
+        check_zero("warm-up rows past the records", rows[n:])
+        check_zero("warm-up rows past the feature columns", rows[:, self._features.n_columns :])
+        check_close("estimated gamma", gamma, estimate_gamma(rows[: _estimated_at(n)]), 1e-9, 0.0)
+        check_whole("trials during the warm-up", self._st[kjit.ST_TRIALS], n, n)
 
     def _self_kernels(self) -> np.ndarray:
         """K(s_i, s_i) of the stored vectors, from their squared norms (as learning computes it)."""
