@@ -48,8 +48,9 @@ def validate_budget(
     validation.one_of("eviction", eviction, EVICTIONS)
     if eviction == "merge" and kernel != "rbf":
         raise ValueError(
-            "eviction='merge' merges two support vectors into one point between them, "
-            f"which only the 'rbf' kernel supports; got kernel={kernel!r}"
+            "eviction='merge' (the default) merges two support vectors into one point between "
+            f"them, which only the 'rbf' kernel supports; got kernel={kernel!r}: pass "
+            "eviction='oldest' (or 'random', 'smallest', 'project') with it"
         )
     max_budget = MAX_GRAM_BUDGET if eviction == "project" else MAX_BUDGET
     validation.integer_in("budget", budget, 1, max_budget)

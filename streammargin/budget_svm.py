@@ -70,11 +70,11 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
     kernel
         `"rbf"` exp(-gamma ||a - b||^2), `"poly"` (gamma a.b + coef0)^degree or `"linear"` a.b.
     gamma
-        Kernel scale, a positive finite number. The default 1.0 suits standardised features
-        (`StandardScaler() | model`) in two or three dimensions: two points one standard
-        deviation apart in one feature have K = e^-1. Standardised points in d dimensions lie
-        about sqrt(2 d) apart, so with more features use about 3 / d (0.3 was best for 10
-        features in `benchmarks/kernel_models.py`, 1.0 to 4.0 for Bananas' 2).
+        Kernel width, a positive finite number, or `"auto"` (the default): 2 / (the sum of the
+        features' variances), estimated from the first 64 records and then frozen (2 / d on d
+        standardised features; see `streammargin.support.estimate_gamma`). The width in use is
+        `gamma_`. A number suits a stream whose scale is known: 1.0 to 4.0 for Bananas' two
+        standardised features, about 2 / d for d of them.
     degree
         Degree of the polynomial kernel, an integer in [1, 100].
     coef0
@@ -146,7 +146,7 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
     def __init__(
         self,
         kernel: str = "rbf",
-        gamma: float = 1.0,
+        gamma: float | str = "auto",
         degree: int = 3,
         coef0: float = 1.0,
         C: float = 1.0,

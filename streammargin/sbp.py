@@ -56,10 +56,11 @@ class SBPClassifier(KernelClassifier):
     kernel
         "rbf", "poly" or "linear" (see `streammargin.support`).
     gamma
-        Kernel coefficient, a positive finite number: exp(-gamma ||a - b||^2) for "rbf",
-        (gamma a.b + coef0)^degree for "poly". For "rbf" on standardised features, about
-        1 / (number of features) is a good start; narrower kernels (larger gamma) fit more
-        intricate classes.
+        Kernel width, a positive finite number, or `"auto"` (the default): 2 / (the sum of the
+        features' variances), estimated from the first 64 records and then frozen (2 / d on d
+        standardised features; see `streammargin.support.estimate_gamma`). The width in use is
+        `gamma_`. A number suits a stream whose scale is known: 1.0 to 4.0 for Bananas' two
+        standardised features, about 2 / d for d of them.
     degree
         Degree of the polynomial kernel, an integer in [1, 100].
     coef0
@@ -122,7 +123,7 @@ class SBPClassifier(KernelClassifier):
         window: int = 500,
         steps: int = 5,
         kernel: str = "rbf",
-        gamma: float = 1.0,
+        gamma: float | str = "auto",
         degree: int = 3,
         coef0: float = 1.0,
         seed: int = 0,

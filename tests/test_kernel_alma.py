@@ -60,7 +60,7 @@ def test_the_linear_kernel_is_linear_alma_2(alpha):
         x = rng.normal(size=5) * rng.choice([0.01, 1.0, 100.0])
         label = bool(u @ x + 0.3 * rng.normal() > 0)
         stream.append(({f"x{i}": float(v) for i, v in enumerate(x)}, label))
-    dual = KernelALMAClassifier(kernel="linear", alpha=alpha, budget=1000)
+    dual = KernelALMAClassifier(kernel="linear", alpha=alpha, budget=1000, eviction="oldest")
     primal = ALMAClassifier(p=2.0, alpha=alpha, fit_intercept=False, average=False)
     for x, y in stream:
         assert dual.decision_one(x) == pytest.approx(primal.decision_one(x), rel=1e-9, abs=1e-12)
@@ -85,9 +85,12 @@ def test_the_average_is_the_mean_of_the_hypotheses(eviction):
     Exact while no vector leaves the cache (a projection only changes coefficients)."""
     dicts, _ = dense_stream(seed=9, n=300)
     budget = 40 if eviction == "project" else 300
-    last = KernelALMAClassifier(budget=budget, eviction=eviction, projection_threshold=0.5)
+    # (a fixed width: gamma="auto" relearns the warm-up, replacing the hypotheses of its past)
+    last = KernelALMAClassifier(
+        gamma=1.0, budget=budget, eviction=eviction, projection_threshold=0.5
+    )
     averaged = KernelALMAClassifier(
-        budget=budget, eviction=eviction, projection_threshold=0.5, average=True
+        gamma=1.0, budget=budget, eviction=eviction, projection_threshold=0.5, average=True
     )
     probes = [x for x, _ in dicts[:10]]
     history = []
@@ -105,7 +108,7 @@ def test_the_average_is_the_mean_of_the_hypotheses(eviction):
 
 
 def test_zero_instances_make_no_update():
-    model = KernelALMAClassifier(kernel="linear")
+    model = KernelALMAClassifier(kernel="linear", eviction="oldest")
     model.learn_one({"a": 1.0}, True)
     model.learn_one({}, False)
     model.learn_one({"a": 0.0, "b": 0.0}, False)

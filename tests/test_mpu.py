@@ -209,7 +209,9 @@ def test_invariant_to_a_rescaling_of_the_features():
 def test_the_linear_kernel_dual_form_equals_the_primal_form():
     rng = np.random.default_rng(12)
     stream = random_stream(rng, 1500, 6, noise=0.4)
-    primal, dual = MPUClassifier(budget=60), MPUClassifier(budget=60, kernel="linear")
+    # (C="auto" is 0.01 for the primal form, 1.0 with a kernel: the same C for both here)
+    primal = MPUClassifier(budget=60, C=0.01)
+    dual = MPUClassifier(budget=60, kernel="linear", C=0.01)
     for x, y in stream:
         primal.learn_one(x, y)
         dual.learn_one(x, y)
