@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from streammargin import memory, state
 from streammargin.alma import ALMAClassifier
+from streammargin.auto import AutoClassifier
 from streammargin.budget_perceptron import BudgetPerceptron
 from streammargin.budget_svm import BudgetSVMClassifier
 from streammargin.convex_polytope import ConvexPolytopeClassifier
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ALMAClassifier",
+    "AutoClassifier",
     "BudgetPerceptron",
     "BudgetSVMClassifier",
     "ConvexPolytopeClassifier",

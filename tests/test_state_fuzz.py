@@ -222,15 +222,12 @@ def test_from_state_of_something_that_is_not_a_model_state():
 # Model states: structure ------------------------------------------------------------------------
 
 # Models with a numeric core of their own (MPUClassifier builds two of them, `_forms`; the states
-# saved before the split are fuzzed in tests/test_mpu.py). The one-vs-rest wrapper holds their
-# states (one per class), each restored by its class' from_state; its own structure is fuzzed in
-# tests/test_multiclass.py.
+# saved before the split are fuzzed in tests/test_mpu.py). The one-vs-rest wrapper and
+# AutoClassifier hold their members' states (one per class, one per portfolio member), each
+# restored by its class' from_state; their own structure is fuzzed in tests/test_multiclass.py and
+# tests/test_auto.py. (The three have a `_memory_bound` made of their members'.)
 MODEL_CLASSES = sorted(
-    (
-        cls
-        for cls in state.registered_models().values()
-        if not hasattr(cls, "_wrapped_model") and not hasattr(cls, "_forms")
-    ),
+    (cls for cls in state.registered_models().values() if not hasattr(cls, "_memory_bound")),
     key=lambda cls: cls.__name__,
 )
 CASES = [

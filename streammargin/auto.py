@@ -1,0 +1,481 @@
+"""A classifier that picks its own model: a small portfolio scored by progressive validation."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import typing
+
+import numpy as np
+from river import base
+
+from streammargin import state, validation
+from streammargin.alma import ALMAClassifier
+from streammargin.base import binary_target, check_max_features, frame_values, plain_label
+from streammargin.budget_svm import BudgetSVMClassifier
+from streammargin.convex_polytope import ConvexPolytopeClassifier
+from streammargin.errors import InvalidInput, StateError
+from streammargin.features import describe_bad_values
+
+__all__ = ["AutoClassifier", "PORTFOLIO"]
+
+#: The members, in the order that breaks ties of their scores (the first one serves until the
+#: scores differ): a linear model, a piecewise-linear multiclass one, a kernel one.
+PORTFOLIO = ("ALMAClassifier", "ConvexPolytopeClassifier", "BudgetSVMClassifier")
+MAX_CLASSES = 100_000  # the CPM's own bound
+MAX_WINDOW = 10**9
+_STATE_KEYS = ("model", "params", "labels", "binary", "members", "scores")
+
+
+@state.register
+class AutoClassifier(base.MiniBatchClassifier):
+    """Runs a portfolio of models on every record and serves the one that is best lately.
+
+    A user who does not know the stream in advance cannot choose among the models: on a
+    20-feature rotating hyperplane the linear ALMA reaches 0.92 where the kernel models reach
+    0.76-0.87, on Agrawal's function 2 the linear models reach 0.57 where the Convex Polytope
+    Machine reaches 0.92, on Bananas the kernel models lead. This model runs ALMA, the CPM and
+    the budget SVM (`PORTFOLIO`, each at its defaults, with this model's `max_features`) on every
+    record, scores each by progressive validation (its prediction of a record is compared with
+    the label before it learns the record), and serves the member with the highest recent
+    accuracy: an exponentially weighted mean of its 0/1 outcomes over about `window` records
+    (weight (1 - 1/window) per record), so that after a drift it follows the member that is best
+    on the new concept within a few hundred records. Ties go to the earlier member.
+
+    Labels are kept as given (str, int, bool, float, tuples of them; at most `max_classes`): the
+    model is natively multiclass through the CPM. The binary members (ALMA, the budget SVM) take
+    part while the labels seen are a binary coding (at most two, one of True/1 and one of
+    False/0/-1); from the first label outside it they stop learning and are no longer scored
+    or served, and the CPM serves alone (a one-vs-rest copy per class would multiply their cost
+    by the classes).
+
+    Cost: every member predicts and learns each labelled record, so a record costs the members'
+    sum; a prediction costs the served member's. The served member's prediction of the record
+    last predicted is reused when that record is learnt.
+
+    Memory: the members' bounds (`streammargin.memory.memory_bound` of each) plus the labels.
+
+    Parameters
+    ----------
+    window
+        About how many recent records the members are scored on, an integer in
+        [1, 1000000000].
+    max_classes
+        The most classes, in [2, 100000] (the CPM's bound); a label beyond it raises
+        `streammargin.InvalidInput` and changes nothing.
+    max_features
+        Every member's bound on feature columns (see `streammargin.features`), an integer in
+        [1, 2**30].
+
+    Attributes
+    ----------
+    members : dict
+        Member name -> the member model.
+    best : str
+        The name of the member served now.
+    scores : dict
+        Member name -> its recent accuracy (None for a member retired on a multiclass stream).
+
+    Examples
+    --------
+
+    >>> from river import datasets, evaluate, metrics, preprocessing
+    >>> import streammargin
+
+    >>> model = preprocessing.StandardScaler() | streammargin.AutoClassifier()
+    >>> evaluate.progressive_val_score(datasets.Bananas(), model, metrics.Accuracy())
+    Accuracy: 87.90%
+
+    >>> auto = model["AutoClassifier"]
+    >>> auto.best
+    'BudgetSVMClassifier'
+    >>> {name: round(score, 3) for name, score in auto.scores.items()}
+    {'ALMAClassifier': 0.556, 'ConvexPolytopeClassifier': 0.858, 'BudgetSVMClassifier': 0.88}
+
+    """
+
+    def __init__(self, window: int = 500, max_classes: int = 100, max_features: int = 2048):
+        validation.integer_in("window", window, 1, MAX_WINDOW)
+        validation.integer_in("max_classes", max_classes, 2, MAX_CLASSES)
+        check_max_features(max_features)
+        self.window = int(window)
+        self.max_classes = int(max_classes)
+        self.max_features = int(max_features)
+        self._reset()
+
+    def _member_params(self) -> dict[str, dict]:
+        return {
+            "ALMAClassifier": {"max_features": self.max_features},
+            "ConvexPolytopeClassifier": {
+                "max_features": self.max_features,
+                "max_classes": self.max_classes,
+            },
+            "BudgetSVMClassifier": {"max_features": self.max_features},
+        }
+
+    def _reset(self) -> None:
+        classes = {cls.__name__: cls for cls in (
+            ALMAClassifier, ConvexPolytopeClassifier, BudgetSVMClassifier
+        )}
+        self.members = {
+            name: classes[name](**params) for name, params in self._member_params().items()
+        }
+        self._labels: list = []  # the classes, in the order first seen
+        self._binary = True  # the labels so far are a binary coding: the binary members take part
+        # per member: decayed number of correct predictions and decayed count
+        self._scores = np.zeros((len(PORTFOLIO), 2))
+        self._last: tuple | None = None  # (a copy of x, member index, its prediction)
+
+    @property
+    def _multiclass(self) -> bool:
+        return True
+
+    @classmethod
+    def _unit_test_params(cls) -> typing.Iterator[dict]:
+        yield {}
+        yield {"window": 20, "max_classes": 7, "max_features": 64}
+
+    # Labels and members -------------------------------------------------------------------------
+
+    def _active(self) -> list[int]:
+        """Indices of the members that take part (all, or the CPM alone on a multiclass stream)."""
+        if self._binary:
+            return list(range(len(PORTFOLIO)))
+        return [PORTFOLIO.index("ConvexPolytopeClassifier")]
+
+    @staticmethod
+    def _is_native(index: int) -> bool:
+        return PORTFOLIO[index] == "ConvexPolytopeClassifier"
+
+    def _stays_binary(self, label: typing.Any) -> bool:
+        """Whether the labels seen plus `label` are still a binary coding."""
+        if not self._binary:
+            return False
+        try:
+            target = binary_target(label)
+        except InvalidInput:
+            return False
+        return all(
+            (known == label) or binary_target(known) != target for known in self._labels
+        )
+
+    def _member_label(self, index: int, prediction: typing.Any) -> typing.Any:
+        """A member's prediction as one of this model's labels (a binary member's True/False
+        becomes the label seen with that coding; None before it)."""
+        if self._is_native(index):
+            return prediction
+        target = 1.0 if prediction else -1.0
+        for label in self._labels:
+            if binary_target(label) == target:
+                return label
+        return None
+
+    def _member_proba(self, index: int, x: dict) -> dict:
+        member = self.members[PORTFOLIO[index]]
+        proba = member.predict_proba_one(x)
+        if self._is_native(index):
+            return proba
+        out = {}
+        for label in self._labels:
+            out[label] = proba[binary_target(label) > 0]
+        total = math.fsum(out.values())
+        return {label: p / total for label, p in out.items()} if total > 0 else out
+
+    def _best(self) -> int:
+        """The member with the highest recent accuracy (the earliest on a tie)."""
+        best, best_score = -1, -1.0
+        for i in self._active():
+            correct, count = self._scores[i]
+            score = correct / count if count > 0.0 else 0.0
+            if score > best_score:
+                best, best_score = i, score
+        return best
+
+    @property
+    def best(self) -> str:
+        return PORTFOLIO[self._best()]
+
+    @property
+    def scores(self) -> dict[str, float | None]:
+        active = set(self._active())
+        return {
+            name: (float(c / n) if n > 0.0 else 0.0) if i in active else None
+            for i, (name, (c, n)) in enumerate(zip(PORTFOLIO, self._scores))
+        }
+
+    # River API ----------------------------------------------------------------------------------
+
+    def predict_proba_one(self, x: dict, **kwargs: typing.Any) -> dict:
+        if not self._labels:
+            describe_bad_values(x)
+            return {}
+        return self._member_proba(self._best(), x)
+
+    def predict_one(self, x: dict, **kwargs: typing.Any) -> typing.Any:
+        if not self._labels:
+            describe_bad_values(x)
+            return None
+        index = self._best()
+        label = self._member_label(index, self.members[PORTFOLIO[index]].predict_one(x))
+        self._last = (dict(x), index, label)
+        return label
+
+    def decision_one(self, x: dict) -> typing.Any:
+        """The served member's raw score: a float for a binary member (its sign: the label seen
+        with the positive coding), {label: score} for the CPM; {} before any label."""
+        if not self._labels:
+            describe_bad_values(x)
+            return {}
+        return self.members[PORTFOLIO[self._best()]].decision_one(x)
+
+    def learn_one(self, x: dict, y: typing.Any, **kwargs: typing.Any) -> None:
+        label = plain_label(y)
+        new = label not in self._labels
+        if new and len(self._labels) >= self.max_classes:
+            raise InvalidInput(
+                f"label {label!r:.80} would be class {len(self._labels) + 1}, beyond "
+                f"max_classes={self.max_classes}; raise max_classes if the stream has more classes"
+            )
+        binary = self._stays_binary(label)
+        # (from the first label outside a binary coding on, the CPM alone)
+        active = self._active() if binary else [PORTFOLIO.index("ConvexPolytopeClassifier")]
+        last, self._last = self._last, None
+        # Progressive validation: each member's prediction, before it learns. The first call
+        # validates x (every member validates alike), so a refused record changes nothing.
+        outcomes = []
+        for i in active:
+            if self._labels:
+                if last is not None and last[1] == i and last[0] == x:
+                    predicted = last[2]
+                else:
+                    predicted = self._member_label(i, self.members[PORTFOLIO[i]].predict_one(x))
+                outcomes.append(1.0 if predicted == label and predicted is not None else 0.0)
+            else:
+                describe_bad_values(x)
+                outcomes.append(0.0)
+        for i in active:
+            member = self.members[PORTFOLIO[i]]
+            member.learn_one(x, label if self._is_native(i) else binary_target(label) > 0)
+        keep = 1.0 - 1.0 / self.window
+        for i, outcome in zip(active, outcomes):
+            self._scores[i, 0] = keep * self._scores[i, 0] + outcome
+            self._scores[i, 1] = keep * self._scores[i, 1] + 1.0
+        if new:
+            self._labels.append(label)
+        self._binary = binary
+
+    # Mini-batches: row by row, the same as learn_one -------------------------------------------
+
+    def learn_many(self, X: typing.Any, y: typing.Any, **kwargs: typing.Any) -> None:
+        """`learn_one` over the rows of a DataFrame in order; a refused frame changes nothing."""
+        labels = [plain_label(label) for label in y]
+        if len(labels) != len(X):
+            raise InvalidInput(f"X has {len(X)} rows but y has {len(labels)} labels")
+        values = frame_values(X)
+        saved = copy.deepcopy(self.__dict__)
+        try:
+            for row, label in enumerate(labels):
+                self.learn_one(_row_dict(X.columns, values[row]), label)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
+
+    def predict_proba_many(self, X: typing.Any, **kwargs: typing.Any) -> typing.Any:
+        import pandas as pd
+
+        values = frame_values(X)
+        rows = [self.predict_proba_one(_row_dict(X.columns, v)) for v in values]
+        return pd.DataFrame(rows, index=X.index, columns=list(self._labels)).fillna(0.0)
+
+    def predict_many(self, X: typing.Any, **kwargs: typing.Any) -> typing.Any:
+        import pandas as pd
+
+        values = frame_values(X)
+        return pd.Series(
+            [self.predict_one(_row_dict(X.columns, v)) for v in values], index=X.index,
+            dtype=object,
+        )
+
+    # Monitoring ---------------------------------------------------------------------------------
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """The classes, the served member's index in `PORTFOLIO`, and the members' counters
+        prefixed by their short names (the Kafka worker's metrics)."""
+        out = {"classes": len(self._labels), "best": self._best()}
+        for name, member in self.members.items():
+            prefix = name.lower().removesuffix("classifier")
+            for key, value in member.counters.items():
+                out[f"{prefix}_{key}"] = int(value)
+        return out
+
+    # Memory -------------------------------------------------------------------------------------
+
+    def _memory_bound(self, params: dict | None = None) -> int:
+        """`streammargin.memory.memory_bound`: the members' bounds plus the labels."""
+        chosen = {
+            "window": self.window, "max_classes": self.max_classes,
+            "max_features": self.max_features, **(params or {}),
+        }
+        return _bound(int(chosen["max_classes"]), int(chosen["max_features"]))
+
+    def _memory_size(self) -> int:
+        from streammargin import memory
+        from streammargin.features import name_json
+
+        labels = sum(len(name_json(label)) + 1 for label in self._labels)
+        return labels + 8 * self._scores.size + sum(
+            memory.memory_size(m) for m in self.members.values()
+        )
+
+    # Safe state ---------------------------------------------------------------------------------
+
+    def to_state(self) -> dict:
+        return {
+            "model": type(self).__name__,
+            "params": self._get_params(),
+            "labels": [state.encode_name(label) for label in self._labels],
+            "binary": self._binary,
+            "members": [self.members[name].to_state() for name in PORTFOLIO],
+            "scores": self._scores.copy(),
+        }
+
+    @classmethod
+    def from_state(cls, data: typing.Any, max_bytes: int | None = None) -> AutoClassifier:
+        """Rebuild a model from `to_state()`; `StateError` for anything malformed.
+
+        Checked before any member is restored: the fields, the params (by the constructor),
+        the bound they imply (against `max_bytes`), the labels (valid, distinct, at most
+        `max_classes`, a binary coding while `binary` is true), the scores (finite, 0 <=
+        correct <= count <= window), and that the members are the portfolio's classes with the
+        parameters this model gives them. Each member is then restored by its own class'
+        `from_state`, whose refusals become StateError.
+        """
+        from streammargin import memory
+
+        if type(data) is not dict or data.get("model") != cls.__name__:
+            name = data.get("model") if type(data) is dict else None
+            raise StateError(f"state of {name!r:.80} cannot restore a {cls.__name__}")
+        if set(data) != set(_STATE_KEYS):
+            raise StateError(f"{cls.__name__} state: expected the fields {sorted(_STATE_KEYS)}")
+        params = data["params"]
+        if type(params) is not dict or set(params) != {"window", "max_classes", "max_features"}:
+            raise StateError(f"{cls.__name__} state: params must be window, max_classes and "
+                             "max_features")
+        for name, value in params.items():
+            if type(value) is not int:
+                raise StateError(f"{cls.__name__} state: parameter {name} must be an int")
+        try:
+            cls._check_params(**params)
+        except ValueError as error:
+            raise StateError(f"bad parameter in the state of a {cls.__name__}: {error}") from None
+        limit = memory.DEFAULT_MAX_STATE_BYTES if max_bytes is None else max_bytes
+        bound = _bound(params["max_classes"], params["max_features"])
+        if bound > limit:
+            raise StateError(
+                f"a saved {cls.__name__} with these params may hold up to {bound:,} bytes, above "
+                f"the limit of {limit:,}: pass a larger max_bytes to from_state if this is expected"
+            )
+        binary = data["binary"]
+        if type(binary) is not bool:
+            raise StateError(f"{cls.__name__} state: binary must be true or false")
+        labels = data["labels"]
+        if type(labels) is not list or len(labels) > params["max_classes"]:
+            raise StateError(f"{cls.__name__} state: labels must be a list of at most "
+                             "max_classes")
+        decoded = []
+        for encoded in labels:
+            try:
+                decoded.append(plain_label(state.decode_name(encoded)))
+            except InvalidInput as error:
+                raise StateError(f"{cls.__name__} state: {error}") from None
+        if len(set(decoded)) != len(decoded):
+            raise StateError(f"{cls.__name__} state: a label appears twice")
+        if binary and not _is_binary_coding(decoded):
+            raise StateError(f"{cls.__name__} state: the labels are not a binary coding")
+        scores = data["scores"]
+        window = params["window"]
+        if not (
+            isinstance(scores, np.ndarray) and scores.dtype == np.float64
+            and scores.shape == (len(PORTFOLIO), 2) and np.isfinite(scores).all()
+            and np.all(scores >= 0.0) and np.all(scores[:, 0] <= scores[:, 1] * (1 + 1e-12))
+            and np.all(scores[:, 1] <= window * (1 + 1e-9))
+        ):
+            raise StateError(
+                f"{cls.__name__} state: scores must be a finite {len(PORTFOLIO)}x2 float64 array "
+                "with 0 <= correct <= count <= window"
+            )
+        members = data["members"]
+        if type(members) is not list or len(members) != len(PORTFOLIO):
+            raise StateError(f"{cls.__name__} state: members must be the {len(PORTFOLIO)} of "
+                             f"{list(PORTFOLIO)}")
+        model = cls(**params)
+        expected = {
+            name: json.loads(json.dumps(model.members[name]._get_params())) for name in PORTFOLIO
+        }
+        for name, member_state in zip(PORTFOLIO, members):
+            if (
+                type(member_state) is not dict
+                or member_state.get("model") != name
+                or member_state.get("params") != expected[name]
+            ):
+                raise StateError(
+                    f"{cls.__name__} state: member {name} must be a {name} with the "
+                    "parameters this model gives it"
+                )
+        member_classes = state.registered_models()
+        for name, member_state in zip(PORTFOLIO, members):
+            try:
+                model.members[name] = member_classes[name].from_state(member_state, max_bytes=limit)
+            except StateError:
+                raise
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+                raise StateError(
+                    f"{cls.__name__} state: member {name}: {type(error).__name__}: {error}"
+                ) from None
+        model._labels = decoded
+        model._binary = binary
+        model._scores = np.array(scores, dtype=np.float64, copy=True)
+        return model
+
+    @classmethod
+    def _check_params(cls, window: int, max_classes: int, max_features: int) -> None:
+        validation.integer_in("window", window, 1, MAX_WINDOW)
+        validation.integer_in("max_classes", max_classes, 2, MAX_CLASSES)
+        check_max_features(max_features)
+
+
+def _row_dict(columns: typing.Any, row: np.ndarray) -> dict:
+    """A frame row as learn_one's dict (NaN: absent)."""
+    return {name: float(v) for name, v in zip(columns, row) if not math.isnan(v)}
+
+
+def _is_binary_coding(labels: list) -> bool:
+    """At most two labels, each a binary coding, not both of the same sign."""
+    if len(labels) > 2:
+        return False
+    try:
+        targets = [binary_target(label) for label in labels]
+    except InvalidInput:
+        return False
+    return len(set(targets)) == len(targets)
+
+
+def _bound(max_classes: int, max_features: int) -> int:
+    """The members' bounds at these params, plus max_classes labels and the scores."""
+    from streammargin import memory
+
+    total = memory.STATE_OVERHEAD + max_classes * (memory.MAX_LABEL_BYTES + 1) + 8 * 2 * len(
+        PORTFOLIO
+    )
+    member_params = {
+        "ALMAClassifier": {"max_features": max_features},
+        "ConvexPolytopeClassifier": {"max_features": max_features, "max_classes": max_classes},
+        "BudgetSVMClassifier": {"max_features": max_features},
+    }
+    classes = state.registered_models()
+    for name in PORTFOLIO:
+        total += memory.memory_bound(classes[name], member_params[name]) - memory.STATE_OVERHEAD
+    return total

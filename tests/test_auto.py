@@ -1,0 +1,290 @@
+"""streammargin.AutoClassifier: a portfolio scored by progressive validation.
+
+The contract tests every registered model runs (River's checker, round trips, bad input, corrupt
+arrays) are in test_common.py; these are the selection, multiclass, memory and untrusted-state
+specifics (the generic fuzz tests of test_state_fuzz.py expect a flat model state).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from river import datasets, evaluate, metrics, preprocessing
+from river.datasets import synth
+
+import streammargin
+from streammargin import memory, state
+from streammargin.auto import PORTFOLIO
+from streammargin.errors import InvalidInput, StateError
+
+FUZZ = settings(
+    max_examples=40, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def scaled(data):
+    scaler = preprocessing.StandardScaler()
+    out = []
+    for x, y in data:
+        scaler.learn_one(x)
+        out.append((scaler.transform_one(x), y))
+    return out
+
+
+def xor_stream(n, seed, d=20):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        v = rng.normal(size=d)
+        out.append(({f"x{j}": float(v[j]) for j in range(d)}, bool(v[0] * v[1] > 0)))
+    return out
+
+
+def test_it_serves_the_best_member_and_follows_a_change_of_the_best_after_drift():
+    """A 20-feature hyperplane (ALMA best), then an XOR of two of the features (ALMA at chance):
+    the served member changes within a few hundred records of the change."""
+    hyperplane = [(x, bool(y)) for x, y in synth.Hyperplane(seed=1, n_features=20).take(2000)]
+    hyperplane = [({f"x{j}": x[j] for j in range(20)}, y) for x, y in hyperplane]
+    model = streammargin.AutoClassifier()
+    for x, y in hyperplane:
+        model.predict_one(x)
+        model.learn_one(x, y)
+    assert model.best == "ALMAClassifier"
+    switched_at = None
+    for i, (x, y) in enumerate(xor_stream(1500, seed=2)):
+        model.predict_one(x)
+        model.learn_one(x, y)
+        if switched_at is None and model.best != "ALMAClassifier":
+            switched_at = i
+    assert switched_at is not None and switched_at < 1000  # 644 measured, window 500
+    assert model.best != "ALMAClassifier"
+    assert model.scores["ALMAClassifier"] < 0.6 < max(model.scores.values())
+
+
+def test_progressive_accuracy_within_a_point_of_the_best_member():
+    data = list(datasets.Phishing())
+    accuracies = {}
+    for name, model in [
+        ("auto", streammargin.AutoClassifier()),
+        *[(name, cls()) for name, cls in [
+            ("ALMAClassifier", streammargin.ALMAClassifier),
+            ("ConvexPolytopeClassifier", streammargin.ConvexPolytopeClassifier),
+            ("BudgetSVMClassifier", streammargin.BudgetSVMClassifier),
+        ]],
+    ]:
+        pipeline = preprocessing.StandardScaler() | model
+        accuracies[name] = evaluate.progressive_val_score(data, pipeline, metrics.Accuracy()).get()
+    best = max(v for k, v in accuracies.items() if k != "auto")
+    assert accuracies["auto"] >= best - 0.01
+
+
+def test_on_a_multiclass_stream_the_cpm_serves_alone_and_equals_the_cpm():
+    data = scaled(datasets.ImageSegments().take(500))
+    auto = streammargin.AutoClassifier(max_features=64)
+    cpm = streammargin.ConvexPolytopeClassifier(max_features=64)
+    for x, y in data:
+        assert auto.predict_proba_one(x) == cpm.predict_proba_one(x)
+        assert auto.predict_one(x) == cpm.predict_one(x)
+        auto.learn_one(x, y)
+        cpm.learn_one(x, y)
+    assert auto.best == "ConvexPolytopeClassifier"
+    assert auto.scores["ALMAClassifier"] is None and auto.scores["BudgetSVMClassifier"] is None
+    alma = auto.members["ALMAClassifier"]
+    assert alma.counters["trials"] == 0  # the first label, 'path', is not a binary coding
+
+
+def test_binary_members_stop_at_the_first_label_outside_a_binary_coding():
+    model = streammargin.AutoClassifier()
+    for i in range(30):
+        model.learn_one({"a": float(i % 3), "b": 1.0}, i % 2)  # labels 0 and 1: binary
+    assert model.members["ALMAClassifier"].counters["trials"] == 30
+    assert model.predict_one({"a": 1.0, "b": 1.0}) in (0, 1)
+    model.learn_one({"a": 2.0}, 2)
+    assert model.members["ALMAClassifier"].counters["trials"] == 30
+    assert model.members["ConvexPolytopeClassifier"].counters["trials"] == 31
+    assert model.best == "ConvexPolytopeClassifier"
+    assert set(model.predict_proba_one({"a": 1.0})) == {0, 1, 2}
+
+
+def test_binary_labels_come_back_as_given():
+    model = streammargin.AutoClassifier()
+    for i in range(60):
+        model.learn_one({"a": float(i % 2) - 0.5}, "yes" if i % 2 else "no")
+    # "yes"/"no" are not a binary coding: the CPM learns them as classes
+    assert model.predict_one({"a": 0.5}) == "yes" and model.predict_one({"a": -0.5}) == "no"
+    model = streammargin.AutoClassifier()
+    for i in range(60):
+        model.learn_one({"a": float(i % 2) - 0.5}, 1 if i % 2 else -1)
+    assert model.predict_one({"a": 0.5}) == 1 and model.predict_one({"a": -0.5}) == -1
+    assert set(model.predict_proba_one({"a": 0.5})) == {1, -1}
+
+
+def test_a_label_beyond_max_classes_is_refused_and_changes_nothing():
+    model = streammargin.AutoClassifier(max_classes=2)
+    model.learn_one({"a": 1.0}, "u")
+    model.learn_one({"a": 2.0}, "v")
+    before = state.dumps(model.to_state())
+    with pytest.raises(InvalidInput, match="max_classes"):
+        model.learn_one({"a": 3.0}, "w")
+    assert state.dumps(model.to_state()) == before
+
+
+def test_memory_stays_within_the_members_bounds_whatever_the_stream():
+    model = streammargin.AutoClassifier(max_classes=7, max_features=16)
+    rng = np.random.default_rng(0)
+    for i in range(400):
+        x = {f"f{j}": float(v) for j, v in enumerate(rng.normal(size=4))}
+        x[f"id{i}"] = 1.0  # a new name every record: hashed beyond the bound
+        model.learn_one(x, ["a", "b", "c", "d", "e"][i % 5] if i > 200 else bool(i % 2))
+    bound = memory.memory_bound(model)
+    assert memory.memory_size(model) <= bound - memory.STATE_OVERHEAD
+    assert len(state.dumps(model.to_state())) <= bound
+    members = sum(memory.memory_bound(m) - memory.STATE_OVERHEAD for m in model.members.values())
+    assert bound == members + 7 * (memory.MAX_LABEL_BYTES + 1) + 48 + memory.STATE_OVERHEAD
+
+
+def test_from_state_refuses_params_that_imply_too_much_before_building_anything():
+    saved = trained()
+    saved["params"].update(max_classes=100_000, max_features=2**20)
+    with pytest.raises(StateError, match="bytes"):
+        streammargin.from_state(saved)
+    with pytest.raises(StateError, match="bytes"):
+        streammargin.from_state(trained(), max_bytes=10_000)
+
+
+_TRAINED: dict = {}
+
+
+def trained(multiclass=False) -> dict:
+    if multiclass not in _TRAINED:
+        model = streammargin.AutoClassifier(window=50, max_classes=6, max_features=8)
+        rng = np.random.default_rng(1)
+        for i in range(80):
+            x = {k: float(v) for k, v in zip("abc", rng.normal(size=3))}
+            label = ["u", "v", "w"][i % 3] if multiclass and i > 40 else bool(x["a"] > 0)
+            model.predict_one(x)
+            model.learn_one(x, label)
+        _TRAINED[multiclass] = state.dumps(model.to_state())
+    return state.loads(_TRAINED[multiclass])
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda s: s.pop("scores"),
+        lambda s: s.update(extra=1),
+        lambda s: s.update(model="ALMAClassifier"),
+        lambda s: s["params"].update(window=0),
+        lambda s: s["params"].update(window=True),
+        lambda s: s["params"].update(max_features=2**31),
+        lambda s: s["params"].update(other=1),
+        lambda s: s.update(binary=1),
+        lambda s: s.update(labels=[True, True]),
+        lambda s: s.update(labels=["u", "v"]),  # binary true, but not a binary coding
+        lambda s: s.update(labels=[{"float": float("nan")}]),
+        lambda s: s["scores"].__setitem__((0, 0), np.nan),
+        lambda s: s["scores"].__setitem__((0, 0), 1e9),
+        lambda s: s["scores"].__setitem__((1, 1), -1.0),
+        lambda s: s.update(scores=np.zeros((2, 2))),
+        lambda s: s["members"].pop(),
+        lambda s: s["members"].reverse(),
+        lambda s: s["members"][1]["params"].update(max_classes=5),
+        lambda s: s["members"][0]["arrays"]["_w"].__setitem__(0, np.inf)
+        if "_w" in s["members"][0]["arrays"] else s["members"][0].update(params=None),
+        lambda s: s["members"][2]["arrays"]["_st"].__setitem__(0, 1e9),
+    ],
+)
+def test_a_malformed_state_raises_state_error_only(change):
+    saved = trained()
+    change(saved)
+    with pytest.raises(StateError):
+        streammargin.from_state(saved)
+
+
+def exercise(model, rng, n=40):
+    names = ["a", "b", "c", "new", 7, "L" * 200]
+    for i in range(n):
+        scale = 10.0 ** rng.uniform(-300, 300)
+        x = {names[k]: float(rng.normal()) * scale for k in rng.permutation(6)[: 1 + i % 6]}
+        proba = model.predict_proba_one(x)
+        assert all(math.isfinite(p) and 0.0 <= p <= 1.0 for p in proba.values())
+        model.predict_one(x)
+        try:
+            model.learn_one(x, ["u", "v", "w"][i % 3] if i > 20 else bool(rng.random() < 0.5))
+        except InvalidInput as error:  # a restored max_classes may be lower than 5
+            assert "max_classes" in str(error)
+    with pytest.raises(InvalidInput):
+        model.learn_one({"a": float("nan")}, True)
+    state.dumps(model.to_state())
+
+
+def edit(node, path, value):
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+
+
+def json_paths(node, prefix=()):
+    out = [prefix]
+    if isinstance(node, dict):
+        for key, child in node.items():
+            out += json_paths(child, prefix + (key,))
+    elif isinstance(node, list):
+        for i, child in enumerate(node):
+            out += json_paths(child, prefix + (i,))
+    return out
+
+
+@FUZZ
+@given(data=st.data())
+def test_random_edits_of_the_state_raise_state_error_or_restore(data):
+    saved = trained(multiclass=data.draw(st.booleans()))
+    paths = [p for p in json_paths(saved) if p]
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(paths))
+        value = data.draw(st.sampled_from(
+            [None, True, 0, -1, 2, 10**9, 1.5, 1e308, "x", "u", [], {}, {"int": 3}]
+        ))
+        try:
+            edit(saved, path, value)
+        except (TypeError, KeyError, IndexError):
+            continue
+    try:
+        model = streammargin.from_state(saved)
+    except StateError:
+        return
+    exercise(model, np.random.default_rng(data.draw(st.integers(0, 2**32))))
+
+
+@FUZZ
+@given(data=st.data())
+def test_random_bytes_of_a_checkpoint_raise_state_error_or_restore(data):
+    raw = bytearray(state.dumps(trained(multiclass=True)))
+    for position in data.draw(st.lists(st.integers(0, len(raw) - 1), min_size=1, max_size=8)):
+        raw[position] ^= 1 << data.draw(st.integers(0, 7))
+    try:
+        model = streammargin.from_state(state.loads(bytes(raw)))
+    except StateError:
+        return
+    exercise(model, np.random.default_rng(data.draw(st.integers(0, 2**32))))
+
+
+def test_counters_name_the_members():
+    model = streammargin.AutoClassifier()
+    model.learn_one({"a": 1.0}, True)
+    counters = model.counters
+    assert counters["classes"] == 1 and counters["best"] == 0
+    assert counters["alma_trials"] == 1 and counters["budgetsvm_trials"] == 1
+    assert all(type(v) is int for v in counters.values())
+    json.dumps(counters)
+
+
+def test_the_portfolio_is_what_the_docs_say():
+    assert PORTFOLIO == ("ALMAClassifier", "ConvexPolytopeClassifier", "BudgetSVMClassifier")
+    assert list(streammargin.AutoClassifier().members) == list(PORTFOLIO)
