@@ -18,6 +18,7 @@ BENCHMARKS = [
     ("calibration.py", [], []),
     ("kernel_models.py", [], ["--quick"]),
     ("cpm_sbp.py", [], ["--quick"]),
+    ("model_selection.py", [], ["--quick"]),
     ("mpu.py", [], ["--quick"]),
     ("kafka_throughput.py", [], ["--records", "20000", "--rounds", "1"]),
     ("feature_bound_accuracy.py", [], ["--quick"]),
