@@ -121,6 +121,13 @@ def memory_bound(model_or_class: typing.Any, params: dict | None = None) -> int:
     """
     own = getattr(model_or_class, "_memory_bound", None)
     if own is not None:  # a wrapper: its bound is made of its members' bounds
+        if isinstance(model_or_class, type) and getattr(own, "__self__", None) is None:
+            # a class whose bound is a method of its models: a model of its defaults and `params`
+            # (a classmethod, e.g. MPUClassifier's, takes the params itself)
+            try:
+                return model_or_class(**(params or {}))._memory_bound()
+            except TypeError as error:  # e.g. a wrapper without the model it wraps
+                raise ValueError(f"{model_or_class.__name__}: {error}") from None
         return own(params)
     cls, params = _class_and_params(model_or_class, params)
     max_features = int_param(params, "max_features", minimum=1)

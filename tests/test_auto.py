@@ -149,6 +149,13 @@ def test_memory_stays_within_the_members_bounds_whatever_the_stream():
     assert bound == members + 7 * (memory.MAX_LABEL_BYTES + 1) + 48 + memory.STATE_OVERHEAD
 
 
+def test_the_bound_of_the_class_is_the_bound_of_a_model_of_its_params():
+    params = {"max_classes": 3, "max_features": 16}
+    assert memory.memory_bound(streammargin.AutoClassifier, params) == memory.memory_bound(
+        streammargin.AutoClassifier(**params)
+    )
+
+
 def test_from_state_refuses_params_that_imply_too_much_before_building_anything():
     saved = trained()
     saved["params"].update(max_classes=100_000, max_features=2**20)
