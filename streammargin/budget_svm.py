@@ -100,7 +100,8 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
         128 bytes) share the last eighth by a stable hash of the name, and are not stored. Every
         cached example is a dense row of these columns, so memory stays below
         `streammargin.memory.memory_bound`: (budget + 1) x max_features x 8 bytes plus the (budget +
-        1)^2 Gram matrix, 3.7 MiB at the defaults.
+        1)^2 Gram matrix (and with gamma="auto" the first 64 records until the width is frozen),
+        4.7 MiB at the defaults.
 
     Attributes
     ----------

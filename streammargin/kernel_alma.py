@@ -87,7 +87,8 @@ class KernelALMAClassifier(BudgetKernelClassifier):
         128 bytes) share the last eighth by a stable hash of the name, and are not stored. Every
         support vector is a dense row of these columns, so memory stays below
         `streammargin.memory.memory_bound`: budget x max_features x 8 bytes plus budget-sized slots
-        (and the Projectron's budget x budget inverse Gram matrix), 3.4 MiB at the defaults.
+        (and the Projectron's budget x budget inverse Gram matrix, and with gamma="auto" the first
+        64 records until the width is frozen), 4.4 MiB at the defaults.
 
     Attributes
     ----------

@@ -75,7 +75,8 @@ class SBPClassifier(KernelClassifier):
         128 bytes) share the last eighth by a stable hash of the name, and are not stored. Every
         window example is a dense row of these columns, so memory stays below
         `streammargin.memory.memory_bound`: window x max_features x 8 bytes plus the window x window
-        Gram matrix, 10.0 MiB at the defaults.
+        Gram matrix (and with gamma="auto" the first 64 records until the width is frozen), 11.0
+        MiB at the defaults.
 
     Attributes
     ----------
