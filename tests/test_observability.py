@@ -445,7 +445,7 @@ BASE = ("--topic", "t", "--bootstrap-servers", "127.0.0.1:1")
     (("--model", "kernelalma", "--param", "kernel=cosine"), 2,
      "--model kernelalma --param kernel=cosine: kernel must be one of ['linear', 'poly', "
      "'rbf'], got 'cosine'"),
-    (("--model", "nope"), 2, "unknown model 'nope'; known models: alma, budgetperceptron"),
+    (("--model", "nope"), 2, "unknown model 'nope'; known models: alma, auto, budgetperceptron"),
     (("--drift-detector", "nope"), 2,
      "--drift-detector nope: unknown drift detector 'nope'; known: adwin,"),
     (("--drift-detector", "adwin", "--drift-param", "delta=-1"), 2,
