@@ -45,6 +45,7 @@ importable from here).
 from __future__ import annotations
 
 import abc
+import functools
 import typing
 
 import numpy as np
@@ -117,11 +118,8 @@ class _MPURule:
 
     @staticmethod
     def _validate_rule(C: typing.Any, epsilon: typing.Any, gap: typing.Any) -> None:
-        if not (isinstance(C, str) and C == "auto"):
-            try:
-                validation.optional(validation.positive_real, "C", C)
-            except ValueError as error:
-                raise ValueError(str(error).replace(" or ", " or 'auto' or ", 1)) from None
+        # "auto": the form's `_auto_C`
+        validation.auto_or(functools.partial(validation.optional, validation.positive_real), "C", C)
         validation.real_in("epsilon", epsilon, MIN_EPSILON, MAX_EPSILON)
         validation.real_in("gap", gap, 1.0, MAX_GAP, low_open=True)
 
@@ -158,7 +156,7 @@ class _MPURule:
 
     def _penalty(self) -> float:
         """Cp: the param, or the form's `_auto_C` with C="auto"."""
-        if self.C == "auto":
+        if self.C == validation.AUTO:
             return self._auto_C
         return float(self.C)
 

@@ -45,7 +45,6 @@ __all__ = [
     "MAX_GRAM_BUDGET",
     "estimate_gamma",
     "grown_columns",
-    "validate_gamma",
     "validate_kernel",
 ]
 
@@ -54,20 +53,6 @@ MAX_BUDGET = 100_000  # cached vectors: budget x columns float64 (budget x 8 at 
 MAX_GRAM_BUDGET = 10_000  # models with a budget x budget float64 matrix: 800 MB at the bound
 MAX_DEGREE = 100  # polynomial values are clamped anyway; a higher degree means nothing more
 MAX_TRIALS = 2.0**53  # trials are whole numbers in float64
-
-
-def validate_gamma(gamma: object) -> None:
-    """`gamma`: a positive finite number, or "auto" (estimated from the data, see
-    `estimate_gamma`); `ValueError` naming it otherwise."""
-    if isinstance(gamma, str) and gamma in GAMMA_ESTIMATES:
-        return
-    try:
-        validation.positive_real("gamma", gamma)
-    except ValueError:
-        raise ValueError(
-            f"gamma must be a number in (0.0, 1e+300] or one of {list(GAMMA_ESTIMATES)}, "
-            f"got {gamma!r:.80}"
-        ) from None
 
 
 def validate_kernel(
@@ -79,14 +64,13 @@ def validate_kernel(
         validation.optional(validation.one_of, "kernel", kernel, sorted(kjit.KERNELS))
     else:
         validation.one_of("kernel", kernel, sorted(kjit.KERNELS))
-    validate_gamma(gamma)
+    validation.auto_or(validation.positive_real, "gamma", gamma)  # "auto": `estimate_gamma`
     validation.integer_in("degree", degree, 1, MAX_DEGREE)
     validation.finite_real("coef0", coef0)
 
 
 # The data-driven kernel width (gamma="auto"). ------------------------------------------------------
 
-GAMMA_ESTIMATES = ("auto",)
 # Records the width is estimated from: it is re-estimated at records 1, 2, 4, ..., 64 (the model
 # relearns the records so far whenever it moves) and frozen at the 64th.
 AUTO_GAMMA_RECORDS = 64

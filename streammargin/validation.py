@@ -24,6 +24,8 @@ import typing
 import numpy as np
 
 __all__ = [
+    "AUTO",
+    "auto_or",
     "boolean",
     "finite_real",
     "fraction",
@@ -35,6 +37,10 @@ __all__ = [
 ]
 
 _T = typing.TypeVar("_T")
+
+#: The value of a parameter the model sets from the data or from its other params (a kernel's
+#: width, the MPU's penalty by form): the one string such parameters take.
+AUTO = "auto"
 
 
 def _show(value: typing.Any) -> str:
@@ -136,3 +142,32 @@ def optional(
         return validator(name, value, *args, **kwargs)
     except ValueError as error:
         raise ValueError(str(error).replace(" must be ", " must be None or ", 1)) from None
+
+
+def auto_or(
+    validator: typing.Callable[..., _T],
+    name: str,
+    value: typing.Any,
+    *args: typing.Any,
+    **kwargs: typing.Any,
+) -> _T | str:
+    """The string "auto" (`AUTO`: the model chooses the value), or a value that passes
+    `validator(name, value, *args, **kwargs)`; the message of a bad value says that "auto" is
+    allowed too. Other strings ("scale", "Auto", "") are bad values::
+
+        >>> auto_or(positive_real, "gamma", "auto")
+        'auto'
+        >>> auto_or(positive_real, "gamma", "scale")
+        Traceback (most recent call last):
+        ...
+        ValueError: gamma must be 'auto' or a number in (0.0, 1e+300], got 'scale'
+
+    With `optional`, through a partial: `auto_or(functools.partial(optional, positive_real),
+    "C", C)` takes "auto", None or a positive number.
+    """
+    if isinstance(value, str) and value == AUTO:
+        return value
+    try:
+        return validator(name, value, *args, **kwargs)
+    except ValueError as error:
+        raise ValueError(str(error).replace(" must be ", f" must be {AUTO!r} or ", 1)) from None

@@ -3,6 +3,7 @@ raises a `ValueError` that names the parameter, before anything is allocated."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import re
@@ -203,3 +204,44 @@ def test_one_vs_rest_max_classes_is_validated_like_every_parameter():
         with pytest.raises(ValueError, match=r"^max_classes must be an integer in \[2, 10000\]"):
             streammargin.OneVsRestClassifier(model, max_classes=bad)
     assert streammargin.OneVsRestClassifier(model, max_classes=np.int64(7)).max_classes == 7
+
+
+def test_auto_or():
+    assert validation.auto_or(validation.positive_real, "gamma", "auto") == "auto"
+    assert validation.auto_or(validation.positive_real, "gamma", 0.5) == 0.5
+    for bad in ("scale", "AUTO", "", b"auto", True, 0, float("nan")):
+        with pytest.raises(ValueError, match=r"^gamma must be 'auto' or a number in \(0\.0, "):
+            validation.auto_or(validation.positive_real, "gamma", bad)
+    optional_positive = functools.partial(validation.optional, validation.positive_real)
+    assert validation.auto_or(optional_positive, "C", None) is None
+    with pytest.raises(ValueError, match=r"^C must be 'auto' or None or a number in \(0\.0, "):
+        validation.auto_or(optional_positive, "C", -1.0)
+
+
+# Every parameter whose default is "auto", by public name.
+AUTO_PARAMS = [
+    pytest.param(cls, name, id=f"{cls.__name__}-{name}")
+    for cls in PUBLIC_CLASSES
+    for name, parameter in inspect.signature(cls).parameters.items()
+    if parameter.default == "auto"
+]
+
+
+def test_the_auto_params_are_the_kernel_widths_and_the_mpus_penalty():
+    names = {(param.values[0].__name__, param.values[1]) for param in AUTO_PARAMS}
+    kernel_models = {"BudgetPerceptron", "KernelALMAClassifier", "BudgetSVMClassifier",
+                     "SBPClassifier", "KernelMPUClassifier", "MPUClassifier"}
+    assert {(name, "gamma") for name in kernel_models} <= names
+    assert {("LinearMPUClassifier", "C"), ("KernelMPUClassifier", "C"),
+            ("MPUClassifier", "C")} <= names
+    assert {name for _, name in names} == {"gamma", "C"}
+
+
+@pytest.mark.parametrize(("cls", "name"), AUTO_PARAMS)
+def test_auto_goes_through_validation_and_no_other_string_does(cls, name):
+    """"auto" is taken by `validation.auto_or`: the same rule and message in every model."""
+    model = cls(**{name: "auto"})  # (MPUClassifier's linear form takes no gamma: ignored)
+    assert getattr(model, name, "auto") == "auto"
+    for bad in ("scale", "Auto", "", "1.0"):
+        with pytest.raises(ValueError, match=rf"^{name} must be 'auto' or "):
+            cls(**{name: bad})
