@@ -162,12 +162,12 @@ def sbp_accuracy(quick: bool) -> None:
         "river KNN (window 100)": lambda: knn(100),
         "CPM joint (default)": CPM,
         "SBP default (gamma=1)": SBP,
-        "SBP gamma=2, window=500": lambda: SBP(gamma=2.0),
+        "SBP gamma=2, window=500": lambda: SBP(gamma=2.0, window=500),
         "SBP gamma=2, window=300": lambda: SBP(gamma=2.0, window=300),
         "SBP gamma=2, window=100": lambda: SBP(gamma=2.0, window=100),
-        "SBP gamma=2, steps=1": lambda: SBP(gamma=2.0, steps=1),
-        "SBP gamma=2, nu=0.02": lambda: SBP(gamma=2.0, nu=0.02),
-        "SBP gamma=2, nu=0.5": lambda: SBP(gamma=2.0, nu=0.5),
+        "SBP gamma=2, steps=1": lambda: SBP(gamma=2.0, window=500, steps=1),
+        "SBP gamma=2, nu=0.02": lambda: SBP(gamma=2.0, window=500, nu=0.02),
+        "SBP gamma=2, nu=0.5": lambda: SBP(gamma=2.0, window=500, nu=0.5),
     }
     if quick:
         models = {k: v for k, v in models.items() if "steps" not in k and "nu=" not in k}
@@ -206,7 +206,7 @@ def throughput(quick: bool) -> None:
         "CPM joint K=10 steps=1": (lambda: CPM(steps=1), fast_n),
         "CPM one K=10 steps=1": (lambda: CPM(polytopes="one", steps=1), fast_n),
         "CPM joint K=50 steps=4": (lambda: CPM(n_faces=50), fast_n),
-        "SBP window=500 steps=5": (SBP, slow_n),
+        "SBP window=500 steps=5": (lambda: SBP(window=500), slow_n),
         "SBP window=100 steps=5": (lambda: SBP(window=100), slow_n),
         "river KNN (window 500)": (lambda: knn(500), slow_n),
     }

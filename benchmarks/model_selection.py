@@ -231,10 +231,12 @@ def section_defaults(n: int) -> int:
         "MPU rbf replay 4 (former)": sm.MPUClassifier(kernel="rbf", replay=4),
         "MPU rbf replay 8": sm.MPUClassifier(kernel="rbf", replay=8),
         "MPU rbf replay 16 (default)": sm.MPUClassifier(kernel="rbf"),
-        "SBP nu 0.1, window 500 (default)": sm.SBPClassifier(),
-        "SBP nu 1": sm.SBPClassifier(nu=1.0),
-        "SBP nu 0.01": sm.SBPClassifier(nu=0.01),
+        "SBP nu 0.1, window 500 (former)": sm.SBPClassifier(window=500),
+        "SBP nu 1, window 500": sm.SBPClassifier(nu=1.0, window=500),
+        "SBP nu 0.01, window 500": sm.SBPClassifier(nu=0.01, window=500),
         "SBP window 200": sm.SBPClassifier(window=200),
+        "SBP window 1000": sm.SBPClassifier(window=1000),
+        "SBP window 1250 (default)": sm.SBPClassifier(),
     }
     data = binary_streams(n)
     print("## Candidate defaults (gamma=\"auto\")\n")
