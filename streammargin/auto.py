@@ -85,13 +85,13 @@ class AutoClassifier(base.MiniBatchClassifier):
 
     >>> model = preprocessing.StandardScaler() | streammargin.AutoClassifier()
     >>> evaluate.progressive_val_score(datasets.Bananas(), model, metrics.Accuracy())
-    Accuracy: 87.90%
+    Accuracy: 88.79%
 
     >>> auto = model["AutoClassifier"]
     >>> auto.best
     'BudgetSVMClassifier'
     >>> {name: round(score, 3) for name, score in auto.scores.items()}
-    {'ALMAClassifier': 0.556, 'ConvexPolytopeClassifier': 0.858, 'BudgetSVMClassifier': 0.88}
+    {'ALMAClassifier': 0.556, 'ConvexPolytopeClassifier': 0.858, 'BudgetSVMClassifier': 0.891}
 
     """
 

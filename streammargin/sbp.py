@@ -107,10 +107,10 @@ class SBPClassifier(KernelClassifier):
 
     >>> model = preprocessing.StandardScaler() | streammargin.SBPClassifier(gamma=2.0)
     >>> evaluate.progressive_val_score(datasets.Bananas(), model, metrics.Accuracy())
-    Accuracy: 86.81%
+    Accuracy: 87.75%
 
     >>> model["SBPClassifier"].support_size
-    500
+    1250
 
     References
     ----------
