@@ -22,7 +22,7 @@ from river import base
 
 from streammargin import memory, state, validation
 from streammargin.errors import InvalidInput, StateError
-from streammargin.features import MAX_MAX_FEATURES, FeatureSpace, validate_value
+from streammargin.features import MAX_MAX_FEATURES, FeatureSpace, canonical_order, validate_value
 from streammargin.jit import calibration
 from streammargin.jit.layout import Layout
 
@@ -270,21 +270,30 @@ def merge_shared_columns(
 ) -> tuple[np.ndarray, np.ndarray]:
     """`(values, cols)` of a frame with the frame columns that map to one model column (hashed
     names, see `streammargin.features`) summed into one, NaN where all of them are absent: the
-    numba loops expect distinct columns. The sums run left to right, as `learn_one` adds up the
-    names of a dict. Usually nothing repeats and the arrays come back as they are.
+    numba loops expect distinct columns. The columns come in `features.canonical_order`, the
+    order `learn_one` gives a dict's entries (by model column, unknown names last, names
+    sharing a column by their JSON text), and the sums of shared columns run in it, so that
+    both paths do the same arithmetic. Usually the columns are in that order and nothing
+    repeats: the arrays come back as they are; otherwise the result is a column-major copy.
 
     `check_infinite`: the frame has not been checked for infinities yet (the model's loop finds
-    them, but in merged columns it could no longer name the frame's column): when columns merge,
-    check the frame here. A sum beyond float64's range raises `InvalidInput`.
+    them, but in merged or reordered columns it could no longer name the frame's column): when
+    columns merge or move, check the frame here. A sum beyond float64's range raises
+    `InvalidInput`.
     """
+    order = canonical_order(list(X.columns), cols.tolist())
     known = cols[cols >= 0]
-    if np.unique(known).shape[0] == known.shape[0]:
+    distinct = np.unique(known).shape[0] == known.shape[0]
+    if distinct and order is None:
         return values, cols
     if check_infinite and np.isinf(values).any():  # the first in row order, as the loop finds it
         rows, columns = np.nonzero(np.isinf(values))
         raise infinite_entry_error(X, values, rows[0], columns[0])
+    if distinct:
+        return np.asfortranarray(values[:, order]), cols[order]
     groups: dict[int, list[int]] = {}
-    for position, column in enumerate(cols.tolist()):
+    for position in range(cols.shape[0]) if order is None else order:
+        column = int(cols[position])
         groups.setdefault(column if column >= 0 else -1 - position, []).append(position)
     merged = np.empty((values.shape[0], len(groups)), order="F")
     out_cols = np.empty(len(groups), dtype=np.int64)

@@ -117,6 +117,47 @@ def name_json(name: typing.Any) -> str:
         ) from None
 
 
+def _tie_text(name: typing.Any) -> str:
+    """What orders the entries of one column (unknown names, names hashed together): the name's
+    JSON text; a name without one (prediction maps it to -1) after every name that has one."""
+    try:
+        return name_json(name)
+    except InvalidInput:
+        return f"\x7f{type(name).__name__}:{name!r}"  # JSON text is ASCII below 0x7f
+
+
+def canonical_order(keys: typing.Sequence, cols: typing.Sequence[int]) -> list[int] | None:
+    """The positions of a record's entries (`keys[j]` in column `cols[j]`) in the order a model
+    takes them, or None when they are in that order already.
+
+    The order: by column, unknown names (-1) last, the entries of one column (unknown names,
+    names hashed together) by the JSON text of their names. Floating-point sums depend on the
+    order of their terms, so every sum over a record's entries (dot products, squared norms and
+    distances, the values of names hashed together) runs in this order, which does not depend
+    on the order of the dict's keys: a model's predictions do not either (River's
+    `check_shuffle_features_no_impact`; `tests/test_feature_order.py`), bit for bit.
+    """
+    shared: set = set()
+    seen: set = set()
+    for column in cols:
+        if column < 0 or column in seen:
+            shared.add(column)
+        seen.add(column)
+    if not shared:
+        if sorted(cols) == list(cols):
+            return None
+        return sorted(range(len(cols)), key=cols.__getitem__)
+    last = 1 << 62  # beyond every column
+    order = sorted(
+        range(len(cols)),
+        key=lambda j: (
+            cols[j] if cols[j] >= 0 else last,
+            _tie_text(keys[j]) if cols[j] in shared else "",
+        ),
+    )
+    return None if order == list(range(len(cols))) else order
+
+
 _PACKERS: dict[int, struct.Struct] = {}
 _MAX_CACHED_PACKER = 4096  # longer records build their struct each time: the cache stays bounded
 
@@ -246,19 +287,20 @@ class FeatureSpace:
         columns, in order, and the number of entries hashed. Raises `InvalidInput` for a name that
         cannot be saved.
 
-        When a record brings more new names than there are exact columns left, the names that
-        come first in the order of their JSON text get them, not those that come first in the
-        dict: the model must not depend on the order of a dict's keys (River's checker shuffles
-        them)."""
+        A record's new names get their columns in the order of their JSON text, not in the
+        dict's order (and when there are more than exact columns left, those that come first in
+        that order get them): a model must not depend on the order of a dict's keys (River's
+        checker shuffles them), and its columns are the order its arithmetic runs in
+        (`canonical_order`)."""
         texts: dict = {}  # unknown name -> its JSON text (a frame may repeat a column name)
         for j, name in enumerate(keys):
             if cols[j] < 0 and name not in texts:
                 texts[name] = name_json(name)
         room = self.n_exact - len(self.names)
-        fits = [name for name, text in texts.items() if len(text) <= MAX_NAME_BYTES]
-        if len(fits) > room:
-            chosen = set(sorted(fits, key=texts.__getitem__)[:room])
-            fits = [name for name in fits if name in chosen]
+        fits = sorted(
+            (name for name, text in texts.items() if len(text) <= MAX_NAME_BYTES),
+            key=texts.__getitem__,
+        )[:room]
         column = self.first_column + len(self.names)
         placed: dict = {}
         for name in fits:
@@ -313,7 +355,13 @@ class FeatureSpace:
         self, keys: typing.Sequence, cols: list[int], floats: typing.Sequence[float]
     ) -> tuple[np.ndarray, bytes]:
         """(idx, packed) with the entries that share a hashed column summed into one (the model's
-        numba code expects distinct columns), in order of first appearance."""
+        numba code expects distinct columns), in `canonical_order` (so the values of names hashed
+        together are summed in the order of their JSON text)."""
+        order = canonical_order(keys, cols)
+        if order is not None:
+            keys = [keys[j] for j in order]
+            cols = [cols[j] for j in order]
+            floats = [floats[j] for j in order]
         start = self.hashed_start
         out_cols: list[int] = []
         out_vals: list[float] = []
@@ -346,7 +394,8 @@ class FeatureSpace:
     # Encoding -------------------------------------------------------------------------------------
 
     def encode(self, x: dict, grow: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Columns and float64 values of the features in `x`, in `x`'s order.
+        """Columns and float64 values of the features in `x`, in the order of their columns
+        (`canonical_order`: unknown names last), whatever the order of `x`'s keys.
 
         With `grow=True` (learning) unknown names get new columns, or their hashed column beyond
         the bound; the values and names are validated first, so a bad dict leaves the space
@@ -411,20 +460,16 @@ class FeatureSpace:
             except Exception:  # a missing name (KeyError) or a bad value
                 return self._encode_in_order(x, grow, check_finite)
             if grow and not all_known:
-                # A prediction left names unknown: learning places them (this may hash).
-                cols = idx.tolist()
-                new_names, hashed = self._place(keys, cols)
-                if hashed:
-                    return self._learn_hashed(keys, cols, packer.unpack(packed), new_names, hashed)
-                self._commit(new_names, 0)
-                idx, all_known = np.array(cols, dtype=np.int64), True
+                # A prediction left names unknown: learning places them (this may hash), and
+                # their columns give the entries another order.
+                return self._encode_in_order(x, grow, check_finite)
             self._cache = (n, getter, keys, idx, all_known, values, packed, packer)
             self._cached_val = None
             return idx, packed
         return self._encode_in_order(x, grow, check_finite)
 
     def _encode_in_order(self, x: dict, grow: bool, check_finite: bool) -> tuple[np.ndarray, bytes]:
-        """`encode_packed` of a dict with other names than the last one: x's own key order."""
+        """`encode_packed` of a dict with other names than the last one, in `canonical_order`."""
         keys = tuple(x)
         get = self.index.get
         cols = [get(k, -1) for k in keys]
@@ -456,6 +501,17 @@ class FeatureSpace:
             elif self._lookup(keys, cols):
                 self._forget_cache()
                 return self._merged(keys, cols, packer.unpack(packed))
+        # The entries in the order of their columns, whatever the dict's order: the cache keeps
+        # that order, so a cache hit costs nothing more (its getter reads any dict in it).
+        if all_known:
+            order = None if sorted(cols) == cols else sorted(range(n), key=cols.__getitem__)
+        else:
+            order = canonical_order(keys, cols)
+        if order is not None:
+            keys = tuple([keys[j] for j in order])
+            cols = [cols[j] for j in order]
+            values = tuple([values[j] for j in order])
+            packed = packer.pack(*values)
         idx = np.array(cols, dtype=np.int64)
         getter = operator.itemgetter(*keys) if n >= 2 else None  # (returns a tuple for n >= 2)
         self._cache = (n if n >= 2 else -1, getter, keys, idx, all_known, values, packed, packer)
@@ -488,9 +544,9 @@ class FeatureSpace:
         `streammargin.base.merge_shared_columns` sums those.
 
         With the frame's `values` (NaN = absent), learning places the names as `learn_one` would
-        row by row: only names present in some row, in order of first appearance, and when a row
-        brings more new names than there are exact columns left, its names in JSON order get
-        them. A name absent from every row stays unknown (-1). Learning does not count hashed
+        row by row: only names present in some row, by the first row they appear in, the names
+        new in one row in the order of their JSON text (and when a row brings more new names than
+        there are exact columns left, the first in that order get them). A name absent from every row stays unknown (-1). Learning does not count hashed
         names here (`count_hashed` does, once the frame is learnt)."""
         names = list(names)
         get = self.index.get
@@ -522,7 +578,8 @@ class FeatureSpace:
                 if name not in first_row or key < first_row[name]:
                     first_row[name] = key
         texts = {name: name_json(name) for name in first_row}  # raises before any change
-        order = sorted(first_row, key=first_row.__getitem__)
+        # as learn_one places a row's new names: in the order of their JSON text
+        order = sorted(first_row, key=lambda name: (first_row[name][0], texts[name]))
         fits = [name for name in order if len(texts[name]) <= MAX_NAME_BYTES]
         room = self.n_exact - len(self.names)
         if len(fits) > room:

@@ -87,9 +87,12 @@ def test_first_names_get_exact_columns_and_later_ones_their_crc32_column():
     idx, _ = space.encode({f"f{j}": 1.0 for j in range(14)}, grow=True)
     assert idx.tolist() == list(range(1, 15)) and space.full and not space.features_hashed
     assert space.n_columns == 17  # the hashed columns are in use from now on
-    idx, val = space.encode({"f3": 2.0, "late": 3.0}, grow=True)
+    idx, val = space.encode({"late": 3.0, "f3": 2.0}, grow=True)
     expected = 15 + zlib.crc32(b'"late"') % 2
-    assert idx.tolist() == [4, expected] and val.tolist() == [2.0, 3.0]
+    # the record's new names took their columns in JSON order ("f10" before "f2"), and the
+    # entries come in the order of their columns
+    assert space.names[:7] == ["f0", "f1", "f10", "f11", "f12", "f13", "f2"]
+    assert idx.tolist() == [space.index["f3"], expected] and val.tolist() == [2.0, 3.0]
     assert "late" not in space.index and len(space.names) == 14
     assert space.features_hashed == 1
     # the column does not depend on the process: CRC-32 of the name's JSON, not Python's hash
@@ -104,13 +107,11 @@ def test_long_and_non_str_names_are_hashed_by_their_json_even_with_room():
     x = {"a": 1.0, long_str: 2.0, fits: 3.0, long_tuple: 4.0, (1, "b"): 5.0}
     idx, val = space.encode(x, grow=True)
     tuple_json = json.dumps({"tuple": [{"int": i} for i in range(40)]}, separators=(",", ":"))
-    assert idx.tolist() == [
-        0,
+    hashed = [  # (distinct here), in the order of their columns after the exact ones
         56 + zlib.crc32(json.dumps(long_str).encode()) % 8,
-        1,
         56 + zlib.crc32(tuple_json.encode()) % 8,
-        2,
     ]
+    assert len(set(hashed)) == 2 and idx.tolist() == [0, 1, 2, *sorted(hashed)]
     assert space.names == ["a", fits, (1, "b")] and space.features_hashed == 2
     assert space.n_columns == 64  # the hashed columns came into use with the first hashed name
 
@@ -132,7 +133,8 @@ def test_names_sharing_a_hashed_column_are_summed_into_one_entry_and_not_cached(
     x = {"f0": 1.0, "p": 2.0, "q": -0.5, "f1": 4.0, "r": 0.25}
     for grow in (False, True):
         idx, val = space.encode(x, grow=grow)
-        assert idx.tolist() == [1, 8, 2] and val.tolist() == [1.0, 1.75, 4.0]
+        # in the order of their columns; p, q and r summed in the order of their JSON text
+        assert idx.tolist() == [1, 2, 8] and val.tolist() == [1.0, 4.0, 1.75]
         assert space._cache[0] == -1  # not cached: the learning must place and count it again
     assert space.features_hashed == 3
 
@@ -160,7 +162,7 @@ def test_prediction_maps_unknown_names_to_minus_one_until_the_exact_columns_are_
     assert space.encode({"a": 1.0, "new": 1.0}, grow=False)[0].tolist() == [0, -1]
     space.encode({"c": 1.0}, grow=True)  # the last exact column: now full
     assert space.encode({"a": 1.0, "new": 1.0}, grow=False)[0].tolist() == [0, 3]
-    assert space.encode({"new": 1.0, "a": 1.0}, grow=True)[0].tolist() == [3, 0]
+    assert space.encode({"new": 1.0, "a": 1.0}, grow=True)[0].tolist() == [0, 3]
 
 
 def test_when_a_record_overflows_the_exact_columns_its_names_are_chosen_by_their_json_order():
