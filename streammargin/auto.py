@@ -17,15 +17,23 @@ from streammargin.budget_svm import BudgetSVMClassifier
 from streammargin.convex_polytope import ConvexPolytopeClassifier
 from streammargin.errors import InvalidInput, StateError
 from streammargin.features import describe_bad_values
+from streammargin.multiclass import MAX_CLASSES as MAX_OVR_CLASSES
+from streammargin.multiclass import OneVsRestClassifier
 
 __all__ = ["AutoClassifier", "PORTFOLIO"]
 
 #: The members, in the order that breaks ties of their scores (the first one serves until the
 #: scores differ): a linear model, a piecewise-linear multiclass one, a kernel one.
 PORTFOLIO = ("ALMAClassifier", "ConvexPolytopeClassifier", "BudgetSVMClassifier")
+#: The members that are binary models: one-vs-rest on a stream of more than two classes.
+BINARY_MEMBERS = ("ALMAClassifier", "BudgetSVMClassifier")
 MAX_CLASSES = 100_000  # the CPM's own bound
 MAX_WINDOW = 10**9
-_STATE_KEYS = ("model", "params", "labels", "binary", "members", "scores")
+_STATE_KEYS = ("model", "params", "labels", "members", "scores")
+_PARAMS = ("window", "max_classes", "max_ovr_classes", "max_features")
+
+# The modes of the binary members, a function of the labels seen (`_mode`).
+BINARY, ONE_VS_REST, RETIRED = "binary", "one-vs-rest", "retired"
 
 
 @state.register
@@ -44,17 +52,26 @@ class AutoClassifier(base.MiniBatchClassifier):
     on the new concept within a few hundred records. Ties go to the earlier member.
 
     Labels are kept as given (str, int, bool, float, tuples of them; at most `max_classes`): the
-    model is natively multiclass through the CPM. The binary members (ALMA, the budget SVM) take
-    part while the labels seen are a binary coding (at most two, one of True/1 and one of
-    False/0/-1); from the first label outside it they stop learning and are no longer scored
-    or served, and the CPM serves alone (a one-vs-rest copy per class would multiply their cost
-    by the classes).
+    model is natively multiclass through the CPM. The binary members (ALMA, the budget SVM,
+    `BINARY_MEMBERS`) take every stream:
+
+    - while at most two labels have been seen, each is one binary model: the first label is its
+      True unless it is a negative binary coding (False/0/-1), the second label the other one;
+    - at the third label each becomes a `streammargin.OneVsRestClassifier` of its class: the
+      model so far is the member of the label it learnt as True (on the two labels seen, "this
+      label or not" is what it learnt), the other label gets a fresh clone, and the new label
+      its own member, as one-vs-rest adds it. Nothing is replayed: the members of the first two
+      labels differ from a one-vs-rest model run from the first record only in what the fresh
+      clone did not see (on wine and ImageSegments the third class comes within 10 records);
+    - beyond `max_ovr_classes` classes they are dropped (one-vs-rest costs a copy per class in
+      time and memory) and the CPM serves alone.
 
     Cost: every member predicts and learns each labelled record, so a record costs the members'
     sum; a prediction costs the served member's. The served member's prediction of the record
     last predicted is reused when that record is learnt.
 
-    Memory: the members' bounds (`streammargin.memory.memory_bound` of each) plus the labels.
+    Memory: the CPM's bound, `max_ovr_classes` x the bound of each binary member (its
+    one-vs-rest bound), the labels and the scores (`streammargin.memory.memory_bound`).
 
     Parameters
     ----------
@@ -64,6 +81,9 @@ class AutoClassifier(base.MiniBatchClassifier):
     max_classes
         The most classes, in [2, 100000] (the CPM's bound); a label beyond it raises
         `streammargin.InvalidInput` and changes nothing.
+    max_ovr_classes
+        The most classes the binary members follow one-vs-rest, in [2, 10000]; from the next
+        class on the CPM serves alone.
     max_features
         Every member's bound on feature columns (see `streammargin.features`), an integer in
         [1, 2**30].
@@ -71,11 +91,12 @@ class AutoClassifier(base.MiniBatchClassifier):
     Attributes
     ----------
     members : dict
-        Member name -> the member model.
+        Member name -> the member model (a binary member: its model, its
+        `OneVsRestClassifier` beyond two classes, None beyond `max_ovr_classes`).
     best : str
         The name of the member served now.
     scores : dict
-        Member name -> its recent accuracy (None for a member retired on a multiclass stream).
+        Member name -> its recent accuracy (None for a member dropped beyond `max_ovr_classes`).
 
     Examples
     --------
@@ -95,12 +116,17 @@ class AutoClassifier(base.MiniBatchClassifier):
 
     """
 
-    def __init__(self, window: int = 500, max_classes: int = 100, max_features: int = 2048):
-        validation.integer_in("window", window, 1, MAX_WINDOW)
-        validation.integer_in("max_classes", max_classes, 2, MAX_CLASSES)
-        check_max_features(max_features)
+    def __init__(
+        self,
+        window: int = 500,
+        max_classes: int = 100,
+        max_ovr_classes: int = 10,
+        max_features: int = 2048,
+    ):
+        self._check_params(window, max_classes, max_ovr_classes, max_features)
         self.window = int(window)
         self.max_classes = int(max_classes)
+        self.max_ovr_classes = int(max_ovr_classes)
         self.max_features = int(max_features)
         self._reset()
 
@@ -122,7 +148,6 @@ class AutoClassifier(base.MiniBatchClassifier):
             name: classes[name](**params) for name, params in self._member_params().items()
         }
         self._labels: list = []  # the classes, in the order first seen
-        self._binary = True  # the labels so far are a binary coding: the binary members take part
         # per member: decayed number of correct predictions and decayed count
         self._scores = np.zeros((len(PORTFOLIO), 2))
         self._last: tuple | None = None  # (a copy of x, member index, its prediction)
@@ -134,13 +159,21 @@ class AutoClassifier(base.MiniBatchClassifier):
     @classmethod
     def _unit_test_params(cls) -> typing.Iterator[dict]:
         yield {}
-        yield {"window": 20, "max_classes": 7, "max_features": 64}
+        yield {"window": 20, "max_classes": 7, "max_ovr_classes": 3, "max_features": 64}
 
     # Labels and members -------------------------------------------------------------------------
 
-    def _active(self) -> list[int]:
-        """Indices of the members that take part (all, or the CPM alone on a multiclass stream)."""
-        if self._binary:
+    def _mode(self, n_labels: int | None = None) -> str:
+        """The binary members' mode with `n_labels` classes (those seen by default)."""
+        n = len(self._labels) if n_labels is None else n_labels
+        if n <= 2:
+            return BINARY
+        return ONE_VS_REST if n <= self.max_ovr_classes else RETIRED
+
+    def _active(self, mode: str | None = None) -> list[int]:
+        """Indices of the members that take part (all, or the CPM alone beyond
+        `max_ovr_classes` classes)."""
+        if (mode or self._mode()) != RETIRED:
             return list(range(len(PORTFOLIO)))
         return [PORTFOLIO.index("ConvexPolytopeClassifier")]
 
@@ -148,39 +181,48 @@ class AutoClassifier(base.MiniBatchClassifier):
     def _is_native(index: int) -> bool:
         return PORTFOLIO[index] == "ConvexPolytopeClassifier"
 
-    def _stays_binary(self, label: typing.Any) -> bool:
-        """Whether the labels seen plus `label` are still a binary coding."""
-        if not self._binary:
-            return False
-        try:
-            target = binary_target(label)
-        except InvalidInput:
-            return False
-        return all(
-            (known == label) or binary_target(known) != target for known in self._labels
-        )
+    def _target(self, label: typing.Any) -> bool:
+        """A binary member's target for `label` while at most two labels are known: the first
+        label is True unless it is a negative binary coding (False/0/-1), the second the other."""
+        first = self._labels[0] if self._labels else label
+        return (label == first) == _first_is_positive(first)
+
+    def _positive_label(self) -> typing.Any:
+        """The label a binary member learnt as True (None if only the other one is known)."""
+        for label in self._labels:
+            if self._target(label):
+                return label
+        return None
 
     def _member_label(self, index: int, prediction: typing.Any) -> typing.Any:
-        """A member's prediction as one of this model's labels (a binary member's True/False
-        becomes the label seen with that coding; None before it)."""
-        if self._is_native(index):
+        """A member's prediction as one of this model's labels (a binary model's True/False
+        becomes the label it stands for; None before it is known)."""
+        if self._is_native(index) or self._mode() != BINARY:
             return prediction
-        target = 1.0 if prediction else -1.0
         for label in self._labels:
-            if binary_target(label) == target:
+            if self._target(label) == bool(prediction):
                 return label
         return None
 
     def _member_proba(self, index: int, x: dict) -> dict:
         member = self.members[PORTFOLIO[index]]
         proba = member.predict_proba_one(x)
-        if self._is_native(index):
+        if self._is_native(index) or self._mode() != BINARY:
             return proba
-        out = {}
-        for label in self._labels:
-            out[label] = proba[binary_target(label) > 0]
+        out = {label: proba[self._target(label)] for label in self._labels}
         total = math.fsum(out.values())
         return {label: p / total for label, p in out.items()} if total > 0 else out
+
+    def _to_one_vs_rest(self) -> None:
+        """The binary members at the third label: each becomes one-vs-rest over the two labels
+        known, the model so far the member of its True label, a fresh clone the other's."""
+        positive = self._positive_label()
+        for name in BINARY_MEMBERS:
+            model = self.members[name]
+            ovr = OneVsRestClassifier(model.clone(), max_classes=self.max_ovr_classes)
+            for label in self._labels:
+                ovr.classifiers[label] = model if label == positive else model.clone()
+            self.members[name] = ovr
 
     def _best(self) -> int:
         """The member with the highest recent accuracy (the earliest on a tie)."""
@@ -237,9 +279,11 @@ class AutoClassifier(base.MiniBatchClassifier):
                 f"label {label!r:.80} would be class {len(self._labels) + 1}, beyond "
                 f"max_classes={self.max_classes}; raise max_classes if the stream has more classes"
             )
-        binary = self._stays_binary(label)
-        # (from the first label outside a binary coding on, the CPM alone)
-        active = self._active() if binary else [PORTFOLIO.index("ConvexPolytopeClassifier")]
+        mode = self._mode(len(self._labels) + new)
+        # A new label may change the binary members' form: if a member then refuses x (a name
+        # it cannot keep), the model goes back to this copy (at most max_classes times a stream).
+        saved = copy.deepcopy(self.__dict__) if new else None
+        active = self._active(mode)  # (beyond max_ovr_classes, the CPM alone from this record)
         last, self._last = self._last, None
         # Progressive validation: each member's prediction, before it learns. The first call
         # validates x (every member validates alike), so a refused record changes nothing.
@@ -254,16 +298,28 @@ class AutoClassifier(base.MiniBatchClassifier):
             else:
                 describe_bad_values(x)
                 outcomes.append(0.0)
-        for i in active:
-            member = self.members[PORTFOLIO[i]]
-            member.learn_one(x, label if self._is_native(i) else binary_target(label) > 0)
+        try:
+            if mode != self._mode():  # x is valid: the binary members change form
+                if mode == RETIRED:
+                    for name in BINARY_MEMBERS:
+                        self.members[name] = None
+                elif mode == ONE_VS_REST:
+                    self._to_one_vs_rest()
+            if new:
+                self._labels.append(label)
+            for i in active:
+                member = self.members[PORTFOLIO[i]]
+                binary = mode == BINARY and not self._is_native(i)
+                member.learn_one(x, self._target(label) if binary else label)
+        except BaseException:
+            if saved is not None:
+                self.__dict__.clear()
+                self.__dict__.update(saved)
+            raise
         keep = 1.0 - 1.0 / self.window
         for i, outcome in zip(active, outcomes):
             self._scores[i, 0] = keep * self._scores[i, 0] + outcome
             self._scores[i, 1] = keep * self._scores[i, 1] + 1.0
-        if new:
-            self._labels.append(label)
-        self._binary = binary
 
     # Mini-batches: row by row, the same as learn_one -------------------------------------------
 
@@ -306,6 +362,8 @@ class AutoClassifier(base.MiniBatchClassifier):
         prefixed by their short names (the Kafka worker's metrics)."""
         out = {"classes": len(self._labels), "best": self._best()}
         for name, member in self.members.items():
+            if member is None:
+                continue
             prefix = name.lower().removesuffix("classifier")
             for key, value in member.counters.items():
                 out[f"{prefix}_{key}"] = int(value)
@@ -314,12 +372,13 @@ class AutoClassifier(base.MiniBatchClassifier):
     # Memory -------------------------------------------------------------------------------------
 
     def _memory_bound(self, params: dict | None = None) -> int:
-        """`streammargin.memory.memory_bound`: the members' bounds plus the labels."""
-        chosen = {
-            "window": self.window, "max_classes": self.max_classes,
-            "max_features": self.max_features, **(params or {}),
-        }
-        return _bound(int(chosen["max_classes"]), int(chosen["max_features"]))
+        """`streammargin.memory.memory_bound`: the members' bounds (the binary members' as
+        one-vs-rest over `max_ovr_classes`) plus the labels and the scores."""
+        chosen = {**self._get_params(), **(params or {})}
+        return _bound(
+            int(chosen["max_classes"]), int(chosen["max_ovr_classes"]),
+            int(chosen["max_features"]),
+        )
 
     def _memory_size(self) -> int:
         from streammargin import memory
@@ -327,18 +386,23 @@ class AutoClassifier(base.MiniBatchClassifier):
 
         labels = sum(len(name_json(label)) + 1 for label in self._labels)
         return labels + 8 * self._scores.size + sum(
-            memory.memory_size(m) for m in self.members.values()
+            memory.memory_size(m) for m in self.members.values() if m is not None
         )
 
     # Safe state ---------------------------------------------------------------------------------
 
     def to_state(self) -> dict:
+        """The params, the labels, each member's own state in `PORTFOLIO` order (a binary
+        member's model, its one-vs-rest state beyond two classes, None beyond `max_ovr_classes`)
+        and the scores."""
         return {
             "model": type(self).__name__,
             "params": self._get_params(),
             "labels": [state.encode_name(label) for label in self._labels],
-            "binary": self._binary,
-            "members": [self.members[name].to_state() for name in PORTFOLIO],
+            "members": [
+                None if self.members[name] is None else self.members[name].to_state()
+                for name in PORTFOLIO
+            ],
             "scores": self._scores.copy(),
         }
 
@@ -348,9 +412,10 @@ class AutoClassifier(base.MiniBatchClassifier):
 
         Checked before any member is restored: the fields, the params (by the constructor),
         the bound they imply (against `max_bytes`), the labels (valid, distinct, at most
-        `max_classes`, a binary coding while `binary` is true), the scores (finite, 0 <=
-        correct <= count <= window), and that the members are the portfolio's classes with the
-        parameters this model gives them. Each member is then restored by its own class'
+        `max_classes`), the scores (finite, 0 <= correct <= count <= window), and that each
+        member has the form the labels imply (`_mode`) with the class and parameters this model
+        gives it: a one-vs-rest member over exactly this model's labels, in order, wrapping the
+        member's class with `max_ovr_classes`. Each member is then restored by its own class'
         `from_state`, whose refusals become StateError.
         """
         from streammargin import memory
@@ -361,9 +426,8 @@ class AutoClassifier(base.MiniBatchClassifier):
         if set(data) != set(_STATE_KEYS):
             raise StateError(f"{cls.__name__} state: expected the fields {sorted(_STATE_KEYS)}")
         params = data["params"]
-        if type(params) is not dict or set(params) != {"window", "max_classes", "max_features"}:
-            raise StateError(f"{cls.__name__} state: params must be window, max_classes and "
-                             "max_features")
+        if type(params) is not dict or set(params) != set(_PARAMS):
+            raise StateError(f"{cls.__name__} state: params must be {', '.join(_PARAMS)}")
         for name, value in params.items():
             if type(value) is not int:
                 raise StateError(f"{cls.__name__} state: parameter {name} must be an int")
@@ -372,15 +436,12 @@ class AutoClassifier(base.MiniBatchClassifier):
         except ValueError as error:
             raise StateError(f"bad parameter in the state of a {cls.__name__}: {error}") from None
         limit = memory.DEFAULT_MAX_STATE_BYTES if max_bytes is None else max_bytes
-        bound = _bound(params["max_classes"], params["max_features"])
+        bound = _bound(params["max_classes"], params["max_ovr_classes"], params["max_features"])
         if bound > limit:
             raise StateError(
                 f"a saved {cls.__name__} with these params may hold up to {bound:,} bytes, above "
                 f"the limit of {limit:,}: pass a larger max_bytes to from_state if this is expected"
             )
-        binary = data["binary"]
-        if type(binary) is not bool:
-            raise StateError(f"{cls.__name__} state: binary must be true or false")
         labels = data["labels"]
         if type(labels) is not list or len(labels) > params["max_classes"]:
             raise StateError(f"{cls.__name__} state: labels must be a list of at most "
@@ -393,8 +454,6 @@ class AutoClassifier(base.MiniBatchClassifier):
                 raise StateError(f"{cls.__name__} state: {error}") from None
         if len(set(decoded)) != len(decoded):
             raise StateError(f"{cls.__name__} state: a label appears twice")
-        if binary and not _is_binary_coding(decoded):
-            raise StateError(f"{cls.__name__} state: the labels are not a binary coding")
         scores = data["scores"]
         window = params["window"]
         if not (
@@ -412,38 +471,64 @@ class AutoClassifier(base.MiniBatchClassifier):
             raise StateError(f"{cls.__name__} state: members must be the {len(PORTFOLIO)} of "
                              f"{list(PORTFOLIO)}")
         model = cls(**params)
-        expected = {
-            name: json.loads(json.dumps(model.members[name]._get_params())) for name in PORTFOLIO
-        }
-        for name, member_state in zip(PORTFOLIO, members):
-            if (
-                type(member_state) is not dict
-                or member_state.get("model") != name
-                or member_state.get("params") != expected[name]
-            ):
-                raise StateError(
-                    f"{cls.__name__} state: member {name} must be a {name} with the "
-                    "parameters this model gives it"
-                )
+        model._labels = decoded
+        mode = model._mode()
         member_classes = state.registered_models()
+        restored = {}
         for name, member_state in zip(PORTFOLIO, members):
+            expected = json.loads(json.dumps(model.members[name]._get_params()))
+            binary = name in BINARY_MEMBERS
+            if binary and mode == RETIRED:
+                if member_state is not None:
+                    raise StateError(f"{cls.__name__} state: member {name} must be null beyond "
+                                     "max_ovr_classes classes")
+                restored[name] = None
+                continue
+            if binary and mode == ONE_VS_REST:
+                wanted = {
+                    "model": "OneVsRestClassifier",
+                    "params": {"max_classes": params["max_ovr_classes"]},
+                    "classifier": {"model": name, "params": expected},
+                    "labels": labels,
+                }
+                if type(member_state) is not dict or any(
+                    member_state.get(key) != value for key, value in wanted.items()
+                ):
+                    raise StateError(
+                        f"{cls.__name__} state: member {name} must be a one-vs-rest {name} over "
+                        "this model's labels, with the parameters this model gives it"
+                    )
+                member_cls = OneVsRestClassifier
+            else:
+                if (
+                    type(member_state) is not dict
+                    or member_state.get("model") != name
+                    or member_state.get("params") != expected
+                ):
+                    raise StateError(
+                        f"{cls.__name__} state: member {name} must be a {name} with the "
+                        "parameters this model gives it"
+                    )
+                member_cls = member_classes[name]
             try:
-                model.members[name] = member_classes[name].from_state(member_state, max_bytes=limit)
+                restored[name] = member_cls.from_state(member_state, max_bytes=limit)
             except StateError:
                 raise
             except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
                 raise StateError(
                     f"{cls.__name__} state: member {name}: {type(error).__name__}: {error}"
                 ) from None
-        model._labels = decoded
-        model._binary = binary
+        model.members = restored
         model._scores = np.array(scores, dtype=np.float64, copy=True)
         return model
 
     @classmethod
-    def _check_params(cls, window: int, max_classes: int, max_features: int) -> None:
+    def _check_params(
+        cls, window: int, max_classes: int, max_ovr_classes: int, max_features: int
+    ) -> None:
         validation.integer_in("window", window, 1, MAX_WINDOW)
         validation.integer_in("max_classes", max_classes, 2, MAX_CLASSES)
+        validation.integer_in("max_ovr_classes", max_ovr_classes, 2, MAX_OVR_CLASSES)
         check_max_features(max_features)
 
 
@@ -452,30 +537,30 @@ def _row_dict(columns: typing.Any, row: np.ndarray) -> dict:
     return {name: float(v) for name, v in zip(columns, row) if not math.isnan(v)}
 
 
-def _is_binary_coding(labels: list) -> bool:
-    """At most two labels, each a binary coding, not both of the same sign."""
-    if len(labels) > 2:
-        return False
+def _first_is_positive(label: typing.Any) -> bool:
+    """Whether the first label is a binary member's True: unless it is a negative binary coding
+    (False/0/-1), so that on a 0/1 or True/False stream True means what it says."""
     try:
-        targets = [binary_target(label) for label in labels]
+        return binary_target(label) > 0
     except InvalidInput:
-        return False
-    return len(set(targets)) == len(targets)
+        return True
 
 
-def _bound(max_classes: int, max_features: int) -> int:
-    """The members' bounds at these params, plus max_classes labels and the scores."""
+def _bound(max_classes: int, max_ovr_classes: int, max_features: int) -> int:
+    """The CPM's bound and the binary members' one-vs-rest bounds at these params, plus
+    max_classes labels and the scores."""
     from streammargin import memory
 
     total = memory.STATE_OVERHEAD + max_classes * (memory.MAX_LABEL_BYTES + 1) + 8 * 2 * len(
         PORTFOLIO
     )
-    member_params = {
-        "ALMAClassifier": {"max_features": max_features},
-        "ConvexPolytopeClassifier": {"max_features": max_features, "max_classes": max_classes},
-        "BudgetSVMClassifier": {"max_features": max_features},
-    }
     classes = state.registered_models()
-    for name in PORTFOLIO:
-        total += memory.memory_bound(classes[name], member_params[name]) - memory.STATE_OVERHEAD
+    total += memory.memory_bound(
+        ConvexPolytopeClassifier, {"max_features": max_features, "max_classes": max_classes}
+    ) - memory.STATE_OVERHEAD
+    for name in BINARY_MEMBERS:
+        # one-vs-rest over max_ovr_classes bounds the binary model too (max_ovr_classes >= 2)
+        total += OneVsRestClassifier._class_bound(
+            classes[name], {"max_features": max_features}, max_ovr_classes
+        ) - memory.STATE_OVERHEAD
     return total

@@ -84,45 +84,89 @@ def test_progressive_accuracy_within_a_point_of_the_best_member():
     assert accuracies["auto"] >= best - 0.01
 
 
-def test_on_a_multiclass_stream_the_cpm_serves_alone_and_equals_the_cpm():
+def test_beyond_max_ovr_classes_the_cpm_serves_alone_and_equals_the_cpm():
     data = scaled(datasets.ImageSegments().take(500))
-    auto = streammargin.AutoClassifier(max_features=64)
+    auto = streammargin.AutoClassifier(max_features=64, max_ovr_classes=2)
     cpm = streammargin.ConvexPolytopeClassifier(max_features=64)
+    seen = set()
     for x, y in data:
-        assert auto.predict_proba_one(x) == cpm.predict_proba_one(x)
-        assert auto.predict_one(x) == cpm.predict_one(x)
+        if len(seen) > 2:  # (before, the other members may serve)
+            assert auto.predict_proba_one(x) == cpm.predict_proba_one(x)
+            assert auto.predict_one(x) == cpm.predict_one(x)
         auto.learn_one(x, y)
         cpm.learn_one(x, y)
+        seen.add(y)
     assert auto.best == "ConvexPolytopeClassifier"
     assert auto.scores["ALMAClassifier"] is None and auto.scores["BudgetSVMClassifier"] is None
-    alma = auto.members["ALMAClassifier"]
-    assert alma.counters["trials"] == 0  # the first label, 'path', is not a binary coding
+    assert auto.members["ALMAClassifier"] is None  # dropped: its memory is freed
+    twin = streammargin.from_state(state.loads(state.dumps(auto.to_state())))
+    assert twin.predict_proba_one(data[0][0]) == auto.predict_proba_one(data[0][0])
 
 
-def test_binary_members_stop_at_the_first_label_outside_a_binary_coding():
+def test_at_the_third_label_the_binary_members_become_one_vs_rest():
     model = streammargin.AutoClassifier()
     for i in range(30):
         model.learn_one({"a": float(i % 3), "b": 1.0}, i % 2)  # labels 0 and 1: binary
-    assert model.members["ALMAClassifier"].counters["trials"] == 30
+    alma = model.members["ALMAClassifier"]
+    assert isinstance(alma, streammargin.ALMAClassifier) and alma.counters["trials"] == 30
     assert model.predict_one({"a": 1.0, "b": 1.0}) in (0, 1)
     model.learn_one({"a": 2.0}, 2)
-    assert model.members["ALMAClassifier"].counters["trials"] == 30
+    for name in ("ALMAClassifier", "BudgetSVMClassifier"):
+        ovr = model.members[name]
+        assert isinstance(ovr, streammargin.OneVsRestClassifier)
+        assert list(ovr.classifiers) == [0, 1, 2] and ovr.max_classes == model.max_ovr_classes
+        # the model so far is the member of the label it learnt as True (1); 0 starts afresh
+        assert [m.counters["trials"] for m in ovr.classifiers.values()] == [1, 31, 1]
+    assert ovr.classifiers[1] is not alma or model.members["ALMAClassifier"].classifiers[1] is alma
     assert model.members["ConvexPolytopeClassifier"].counters["trials"] == 31
-    assert model.best == "ConvexPolytopeClassifier"
+    assert model.scores["ALMAClassifier"] is not None
     assert set(model.predict_proba_one({"a": 1.0})) == {0, 1, 2}
+    twin = streammargin.from_state(state.loads(state.dumps(model.to_state())))
+    for x in ({"a": 1.0}, {"a": 2.0, "b": 1.0}):
+        assert twin.predict_proba_one(x) == model.predict_proba_one(x)
+    # a refused record at a new label leaves the members as they were (binary models)
+    fresh = streammargin.AutoClassifier()
+    fresh.learn_one({"a": 1.0}, 0)
+    fresh.learn_one({"a": 2.0}, 1)
+    before = state.dumps(fresh.to_state())
+    with pytest.raises(InvalidInput):
+        fresh.learn_one({"a": float("nan")}, 2)
+    with pytest.raises(InvalidInput):
+        fresh.learn_one({b"bytes name": 1.0}, 2)  # refused when learnt, after the conversion
+    assert state.dumps(fresh.to_state()) == before
+
+
+def test_on_multiclass_streams_within_a_point_of_the_best_member_one_vs_rest():
+    """ImageSegments (7 classes): the binary members take part one-vs-rest, and the model
+    scores within a point of the best of ALMA and the budget SVM one-vs-rest and the CPM."""
+    data = list(datasets.ImageSegments().take(1000))
+    accuracies = {}
+    for name, model in [
+        ("auto", streammargin.AutoClassifier()),
+        ("ALMA", streammargin.OneVsRestClassifier(streammargin.ALMAClassifier())),
+        ("CPM", streammargin.ConvexPolytopeClassifier()),
+        ("BudgetSVM", streammargin.OneVsRestClassifier(streammargin.BudgetSVMClassifier())),
+    ]:
+        pipeline = preprocessing.StandardScaler() | model
+        accuracies[name] = evaluate.progressive_val_score(data, pipeline, metrics.Accuracy()).get()
+    best = max(v for k, v in accuracies.items() if k != "auto")
+    assert accuracies["auto"] >= best - 0.01, accuracies
 
 
 def test_binary_labels_come_back_as_given():
     model = streammargin.AutoClassifier()
     for i in range(60):
         model.learn_one({"a": float(i % 2) - 0.5}, "yes" if i % 2 else "no")
-    # "yes"/"no" are not a binary coding: the CPM learns them as classes
+    # "yes"/"no": the binary members learn the first label, "no", as True
+    assert model.members["ALMAClassifier"].counters["trials"] == 60
     assert model.predict_one({"a": 0.5}) == "yes" and model.predict_one({"a": -0.5}) == "no"
+    assert model.members["ALMAClassifier"].predict_one({"a": -0.5}) is True
     model = streammargin.AutoClassifier()
     for i in range(60):
         model.learn_one({"a": float(i % 2) - 0.5}, 1 if i % 2 else -1)
     assert model.predict_one({"a": 0.5}) == 1 and model.predict_one({"a": -0.5}) == -1
     assert set(model.predict_proba_one({"a": 0.5})) == {1, -1}
+    assert model.members["ALMAClassifier"].predict_one({"a": 0.5}) is True  # 1 is True
 
 
 def test_a_label_beyond_max_classes_is_refused_and_changes_nothing():
@@ -136,17 +180,26 @@ def test_a_label_beyond_max_classes_is_refused_and_changes_nothing():
 
 
 def test_memory_stays_within_the_members_bounds_whatever_the_stream():
-    model = streammargin.AutoClassifier(max_classes=7, max_features=16)
+    model = streammargin.AutoClassifier(max_classes=7, max_ovr_classes=6, max_features=16)
     rng = np.random.default_rng(0)
     for i in range(400):
         x = {f"f{j}": float(v) for j, v in enumerate(rng.normal(size=4))}
         x[f"id{i}"] = 1.0  # a new name every record: hashed beyond the bound
-        model.learn_one(x, ["a", "b", "c", "d", "e"][i % 5] if i > 200 else bool(i % 2))
-    bound = memory.memory_bound(model)
-    assert memory.memory_size(model) <= bound - memory.STATE_OVERHEAD
-    assert len(state.dumps(model.to_state())) <= bound
-    members = sum(memory.memory_bound(m) - memory.STATE_OVERHEAD for m in model.members.values())
-    assert bound == members + 7 * (memory.MAX_LABEL_BYTES + 1) + 48 + memory.STATE_OVERHEAD
+        labels = ["a", "b", "c", "d", "e"][: 3 + (i > 300)] if i > 200 else [True, False]
+        model.learn_one(x, labels[i % len(labels)])
+        if i in (199, 250, 399):  # binary, one-vs-rest over 5 and 6 classes
+            bound = memory.memory_bound(model)
+            assert memory.memory_size(model) <= bound - memory.STATE_OVERHEAD
+            assert len(state.dumps(model.to_state())) <= bound
+    assert len(model.members["ALMAClassifier"].classifiers) == 6
+    # the CPM's bound, the binary members' as one-vs-rest over max_ovr_classes, labels, scores
+    cpm = memory.memory_bound(model.members["ConvexPolytopeClassifier"])
+    ovr = sum(
+        memory.memory_bound(streammargin.OneVsRestClassifier(cls(max_features=16), max_classes=6))
+        for cls in (streammargin.ALMAClassifier, streammargin.BudgetSVMClassifier)
+    )
+    overhead = memory.STATE_OVERHEAD
+    assert bound == cpm + ovr - 2 * overhead + 7 * (memory.MAX_LABEL_BYTES + 1) + 48
 
 
 def test_the_bound_of_the_class_is_the_bound_of_a_model_of_its_params():
@@ -169,8 +222,13 @@ _TRAINED: dict = {}
 
 
 def trained(multiclass=False) -> dict:
+    """A trained model's state: binary (False), one-vs-rest (True) or beyond max_ovr_classes
+    ("retired")."""
     if multiclass not in _TRAINED:
-        model = streammargin.AutoClassifier(window=50, max_classes=6, max_features=8)
+        model = streammargin.AutoClassifier(
+            window=50, max_classes=6, max_ovr_classes=2 if multiclass == "retired" else 6,
+            max_features=8,
+        )
         rng = np.random.default_rng(1)
         for i in range(80):
             x = {k: float(v) for k, v in zip("abc", rng.normal(size=3))}
@@ -193,7 +251,9 @@ def trained(multiclass=False) -> dict:
         lambda s: s["params"].update(other=1),
         lambda s: s.update(binary=1),
         lambda s: s.update(labels=[True, True]),
-        lambda s: s.update(labels=["u", "v"]),  # binary true, but not a binary coding
+        lambda s: s.update(labels=["u", "v", "w"]),  # three classes: one-vs-rest members
+        lambda s: s["params"].update(max_ovr_classes=1),
+        lambda s: s["members"].__setitem__(0, None),  # a binary member dropped too early
         lambda s: s.update(labels=[{"float": float("nan")}]),
         lambda s: s["scores"].__setitem__((0, 0), np.nan),
         lambda s: s["scores"].__setitem__((0, 0), 1e9),
@@ -211,6 +271,39 @@ def test_a_malformed_state_raises_state_error_only(change):
     saved = trained()
     change(saved)
     with pytest.raises(StateError):
+        streammargin.from_state(saved)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda s: s.update(labels=s["labels"][:2]),  # two classes: binary members
+        lambda s: s["members"][0].update(labels=list(reversed(s["members"][0]["labels"]))),
+        lambda s: s["members"][0]["labels"].pop(),
+        lambda s: s["members"][0]["members"].pop(),
+        lambda s: s["members"][2]["params"].update(max_classes=5),
+        lambda s: s["members"][2]["classifier"]["params"].update(budget=7),
+        lambda s: s["members"].__setitem__(2, None),
+        lambda s: s["members"].__setitem__(0, trained()["members"][0]),
+        lambda s: s["params"].update(max_ovr_classes=2),  # beyond it: members must be null
+        lambda s: s["members"][0]["members"][0]["arrays"]["_st"].__setitem__(0, np.nan),
+    ],
+)
+def test_a_malformed_one_vs_rest_state_raises_state_error_only(change):
+    saved = trained(multiclass=True)
+    assert saved["members"][0]["model"] == "OneVsRestClassifier"
+    change(saved)
+    with pytest.raises(StateError):
+        streammargin.from_state(saved)
+
+
+def test_a_retired_state_holds_null_members_and_restores():
+    saved = trained(multiclass="retired")
+    assert saved["members"][0] is None and saved["members"][2] is None
+    model = streammargin.from_state(saved)
+    assert model.best == "ConvexPolytopeClassifier"
+    saved["members"][0] = trained(multiclass=True)["members"][0]
+    with pytest.raises(StateError, match="null"):
         streammargin.from_state(saved)
 
 
@@ -251,7 +344,7 @@ def json_paths(node, prefix=()):
 @FUZZ
 @given(data=st.data())
 def test_random_edits_of_the_state_raise_state_error_or_restore(data):
-    saved = trained(multiclass=data.draw(st.booleans()))
+    saved = trained(multiclass=data.draw(st.sampled_from([False, True, "retired"])))
     paths = [p for p in json_paths(saved) if p]
     for _ in range(data.draw(st.integers(1, 3))):
         path = data.draw(st.sampled_from(paths))
@@ -272,7 +365,7 @@ def test_random_edits_of_the_state_raise_state_error_or_restore(data):
 @FUZZ
 @given(data=st.data())
 def test_random_bytes_of_a_checkpoint_raise_state_error_or_restore(data):
-    raw = bytearray(state.dumps(trained(multiclass=True)))
+    raw = bytearray(state.dumps(trained(multiclass=data.draw(st.sampled_from([True, "retired"])))))
     for position in data.draw(st.lists(st.integers(0, len(raw) - 1), min_size=1, max_size=8)):
         raw[position] ^= 1 << data.draw(st.integers(0, 7))
     try:
