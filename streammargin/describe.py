@@ -37,7 +37,9 @@ def describe_state(model: typing.Any) -> dict[str, typing.Any]:
       weights, ...), as `to_state` saves them.
 
     A `streammargin.OneVsRestClassifier` gives `model`, `classes` and `members`: label ->
-    `describe_state` of that class' member.
+    `describe_state` of that class' member; a `streammargin.AutoClassifier` gives `model` and
+    `members`: member name -> its `describe_state` (None for a member it dropped). With
+    `gamma="auto"` the kernel width's slot holds the estimate (0 until it is made).
 
     Learning the model deferred (ALMA's pending trial) is applied first, as `to_state` does.
 
@@ -62,13 +64,25 @@ def describe_state(model: typing.Any) -> dict[str, typing.Any]:
     {'_vectors': {'shape': (8, 3), 'dtype': 'float64'}, '_st': {'shape': (26,), 'dtype': 'float64'}}
 
     """
-    members = getattr(model, "classifiers", None)
-    if not hasattr(model, "_state_layout") and isinstance(members, dict):
-        return {
-            "model": type(model).__name__,
-            "classes": list(members),
-            "members": {label: describe_state(member) for label, member in members.items()},
-        }
+    if not hasattr(model, "_state_layout"):
+        # A model made of models: one-vs-rest (members by class) or AutoClassifier (by name; a
+        # member it dropped is None).
+        classifiers = getattr(model, "classifiers", None)
+        if isinstance(classifiers, dict):
+            return {
+                "model": type(model).__name__,
+                "classes": list(classifiers),
+                "members": {label: describe_state(m) for label, m in classifiers.items()},
+            }
+        members = getattr(model, "members", None)
+        if isinstance(members, dict):
+            return {
+                "model": type(model).__name__,
+                "members": {
+                    name: None if m is None else describe_state(m) for name, m in members.items()
+                },
+            }
+        raise TypeError(f"{type(model).__name__} has no state layout to describe")
     model._flush()
     layout = model._state_layout()
     st = model._st

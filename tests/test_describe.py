@@ -20,7 +20,8 @@ MODEL_CLASSES = sorted(
     (
         cls
         for cls in state.registered_models().values()
-        if not hasattr(cls, "_forms") and cls is not streammargin.OneVsRestClassifier
+        if not hasattr(cls, "_forms")
+        and cls not in (streammargin.OneVsRestClassifier, streammargin.AutoClassifier)
     ),
     key=lambda cls: cls.__name__,
 )
@@ -106,6 +107,10 @@ def test_hyper_slots_hold_the_params(cls, params):
         assert hyper.keys() == reference.keys()
         for name, value in hyper.items():
             slot = layout.slot(name)
+            if slot.param and getattr(model, slot.param, None) == "auto":
+                # a width estimated from the data: 0 until the estimate, then the one in use
+                assert value in (0.0, model.gamma_), (when, name)
+                continue
             if name != "rng_key" or model.seed is not None:  # None: a fresh key per model
                 assert value == reference[name], (when, name, "not the params' value")
             given = getattr(model, slot.param, None) if slot.param else None
@@ -115,6 +120,21 @@ def test_hyper_slots_hold_the_params(cls, params):
         for counter in streammargin.describe_state(model)["counters"].values():
             assert counter == int(counter) >= 0, (when, "counters are whole numbers")
     assert checked > 0, "no slot holds a param as it is"
+
+
+def test_describe_state_of_auto_describes_each_member_and_a_dropped_one_as_none():
+    model = streammargin.AutoClassifier(max_features=64, max_ovr_classes=2)
+    for x, y in [({"a": 1.0}, "x"), ({"a": -1.0}, "y"), ({"b": 1.0}, "z"), ({"b": -1.0}, "x")]:
+        model.learn_one(x, y)
+    described = streammargin.describe_state(model)
+    assert described["model"] == "AutoClassifier"
+    members = described["members"]
+    assert members["ConvexPolytopeClassifier"] == streammargin.describe_state(
+        model.members["ConvexPolytopeClassifier"]
+    )
+    assert members["ALMAClassifier"] is None and members["BudgetSVMClassifier"] is None  # 3 > 2
+    with pytest.raises(TypeError, match="no state layout"):
+        streammargin.describe_state(object())
 
 
 def test_describe_state_of_a_wrapper_describes_each_member():
