@@ -47,10 +47,13 @@ def xor_stream(n, seed, d=20):
 
 
 def test_it_serves_the_best_member_and_follows_a_change_of_the_best_after_drift():
-    """A 20-feature hyperplane (ALMA best), then an XOR of two of the features (ALMA at chance):
-    the served member changes within a few hundred records of the change."""
-    hyperplane = [(x, bool(y)) for x, y in synth.Hyperplane(seed=1, n_features=20).take(2000)]
-    hyperplane = [({f"x{j}": x[j] for j in range(20)}, y) for x, y in hyperplane]
+    """A 20-feature hyperplane through the origin (ALMA best), then an XOR of two of the features
+    (ALMA at chance): the served member changes within a few hundred records of the change."""
+    # River's hyperplane, centred on [-1, 1] and without label noise: a linear concept that ALMA
+    # learns best (0.969 against the budget SVM's 0.906 over the last 500 records, measured). On
+    # the raw [0, 1] features the budget SVM at its budget 500 is ahead of ALMA.
+    stream = synth.Hyperplane(seed=1, n_features=20, noise_percentage=0.0).take(2000)
+    hyperplane = [({f"x{j}": 2.0 * (x[j] - 0.5) for j in range(20)}, bool(y)) for x, y in stream]
     model = streammargin.AutoClassifier()
     for x, y in hyperplane:
         model.predict_one(x)
