@@ -44,16 +44,14 @@ import threading
 import time
 import typing
 
-from kafka import ConsumerRebalanceListener
-
-from connectors import bulk_produce
 from connectors import checkpoint as checkpoint_module
-from connectors.bulk_produce import send_many
-from connectors.codec import UndecodableBatch, install_batch_errors, install_fast_crc32c
+from connectors.codec import UndecodableBatch
 from connectors.metrics import Throughput
 from connectors.observability import ClientLogTail, WorkerStatus
 from connectors.profiling import rss_bytes
 from connectors.task import ERROR_HEADER, OutputRecords, PartitionTask, TaskOutput, TaskSettings
+from connectors.transport import KafkaPythonTransport, Transport
+from connectors.transport import sendable_headers as _sendable
 from streammargin.errors import StateError
 
 __all__ = ["WorkerConfig", "Worker", "WorkerError", "client_settings", "connection_settings",
@@ -437,34 +435,27 @@ def check_tls_files(settings: dict[str, dict]) -> None:
                 ) from None
 
 
-def _sendable(headers: typing.Any) -> list[tuple[str, bytes]] | None:
-    """Headers kafka-python's producer takes: a list of (str, bytes); Kafka allows a header
-    without a value, which the consumer gives as None and the producer refuses: empty bytes."""
-    if not headers:
-        return None
-    return [(str(name), b"" if value is None else bytes(value)) for name, value in headers]
-
-
 def _too_large(error: BaseException) -> bool:
     from kafka import errors
 
     return isinstance(error, (errors.MessageSizeTooLargeError, errors.RecordListTooLargeError))
 
 
-class _Listener(ConsumerRebalanceListener):
-    """Rebalance callbacks: kafka-python runs them on its IO thread, inside `poll`, and turns an
-    exception into "User rebalance callback throws an error"; these never raise."""
+class _Callbacks:
+    """The worker's rebalance callbacks: the transport runs them inside `poll` (kafka-python on
+    its IO thread, turning an exception into "User rebalance callback throws an error"); these
+    never raise."""
 
     def __init__(self, worker: Worker):
         self.worker = worker
 
-    def on_partitions_revoked(self, revoked: typing.Any) -> None:
+    def revoked(self, revoked: typing.Any) -> None:
         self.worker._on_revoked(revoked, lost=False)
 
-    def on_partitions_assigned(self, assigned: typing.Any) -> None:
+    def assigned(self, assigned: typing.Any) -> None:
         self.worker._on_assigned(assigned)
 
-    def on_partitions_lost(self, lost: typing.Any) -> None:
+    def lost(self, lost: typing.Any) -> None:
         self.worker._on_revoked(lost, lost=True)
 
 
@@ -495,16 +486,14 @@ class Worker:
         self.exit_reason: str | None = None
         self._stop = threading.Event()
         self._on_metrics: typing.Callable[[dict], typing.Any] | None = None
-        self._consumer: typing.Any = None
-        self._producer: typing.Any = None
+        # The Kafka clients (connectors.transport), from `_connect` until `_close`.
+        self._transport: Transport | None = None
         self._store: checkpoint_module.CheckpointStore | None = None
         self._sends: list = []  # futures of the output sends since the last flush
         # Dead letters in flight, kept until they succeed: one too large for the broker is sent
         # again without its value.
         self._dead_letter_sends: list[tuple[typing.Any, typing.Any]] = []
         self._prediction_partitions: int = 1
-        # Whether predictions go out in bulk (kafka-python internals as expected).
-        self._bulk = False
         self._failed = False
         # Partitions assigned but not restored yet (paused until they are).
         self._unrestored: set = set()
@@ -548,7 +537,7 @@ class Worker:
                              daemon=True).start()
         try:
             self._connect()
-            self.status.connected(self._consumer.highwater)
+            self.status.connected(self._transport.highwater)
             self._loop()
             self.status.stopping()
         except BaseException as error:
@@ -585,86 +574,67 @@ class Worker:
         }
 
     def _connect(self) -> None:
-        from kafka import KafkaConsumer, KafkaProducer
-
-        config = self.config
-        install_fast_crc32c()
-        install_batch_errors()
         from kafka.errors import KafkaError
 
+        config = self.config
         settings = client_settings(config, self.client_id)
         check_tls_files(settings)
+        transport = self._transport = KafkaPythonTransport(settings)
         client = "producer"
         # kafka-python's bootstrap failure says only "Unable to bootstrap": the tail keeps the
         # last connection error it logged (refused, DNS, TLS handshake, ...) for the message.
         with ClientLogTail() as tail:
             try:
-                self._producer = KafkaProducer(**settings[client])
-                self._bulk = bulk_produce.supported(self._producer)
+                transport.start_producer()
                 if config.create_topics:
                     client = "admin"
-                    self._create_topics(settings[client])
+                    self._create_topics(transport)
                 client = "consumer"
-                self._consumer = KafkaConsumer(**settings[client])
+                transport.start_consumer()
             except KafkaError as error:
                 raise _connect_failure(config.bootstrap_servers, client, settings[client], error,
                                        tail.last_error) from error
-        reader = dict(settings["checkpoint_reader"])
-        reader.pop("bootstrap_servers")
-        self._store = checkpoint_module.CheckpointStore(
-            config.bootstrap_servers,
+        self._store = transport.checkpoint_store(
             config.checkpoint_topic,
             config.group_id,
-            producer=self._producer,
-            reader_config=reader,
             chunk_bytes=config.checkpoint_chunk_bytes,
             max_checkpoint_bytes=config.max_checkpoint_bytes,
         )
         if config.predictions_topic:
-            partitions = self._producer.partitions_for(config.predictions_topic)
+            partitions = transport.partitions_for(config.predictions_topic)
             self._prediction_partitions = max(1, len(partitions or ()))
-        self._consumer.subscribe(config.topics, listener=_Listener(self))
+        transport.subscribe(config.topics, _Callbacks(self))
 
-    def _create_topics(self, admin_settings: dict) -> None:
+    def _create_topics(self, transport: Transport) -> None:
         """Create the missing output topics (as many partitions as the inputs have)."""
-        from kafka import KafkaAdminClient
-        from kafka.admin import NewTopic
         from kafka.errors import KafkaError, TopicAlreadyExistsError
 
         config = self.config
-        admin = KafkaAdminClient(**admin_settings)
         try:
-            existing = set(admin.list_topics())
-            partitions_for = self._producer.partitions_for
+            existing = transport.list_topics()
+            partitions_for = transport.partitions_for
             n_input = max(
                 [len(partitions_for(t) or ()) for t in config.topics if t in existing] or [1]
             )
             wanted = []
             for name in (config.predictions_topic, config.metrics_topic, config.dead_letter_topic):
                 if name and name not in existing:
-                    wanted.append(NewTopic(name, num_partitions=n_input, replication_factor=1))
+                    wanted.append((name, n_input, {}))
             if config.checkpoint_topic not in existing:
-                wanted.append(
-                    NewTopic(
-                        config.checkpoint_topic,
-                        num_partitions=1,
-                        replication_factor=1,
-                        topic_configs={"cleanup.policy": "compact"},
-                    )
-                )
-            for topic in wanted:
+                wanted.append((config.checkpoint_topic, 1, {"cleanup.policy": "compact"}))
+            for name, partitions, configs in wanted:
                 try:
-                    admin.create_topics([topic])
+                    transport.create_topic(name, partitions, configs)
                 except TopicAlreadyExistsError:
                     pass
                 except KafkaError as error:
-                    log.warning("could not create topic %s: %s", topic.name, error)
+                    log.warning("could not create topic %s: %s", name, error)
         finally:
-            admin.close()
+            transport.close_admin()
 
     def _loop(self) -> None:
         config = self.config
-        consumer = self._consumer
+        consumer = self._transport
         stop = self._stop
         now = time.monotonic()
         next_metrics = now + config.metrics_interval if config.metrics_interval else None
@@ -728,9 +698,9 @@ class Worker:
                 return
 
     def _close(self, graceful: bool) -> None:
-        consumer, producer = self._consumer, self._producer
+        transport = self._transport
         try:
-            if graceful and consumer is not None:
+            if graceful and transport is not None and transport.consuming:
                 tasks = list(self.tasks.values())
                 for task in tasks:
                     self._publish_metrics(task, task.metrics_event("final"))
@@ -739,13 +709,13 @@ class Worker:
                 self.tasks.clear()
         finally:
             closers = []
-            if consumer is not None:
+            if transport is not None and transport.consuming:
                 # Leaves the group; the revocation callback finds nothing left to checkpoint.
-                closers.append(consumer.close)
+                closers.append(transport.close_consumer)
             if self._store is not None:
                 closers.append(self._store.close)
-            if producer is not None:
-                closers.append(lambda: producer.close(timeout=10 if graceful else 0))
+            if transport is not None and transport.producing:
+                closers.append(lambda: transport.close_producer(timeout=10 if graceful else 0))
             for close in closers:
                 try:
                     close()
@@ -754,7 +724,7 @@ class Worker:
                         raise
                     # Failing already: keep the original error, not the close's.
                     log.debug("ignored while closing after a failure: %r", error)
-            self._consumer = self._producer = self._store = None
+            self._transport = self._store = None
 
     def _raise_callback_error(self) -> None:
         error, self._callback_error = self._callback_error, None
@@ -794,13 +764,13 @@ class Worker:
         """
         from kafka.errors import KafkaError
 
-        consumer = self._consumer
+        consumer = self._transport
         if not self._member or self._unrestored:
             return False
         assigned = sorted(consumer.assignment())
         try:
             if not assigned:
-                consumer.topics()  # nothing owned: only the broker must answer
+                consumer.ping(IDLE_CHECK_TIMEOUT_MS)  # nothing owned: only the broker must answer
                 return True
             ends = consumer.end_offsets(assigned, timeout_ms=IDLE_CHECK_TIMEOUT_MS)
             for tp in assigned:
@@ -824,7 +794,7 @@ class Worker:
             self._idle_since = None
             self._member = True
             if new:
-                self._consumer.pause(*new)
+                self._transport.pause(*new)
                 self._unrestored.update(new)
             self.status.assigned(new)
         except Exception as error:  # never into kafka-python
@@ -893,7 +863,7 @@ class Worker:
 
     def _restore_assigned(self) -> None:
         """Restore the tasks of newly assigned partitions, seek to their offsets, resume them."""
-        consumer = self._consumer
+        consumer = self._transport
         assigned = consumer.assignment()
         partitions = sorted(tp for tp in self._unrestored if tp in assigned)
         self._unrestored.clear()
@@ -945,7 +915,7 @@ class Worker:
                 f"--on-bad-checkpoint reset to start {tp.topic}/{tp.partition} with a fresh model "
                 "from the group's committed offset (or use another --group-id)"
             )
-        consumer = self._consumer
+        consumer = self._transport
         task = self._new_task(tp)
         committed = consumer.committed(tp)
         if committed is not None:
@@ -977,14 +947,14 @@ class Worker:
             raise WorkerError(f"{error}. Fix: {fix}. Nothing was committed") from error
         first = error.first_offset
         next_offset = error.next_offset if error.next_offset is not None else first + 1
-        highwater = self._consumer.highwater(tp)
+        highwater = self._transport.highwater(tp)
         if highwater is not None and next_offset > highwater:
             # A batch header that claims more than the log holds is corrupt too.
             next_offset = max(first + 1, highwater)
         dead = task.skip(first, next_offset, str(error), [("codec", error.codec.encode())])
         self.status.dead_letters(task, dead, kind="undecodable")
         self._send_dead_letters(dead)
-        self._consumer.seek(tp, next_offset)
+        self._transport.seek(tp, next_offset)
         log.warning("skipped offsets %d-%d of %s/%d (--on-undecodable skip, dead letter sent): %s",
                     first, next_offset - 1, tp.topic, tp.partition, error,
                     extra={"topic": tp.topic, "partition": tp.partition, "offset": first,
@@ -1006,29 +976,19 @@ class Worker:
         topic = self.config.predictions_topic
         if not topic:
             return
-        send = self._producer.send
+        transport = self._transport
+        send = transport.send
         remember = self._sends.append
         partition = records.partition
         values = records.values
         per_message = self.config.predictions_per_message
         try:
-            if per_message == 1 and partition is not None and self._bulk:
-                # Kafka's conventions: the input record's key, timestamp and headers; appended
-                # in bulk, one future per record batch (connectors/bulk_produce.py).
-                self._sends.extend(send_many(self._producer, topic, partition, values,
-                                             records.keys, records.headers, records.timestamps))
-            elif per_message == 1:
-                # Kafka's conventions: the input record's key, timestamp and headers.
-                for value, key, headers, timestamp in zip(values, records.keys, records.headers,
-                                                          records.timestamps):
-                    try:
-                        future = send(topic, value, key=key, headers=headers,
-                                      timestamp_ms=timestamp, partition=partition)
-                    except TypeError:
-                        # A header kafka-python cannot write (a null value): sent as empty.
-                        future = send(topic, value, key=key, headers=_sendable(headers),
-                                      timestamp_ms=timestamp, partition=partition)
-                    remember(future)
+            if per_message == 1:
+                # Kafka's conventions: the input record's key, timestamp and headers; in bulk
+                # where the transport can (kafka-python: one future per record batch,
+                # connectors/bulk_produce.py).
+                self._sends.extend(transport.send_many(topic, partition, values, records.keys,
+                                                       records.headers, records.timestamps))
             else:
                 # One JSON object per N predictions, readable by JSON consumers (ksqlDB, Kafka
                 # Connect's JsonConverter, Flink's json format), whose "predictions" array
@@ -1059,16 +1019,13 @@ class Worker:
             # without key, a skipped batch): an empty value, marked.
             record = record._replace(value=b"", headers=[
                 *(record.headers or []), (ERROR_HEADER + "null_value", b"true")])
+        if record.headers and any(value is None for _, value in record.headers):
+            # An input header with a null value: sent as empty.
+            record = record._replace(headers=_sendable(record.headers))
         try:
-            try:
-                future = self._producer.send(topic, record.value, key=record.key,
-                                             headers=record.headers,
-                                             timestamp_ms=record.timestamp_ms)
-            except TypeError:  # an input header with a null value: sent as empty
-                record = record._replace(headers=_sendable(record.headers))
-                future = self._producer.send(topic, record.value, key=record.key,
-                                             headers=record.headers,
-                                             timestamp_ms=record.timestamp_ms)
+            future = self._transport.send(topic, record.value, key=record.key,
+                                          headers=record.headers,
+                                          timestamp_ms=record.timestamp_ms)
         except KafkaError as error:
             if not _too_large(error) or not record.value:
                 raise _send_failure(f"a dead letter to {topic!r}", error) from error
@@ -1103,7 +1060,7 @@ class Worker:
         for record in retry:
             self._send_dead_letter(topic, record)  # type: ignore[arg-type]
         if wait and retry:
-            self._producer.flush()
+            self._transport.flush()
             self._settle_dead_letters(wait=True)
 
     def _check_sends(self) -> None:
@@ -1118,7 +1075,7 @@ class Worker:
 
     def _flush(self) -> None:
         """Make every output sent so far durable (or raise)."""
-        self._producer.flush()
+        self._transport.flush()
         self._settle_dead_letters(wait=True)
         sends, self._sends = self._sends, []
         for future in sends:
@@ -1139,8 +1096,6 @@ class Worker:
         self, tasks: list[PartitionTask], sync_commit: bool, force_flush: bool = False
     ) -> None:
         """Flush outputs, write the tasks' checkpoints durably, commit their offsets."""
-        from kafka.structs import OffsetAndMetadata
-
         dirty = [t for t in tasks if t.dirty and t.next_offset is not None]
         if not dirty:
             if force_flush:
@@ -1154,16 +1109,16 @@ class Worker:
         payloads = {(t.topic, t.partition): t.to_checkpoint() for t in dirty}
         size = sum(len(payload) for payload in payloads.values())
         self._save_checkpoints(payloads)
-        offsets = {self._tp(t): OffsetAndMetadata(t.next_offset, "", -1) for t in dirty}
+        offsets = {self._tp(t): t.next_offset for t in dirty}
         for task in dirty:
             task.mark_checkpointed()
         if sync_commit:
             try:
-                self._consumer.commit(offsets)
+                self._transport.commit(offsets, wait=True)
             except Exception as error:  # e.g. a rebalance in progress: the checkpoint stands
                 log.warning("offset commit failed (checkpoints are written): %s", error)
         else:
-            self._consumer.commit_async(offsets)
+            self._transport.commit(offsets, wait=False)
         done = time.perf_counter()
         self.status.checkpointed({key: len(payload) for key, payload in payloads.items()},
                                  done - started)
@@ -1185,8 +1140,8 @@ class Worker:
         lag, time), send it and hand it to `on_metrics`."""
         overall, recent = self.throughput.rates()
         lag = None
-        if self._consumer is not None and task.next_offset is not None:
-            highwater = self._consumer.highwater(self._tp(task))
+        if self._transport is not None and task.next_offset is not None:
+            highwater = self._transport.highwater(self._tp(task))
             if highwater is not None:
                 lag = max(0, highwater - task.next_offset)
         record.update(
@@ -1198,13 +1153,13 @@ class Worker:
         )
         self._final_metrics[f"{task.topic}/{task.partition}"] = record
         topic = self.config.metrics_topic
-        if topic and self._producer is not None:
+        if topic and self._transport is not None and self._transport.producing:
             from kafka.errors import KafkaError
 
             key = checkpoint_module.checkpoint_key(self.config.group_id, task.topic, task.partition)
             try:
                 self._sends.append(
-                    self._producer.send(topic, json.dumps(record).encode(), key=key)
+                    self._transport.send(topic, json.dumps(record).encode(), key=key)
                 )
             except KafkaError as error:
                 raise _send_failure(f"metrics to {topic!r}", error) from error

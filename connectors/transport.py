@@ -1,0 +1,392 @@
+"""The Kafka client under the worker: one small interface, one implementation per client library.
+
+`connectors.worker` talks to Kafka only through a `Transport`: a group consumer (poll, the
+rebalance callbacks, pause/resume, seek, commit, committed offsets, log ends and positions for
+"idle = caught up"), a producer (single records, many records to one partition, flush), topic
+creation, and the `CheckpointStore` it hands out (its producer and its reader are the
+transport's). Two implementations:
+
+- `KafkaPythonTransport` (``--transport kafka-python``, the default): kafka-python, pure Python;
+  predictions go out through `connectors.bulk_produce` (one future per record batch).
+- `connectors.librdkafka_transport.LibrdkafkaTransport` (``--transport librdkafka``, the
+  ``streammargin[librdkafka]`` extra): confluent-kafka, the C client; it takes the worker's
+  kafka-python settings and translates them.
+
+Common vocabulary, so that the worker is written once:
+
+- partitions are `kafka.TopicPartition` (a named tuple: topic, partition);
+- polled records have `topic, partition, offset, timestamp (epoch ms), key, value, headers`
+  (a list of (str, bytes | None));
+- a send returns a *delivery*: `is_done`, `failed()`, `exception`, `get(timeout=None)` (the
+  record's metadata, `.offset` and `.partition`, or raises), `add_errback(f)`; kafka-python's
+  futures are such deliveries;
+- client errors are kafka-python's exception classes (`kafka.errors.KafkaError` and its
+  subclasses: `MessageSizeTooLargeError`, `KafkaTimeoutError`, ...), which the worker turns into
+  its one-line failures; an implementation on another library maps its errors onto them.
+
+Rebalance callbacks (`RebalanceCallbacks`) run inside `poll`, on the calling thread's behalf, in
+the order the worker's checkpoint protocol needs: `revoked` (or `lost`) before the partitions
+go, `assigned` once the new ones are the consumer's, before any of their records is returned
+(the worker pauses them there, restores their checkpoints, seeks and resumes).
+"""
+
+from __future__ import annotations
+
+import abc
+import typing
+
+__all__ = ["TRANSPORTS", "Transport", "RebalanceCallbacks", "KafkaPythonTransport",
+           "make_transport", "sendable_headers"]
+
+#: The `--transport` choices.
+TRANSPORTS = ("kafka-python", "librdkafka")
+
+
+class RebalanceCallbacks(typing.Protocol):
+    """What a transport calls when the group moves partitions (never raising into it)."""
+
+    def assigned(self, partitions: list) -> None: ...
+
+    def revoked(self, partitions: list) -> None: ...
+
+    def lost(self, partitions: list) -> None: ...
+
+
+def sendable_headers(headers: typing.Any) -> list[tuple[str, bytes]] | None:
+    """Headers kafka-python's producer takes: a list of (str, bytes); Kafka allows a header
+    without a value, which the consumer gives as None and the producer refuses: empty bytes."""
+    if not headers:
+        return None
+    return [(str(name), b"" if value is None else bytes(value)) for name, value in headers]
+
+
+class Transport(abc.ABC):
+    """A group consumer, a producer and topic administration over one Kafka client library.
+
+    `settings` are the worker's client settings (`connectors.worker.client_settings`): keyword
+    arguments of kafka-python's clients by role (``producer``, ``consumer``, ``admin``,
+    ``checkpoint_reader``). Start the producer first (`start_producer`), create topics if
+    wanted (`list_topics`, `create_topic`), then the consumer (`start_consumer`). Failures to
+    reach the brokers raise `kafka.errors.KafkaError` (a `KafkaTimeoutError` when none answered).
+    """
+
+    name: typing.ClassVar[str]
+
+    def __init__(self, settings: dict[str, dict]):
+        self.settings = settings
+
+    # Life cycle -------------------------------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def producing(self) -> bool:
+        """Whether the producer was started (and not closed)."""
+
+    @property
+    @abc.abstractmethod
+    def consuming(self) -> bool:
+        """Whether the consumer was started (and not closed)."""
+
+    @abc.abstractmethod
+    def start_producer(self) -> None:
+        """Create the producer (and connect, so that an unreachable cluster fails here)."""
+
+    @abc.abstractmethod
+    def start_consumer(self) -> None:
+        """Create the group consumer (not subscribed yet)."""
+
+    @abc.abstractmethod
+    def close_consumer(self) -> None:
+        """Leave the group (the `revoked` callback runs for what is still assigned)."""
+
+    @abc.abstractmethod
+    def close_producer(self, timeout: float) -> None:
+        """Send what is buffered for at most `timeout` seconds, then close."""
+
+    # Topics -----------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def list_topics(self) -> set[str]:
+        """The cluster's topic names (an admin request)."""
+
+    @abc.abstractmethod
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
+        """Create a topic; raises `kafka.errors.TopicAlreadyExistsError` if it exists."""
+
+    def close_admin(self) -> None:
+        """Release the admin client, once topics are created."""
+
+    @abc.abstractmethod
+    def partitions_for(self, topic: str) -> set[int] | None:
+        """The partition numbers of a topic (from the producer's metadata)."""
+
+    # Consuming --------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def subscribe(self, topics: typing.Sequence[str], callbacks: RebalanceCallbacks) -> None:
+        """Join the group for `topics`; `callbacks` run inside `poll`."""
+
+    @abc.abstractmethod
+    def poll(self, timeout_ms: int, max_records: int) -> dict[typing.Any, list]:
+        """Records by partition, each partition's in offset order (may be empty)."""
+
+    @abc.abstractmethod
+    def assignment(self) -> set:
+        """The partitions the consumer owns now."""
+
+    @abc.abstractmethod
+    def pause(self, *partitions: typing.Any) -> None: ...
+
+    @abc.abstractmethod
+    def resume(self, *partitions: typing.Any) -> None: ...
+
+    @abc.abstractmethod
+    def seek(self, partition: typing.Any, offset: int) -> None:
+        """The next record `poll` returns of `partition` is at `offset`."""
+
+    @abc.abstractmethod
+    def seek_to_beginning(self, partition: typing.Any) -> None: ...
+
+    @abc.abstractmethod
+    def seek_to_end(self, partition: typing.Any) -> None: ...
+
+    @abc.abstractmethod
+    def committed(self, partition: typing.Any) -> int | None:
+        """The group's committed offset of `partition` (None: nothing committed)."""
+
+    @abc.abstractmethod
+    def commit(self, offsets: dict[typing.Any, int], wait: bool) -> None:
+        """Commit next offsets; `wait`: synchronously (raises on failure), else in the
+        background (inside a rebalance callback)."""
+
+    @abc.abstractmethod
+    def highwater(self, partition: typing.Any) -> int | None:
+        """The log end of `partition` as of the last fetch (None: not fetched yet)."""
+
+    @abc.abstractmethod
+    def end_offsets(self, partitions: list, timeout_ms: int) -> dict[typing.Any, int]:
+        """The log ends by a broker round trip (may come back short on Tansu: take the larger
+        of this and `highwater`)."""
+
+    @abc.abstractmethod
+    def position(self, partition: typing.Any, timeout_ms: int) -> int | None:
+        """The offset of the next record `poll` would return of `partition`."""
+
+    @abc.abstractmethod
+    def ping(self, timeout_ms: int) -> None:
+        """A broker round trip (raises `KafkaError` if none answers)."""
+
+    # Producing --------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None,
+             headers: list | None = None, timestamp_ms: int | None = None,
+             partition: int | None = None) -> typing.Any:
+        """Produce one record (a header without value goes out empty); its delivery."""
+
+    @abc.abstractmethod
+    def send_many(self, topic: str, partition: int, values: typing.Sequence[bytes],
+                  keys: typing.Sequence[bytes | None], headers: typing.Sequence[list | None],
+                  timestamps: typing.Sequence[int | None]) -> list:
+        """Produce records to one partition, in order: their deliveries (one per record batch
+        or per record, whichever the library gives)."""
+
+    @abc.abstractmethod
+    def flush(self) -> None:
+        """Return once every record sent so far is delivered or failed (see the deliveries)."""
+
+    # Checkpoints ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def checkpoint_store(self, topic: str, group_id: str, chunk_bytes: int,
+                         max_checkpoint_bytes: int) -> typing.Any:
+        """A `connectors.checkpoint.CheckpointStore` writing with this transport's producer and
+        reading with a consumer of the same library (settings: ``checkpoint_reader``)."""
+
+
+class KafkaPythonTransport(Transport):
+    """kafka-python's `KafkaProducer`, `KafkaConsumer` and `KafkaAdminClient`."""
+
+    name = "kafka-python"
+
+    def __init__(self, settings: dict[str, dict]):
+        super().__init__(settings)
+        from connectors.codec import install_batch_errors, install_fast_crc32c
+
+        install_fast_crc32c()
+        install_batch_errors()
+        self.producer: typing.Any = None
+        self.consumer: typing.Any = None
+        self._admin: typing.Any = None
+        # Whether predictions go out in bulk (kafka-python internals as expected).
+        self.bulk = False
+
+    @property
+    def producing(self) -> bool:
+        return self.producer is not None
+
+    @property
+    def consuming(self) -> bool:
+        return self.consumer is not None
+
+    def start_producer(self) -> None:
+        from kafka import KafkaProducer
+
+        from connectors import bulk_produce
+
+        self.producer = KafkaProducer(**self.settings["producer"])
+        self.bulk = bulk_produce.supported(self.producer)
+
+    def start_consumer(self) -> None:
+        from kafka import KafkaConsumer
+
+        self.consumer = KafkaConsumer(**self.settings["consumer"])
+
+    def close_consumer(self) -> None:
+        consumer, self.consumer = self.consumer, None
+        consumer.close()
+
+    def close_producer(self, timeout: float) -> None:
+        producer, self.producer = self.producer, None
+        producer.close(timeout=timeout)
+
+    def _admin_client(self) -> typing.Any:
+        if self._admin is None:
+            from kafka import KafkaAdminClient
+
+            self._admin = KafkaAdminClient(**self.settings["admin"])
+        return self._admin
+
+    def list_topics(self) -> set[str]:
+        return set(self._admin_client().list_topics())
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
+        from kafka.admin import NewTopic
+
+        self._admin_client().create_topics([NewTopic(
+            name, num_partitions=partitions, replication_factor=1, topic_configs=configs or {},
+        )])
+
+    def close_admin(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            admin.close()
+
+    def partitions_for(self, topic: str) -> set[int] | None:
+        return self.producer.partitions_for(topic)
+
+    def subscribe(self, topics: typing.Sequence[str], callbacks: RebalanceCallbacks) -> None:
+        self.consumer.subscribe(list(topics), listener=_listener(callbacks))
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[typing.Any, list]:
+        return self.consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+
+    def assignment(self) -> set:
+        return self.consumer.assignment()
+
+    def pause(self, *partitions: typing.Any) -> None:
+        self.consumer.pause(*partitions)
+
+    def resume(self, *partitions: typing.Any) -> None:
+        self.consumer.resume(*partitions)
+
+    def seek(self, partition: typing.Any, offset: int) -> None:
+        self.consumer.seek(partition, offset)
+
+    def seek_to_beginning(self, partition: typing.Any) -> None:
+        self.consumer.seek_to_beginning(partition)
+
+    def seek_to_end(self, partition: typing.Any) -> None:
+        self.consumer.seek_to_end(partition)
+
+    def committed(self, partition: typing.Any) -> int | None:
+        return self.consumer.committed(partition)
+
+    def commit(self, offsets: dict[typing.Any, int], wait: bool) -> None:
+        from kafka.structs import OffsetAndMetadata
+
+        metadata = {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()}
+        if wait:
+            self.consumer.commit(metadata)
+        else:
+            self.consumer.commit_async(metadata)
+
+    def highwater(self, partition: typing.Any) -> int | None:
+        return self.consumer.highwater(partition)
+
+    def end_offsets(self, partitions: list, timeout_ms: int) -> dict[typing.Any, int]:
+        return self.consumer.end_offsets(partitions, timeout_ms=timeout_ms)
+
+    def position(self, partition: typing.Any, timeout_ms: int) -> int | None:
+        return self.consumer.position(partition, timeout_ms=timeout_ms)
+
+    def ping(self, timeout_ms: int) -> None:
+        self.consumer.topics()
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None,
+             headers: list | None = None, timestamp_ms: int | None = None,
+             partition: int | None = None) -> typing.Any:
+        send = self.producer.send
+        try:
+            return send(topic, value, key=key, headers=headers, timestamp_ms=timestamp_ms,
+                        partition=partition)
+        except TypeError:
+            # A header kafka-python cannot write (a null value): sent as empty.
+            return send(topic, value, key=key, headers=sendable_headers(headers),
+                        timestamp_ms=timestamp_ms, partition=partition)
+
+    def send_many(self, topic: str, partition: int, values: typing.Sequence[bytes],
+                  keys: typing.Sequence[bytes | None], headers: typing.Sequence[list | None],
+                  timestamps: typing.Sequence[int | None]) -> list:
+        if self.bulk:
+            # Appended in bulk, one future per record batch (connectors/bulk_produce.py).
+            from connectors.bulk_produce import send_many
+
+            return send_many(self.producer, topic, partition, values, keys, headers, timestamps)
+        send = self.send
+        return [send(topic, value, key=key, headers=record_headers, timestamp_ms=timestamp,
+                     partition=partition)
+                for value, key, record_headers, timestamp in zip(values, keys, headers,
+                                                                 timestamps)]
+
+    def flush(self) -> None:
+        self.producer.flush()
+
+    def checkpoint_store(self, topic: str, group_id: str, chunk_bytes: int,
+                         max_checkpoint_bytes: int) -> typing.Any:
+        from connectors.checkpoint import CheckpointStore
+
+        reader = dict(self.settings["checkpoint_reader"])
+        servers = reader.pop("bootstrap_servers")
+        return CheckpointStore(servers, topic, group_id, producer=self.producer,
+                               reader_config=reader, chunk_bytes=chunk_bytes,
+                               max_checkpoint_bytes=max_checkpoint_bytes)
+
+
+def _listener(callbacks: RebalanceCallbacks) -> typing.Any:
+    """kafka-python's rebalance listener around `callbacks` (kafka-python runs it inside `poll`
+    and turns an exception into "User rebalance callback throws an error")."""
+    from kafka import ConsumerRebalanceListener
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked: typing.Any) -> None:
+            callbacks.revoked(revoked)
+
+        def on_partitions_assigned(self, assigned: typing.Any) -> None:
+            callbacks.assigned(assigned)
+
+        def on_partitions_lost(self, lost: typing.Any) -> None:
+            callbacks.lost(lost)
+
+    return Listener()
+
+
+def make_transport(name: str, settings: dict[str, dict]) -> Transport:
+    """The transport called `name` (one of `TRANSPORTS`) over the worker's client settings."""
+    if name == "kafka-python":
+        return KafkaPythonTransport(settings)
+    if name == "librdkafka":
+        from connectors.librdkafka_transport import LibrdkafkaTransport
+
+        return LibrdkafkaTransport(settings)
+    raise ValueError(f"transport must be one of {TRANSPORTS}, got {name!r}")
