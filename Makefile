@@ -11,7 +11,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[kafka,demo,test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[kafka,librdkafka,demo,test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -22,7 +22,7 @@ test: $(STAMP)
 
 # The benchmarks also need the bench extra (Quix Streams, for benchmarks/kafka_throughput.py).
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[kafka,demo,test,bench]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[kafka,librdkafka,demo,test,bench]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

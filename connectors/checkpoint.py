@@ -460,6 +460,11 @@ class CheckpointStore:
     timeout
         Seconds reading may wait for a record it needs (then `CheckpointError`). A write waits
         for the producer's acknowledgements, which its `delivery_timeout_ms` bounds.
+    reader_factory
+        Makes the reader from its kafka-python settings (keyword arguments); it must offer the
+        `KafkaConsumer` calls the store reads with (assign, seek, poll, position, highwater,
+        beginning_offsets, end_offsets, close). Default: `KafkaConsumer`
+        (`connectors.librdkafka_transport.CheckpointReader` reads with librdkafka).
 
     """
 
@@ -475,6 +480,7 @@ class CheckpointStore:
         max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
         window: int = 64,
         timeout: float = 60.0,
+        reader_factory: typing.Callable[..., typing.Any] | None = None,
     ):
         if not MIN_CHUNK_BYTES <= chunk_bytes <= _U32:
             raise ValueError(f"chunk_bytes must be within [{MIN_CHUNK_BYTES}, {_U32}], got "
@@ -490,6 +496,7 @@ class CheckpointStore:
         self.topic = topic
         self.group_id = group_id
         self.reader_config = dict(reader_config or {})
+        self.reader_factory = reader_factory
         self.max_checkpoint_bytes = max_checkpoint_bytes
         self.window = window
         self.timeout = timeout
@@ -668,7 +675,7 @@ class CheckpointStore:
             from kafka import KafkaConsumer
 
             fetch_bytes = max(8 << 20, 2 * self.chunk_bytes)
-            self._reader = KafkaConsumer(
+            self._reader = (self.reader_factory or KafkaConsumer)(
                 **{
                     "bootstrap_servers": self.bootstrap_servers,
                     "group_id": None,

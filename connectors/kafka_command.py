@@ -86,6 +86,10 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
     ("--on-undecodable", "str", "fail",
      "a record batch the client cannot decode (missing codec library, corrupt data): fail (exit "
      "1, nothing committed) or skip (one dead letter for its offsets, then go on after it)"),
+    ("--transport", "str", "kafka-python",
+     "Kafka client library: kafka-python (pure Python) or librdkafka (confluent-kafka, the "
+     "streammargin[librdkafka] extra; faster, takes kafka-python setting names and librdkafka "
+     "properties)"),
     ("--session-timeout-ms", "int", 10_000, "consumer group session timeout"),
     ("--heartbeat-interval-ms", "int", 3_000, "consumer group heartbeat interval"),
     ("--max-poll-records", "int", 5_000, "records per poll"),
@@ -280,6 +284,7 @@ def config_from_args(args: argparse.Namespace) -> typing.Any:
         label_max_age_seconds=args.label_max_age_seconds,
         on_bad_checkpoint=args.on_bad_checkpoint,
         on_undecodable=args.on_undecodable,
+        transport=args.transport,
         session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms,
         max_poll_records=args.max_poll_records,

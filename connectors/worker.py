@@ -50,7 +50,7 @@ from connectors.metrics import Throughput
 from connectors.observability import ClientLogTail, WorkerStatus
 from connectors.profiling import rss_bytes
 from connectors.task import ERROR_HEADER, OutputRecords, PartitionTask, TaskOutput, TaskSettings
-from connectors.transport import KafkaPythonTransport, Transport
+from connectors.transport import TRANSPORTS, Transport, make_transport
 from connectors.transport import sendable_headers as _sendable
 from streammargin.errors import StateError
 
@@ -136,8 +136,12 @@ class WorkerConfig:
     # Load (or compile) the model's numba code in a thread while connecting and joining the
     # group, instead of at the first record.
     warm_up: bool = True
+    # The Kafka client library (connectors.transport): "kafka-python" (pure Python, the
+    # default) or "librdkafka" (confluent-kafka, the streammargin[librdkafka] extra).
+    transport: str = "kafka-python"
     # Settings for every client (security: security_protocol, sasl_*, ssl_*), and per client;
-    # `client_settings` says which client gets what.
+    # `client_settings` says which client gets what (kafka-python's names; librdkafka's
+    # transport translates them, and takes librdkafka properties, names with dots, as given).
     client_config: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
     consumer_config: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
     producer_config: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
@@ -175,7 +179,14 @@ class WorkerConfig:
         _check_drift_detector(self.drift_detector, self.drift_params)
         _check_model_params(self.model, self.params)  # parameters the model refuses fail early
         self.task_settings()  # so do the label store, record limits, codec and one-vs-rest
-        client_settings(self)  # and client settings that contradict each other
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
+        settings = client_settings(self)  # and client settings that contradict each other
+        if self.transport == "librdkafka":
+            from connectors.librdkafka_transport import translate
+
+            for role, kwargs in settings.items():  # or that librdkafka has no name for
+                translate(kwargs, role)
 
     def task_settings(self) -> TaskSettings:
         """What each partition task needs of this configuration."""
@@ -579,7 +590,7 @@ class Worker:
         config = self.config
         settings = client_settings(config, self.client_id)
         check_tls_files(settings)
-        transport = self._transport = KafkaPythonTransport(settings)
+        transport = self._transport = make_transport(config.transport, settings)
         client = "producer"
         # kafka-python's bootstrap failure says only "Unable to bootstrap": the tail keeps the
         # last connection error it logged (refused, DNS, TLS handshake, ...) for the message.

@@ -1,0 +1,688 @@
+"""The worker on librdkafka: `LibrdkafkaTransport`, `--transport librdkafka`.
+
+confluent-kafka (the ``streammargin[librdkafka]`` extra) wraps librdkafka, Kafka's C client:
+fetching, decompression, CRC checks, batching and delivery reports happen in C threads, so the
+worker's main thread spends less of each record in the client than with kafka-python. Everything
+the worker does goes through the same `connectors.transport.Transport` interface:
+
+- settings: the worker's kafka-python settings (`connectors.worker.client_settings`) translated
+  to librdkafka properties (`translate`: ``max_request_size`` -> ``message.max.bytes``,
+  ``ssl_cafile`` -> ``ssl.ca.location``, ...); a name with a dot in `--consumer-config` /
+  `--producer-config` is a librdkafka property and passes as given; a kafka-python setting
+  without a librdkafka equivalent is refused (`ValueError` naming it);
+- partitions are `kafka.TopicPartition`, records `Record` (kafka-python's fields), deliveries
+  `Delivery` (kafka-python's future API: `is_done`, `failed()`, `exception`, `get`,
+  `add_errback`), errors kafka-python's classes (`client_error`), so the worker's messages are
+  the same on both transports;
+- rebalances: librdkafka runs `on_assign` / `on_revoke` / `on_lost` inside `consume`, on the
+  main thread; `on_assign` assigns the partitions first, then hands them to the worker, which
+  pauses them until it has restored their checkpoints and seeked;
+- positions: librdkafka knows a partition's position only once a record of it was consumed;
+  before that `position` is the offset last seeked to, else the group's committed offset, else
+  where `auto_offset_reset` starts (the log start or end), so "idle = caught up" holds for a
+  restored partition that has nothing new;
+- checkpoints: the `CheckpointStore` writes with this producer and reads with a librdkafka
+  consumer (`CheckpointReader`, without committing anything).
+
+On the embedded Tansu broker a group join takes about half the session timeout (as with
+kafka-python): use the short one (`--session-timeout-ms 6000 --heartbeat-interval-ms 1000`).
+"""
+
+from __future__ import annotations
+
+import logging
+import typing
+
+from connectors.transport import RebalanceCallbacks, Transport, sendable_headers
+
+__all__ = ["LibrdkafkaTransport", "CheckpointReader", "Delivery", "Record", "translate",
+           "client_error"]
+
+log = logging.getLogger(__name__)
+
+# librdkafka's own log lines go to this logger: under "kafka." so that the worker's log setup
+# treats them as the client's (held back until connected, as kafka-python's).
+_LIBRDKAFKA_LOG = "kafka.librdkafka"
+
+# kafka-python setting -> librdkafka property (None: no property, the transport uses it itself
+# or it has no meaning for librdkafka).
+_PROPERTIES: dict[str, str | None] = {
+    "bootstrap_servers": "bootstrap.servers",
+    "client_id": "client.id",
+    "group_id": "group.id",
+    "enable_auto_commit": "enable.auto.commit",
+    "auto_offset_reset": "auto.offset.reset",
+    "session_timeout_ms": "session.timeout.ms",
+    "heartbeat_interval_ms": "heartbeat.interval.ms",
+    "max_poll_interval_ms": "max.poll.interval.ms",
+    "fetch_max_wait_ms": "fetch.wait.max.ms",
+    "fetch_min_bytes": "fetch.min.bytes",
+    "max_partition_fetch_bytes": "max.partition.fetch.bytes",
+    "fetch_max_bytes": "fetch.max.bytes",
+    "isolation_level": "isolation.level",
+    "check_crcs": "check.crcs",
+    "linger_ms": "linger.ms",
+    "batch_size": "batch.size",
+    "max_request_size": "message.max.bytes",
+    "acks": "acks",
+    "compression_type": "compression.type",
+    "retries": "retries",
+    "retry_backoff_ms": "retry.backoff.ms",
+    "reconnect_backoff_ms": "reconnect.backoff.ms",
+    "reconnect_backoff_max_ms": "reconnect.backoff.max.ms",
+    "delivery_timeout_ms": "delivery.timeout.ms",
+    "enable_idempotence": "enable.idempotence",
+    "transactional_id": "transactional.id",
+    "max_in_flight_requests_per_connection": "max.in.flight.requests.per.connection",
+    "connections_max_idle_ms": "connections.max.idle.ms",
+    "metadata_max_age_ms": "metadata.max.age.ms",
+    "security_protocol": "security.protocol",
+    "ssl_cafile": "ssl.ca.location",
+    "ssl_certfile": "ssl.certificate.location",
+    "ssl_keyfile": "ssl.key.location",
+    "ssl_password": "ssl.key.password",
+    "ssl_check_hostname": "ssl.endpoint.identification.algorithm",
+    "sasl_mechanism": "sasl.mechanism",
+    "sasl_plain_username": "sasl.username",
+    "sasl_plain_password": "sasl.password",
+    "sasl_kerberos_service_name": "sasl.kerberos.service.name",
+    "send_buffer_bytes": "socket.send.buffer.bytes",
+    "receive_buffer_bytes": "socket.receive.buffer.bytes",
+    # Used by the transport itself, or meaningless for librdkafka.
+    "max_poll_records": None,
+    "bootstrap_timeout_ms": None,
+    "max_block_ms": None,
+    "request_timeout_ms": None,
+    "metrics_enabled": None,
+    "api_version": None,
+    "api_version_auto_timeout_ms": None,
+}
+
+# Seconds a metadata or offsets request may take before it counts as "no broker answered".
+_DEFAULT_BOOTSTRAP_TIMEOUT_MS = 30_000
+
+
+def translate(settings: dict[str, typing.Any], role: str) -> dict[str, typing.Any]:
+    """librdkafka properties for one client's kafka-python `settings`.
+
+    >>> translate({"bootstrap_servers": "b:9092", "max_request_size": 1000, "linger_ms": 20,
+    ...            "metrics_enabled": False, "queue.buffering.max.ms": 5}, "producer")
+    {'bootstrap.servers': 'b:9092', 'message.max.bytes': 1000, 'linger.ms': 20, 'queue.buffering.max.ms': 5}
+    >>> translate({"sasl_oauth_token_provider": object()}, "consumer")
+    Traceback (most recent call last):
+    ...
+    ValueError: the consumer setting sasl_oauth_token_provider has no librdkafka equivalent: give librdkafka's own property instead (a name with dots, as in docs.confluent.io's librdkafka CONFIGURATION.md), or use --transport kafka-python
+    """
+    properties: dict[str, typing.Any] = {}
+    for name, value in settings.items():
+        if "." in name:
+            properties[name] = value
+            continue
+        if name not in _PROPERTIES:
+            raise ValueError(
+                f"the {role} setting {name} has no librdkafka equivalent: give librdkafka's own "
+                "property instead (a name with dots, as in docs.confluent.io's librdkafka "
+                "CONFIGURATION.md), or use --transport kafka-python"
+            )
+        target = _PROPERTIES[name]
+        if target is None or value is None:
+            continue
+        if name == "bootstrap_servers" and not isinstance(value, str):
+            value = ",".join(value)
+        elif name == "ssl_check_hostname":
+            value = "https" if value else "none"
+        elif name == "compression_type":
+            value = value or "none"
+        properties[target] = value
+    return properties
+
+
+def client_error(error: typing.Any) -> BaseException:
+    """kafka-python's exception for a librdkafka error (a `confluent_kafka.KafkaError`, or a
+    `KafkaException` carrying one): the worker's vocabulary of client failures."""
+    from confluent_kafka import KafkaError, KafkaException
+    from kafka import errors
+
+    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+        error = error.args[0]
+    if not isinstance(error, KafkaError):
+        return errors.KafkaError(str(error))
+    classes = {
+        KafkaError.MSG_SIZE_TOO_LARGE: errors.MessageSizeTooLargeError,
+        KafkaError.INVALID_MSG_SIZE: errors.MessageSizeTooLargeError,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED: errors.TopicAuthorizationFailedError,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED: errors.ClusterAuthorizationFailedError,
+        KafkaError.GROUP_AUTHORIZATION_FAILED: errors.GroupAuthorizationFailedError,
+        KafkaError.UNKNOWN_TOPIC_OR_PART: errors.UnknownTopicOrPartitionError,
+        KafkaError._UNKNOWN_TOPIC: errors.UnknownTopicOrPartitionError,
+        KafkaError._UNKNOWN_PARTITION: errors.UnknownTopicOrPartitionError,
+        KafkaError.TOPIC_ALREADY_EXISTS: errors.TopicAlreadyExistsError,
+        KafkaError._MSG_TIMED_OUT: errors.KafkaTimeoutError,
+        KafkaError._TIMED_OUT: errors.KafkaTimeoutError,
+        KafkaError.REQUEST_TIMED_OUT: errors.KafkaTimeoutError,
+        KafkaError._TRANSPORT: errors.KafkaConnectionError,
+        KafkaError._ALL_BROKERS_DOWN: errors.KafkaConnectionError,
+    }
+    cls = classes.get(error.code(), errors.KafkaError)
+    return cls(f"{error.str()} (librdkafka {error.name()})")
+
+
+class Record:
+    """A consumed record with kafka-python's fields (what `connectors.task` reads)."""
+
+    __slots__ = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
+
+    def __init__(self, topic: str, partition: int, offset: int, timestamp: int,
+                 key: bytes | None, value: bytes | None, headers: list):
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.timestamp = timestamp
+        self.key = key
+        self.value = value
+        self.headers = headers
+
+    def __repr__(self) -> str:
+        return (f"Record({self.topic}/{self.partition}@{self.offset}, key={self.key!r}, "
+                f"{len(self.value or b'')} bytes)")
+
+
+class RecordMetadata(typing.NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+
+
+class Delivery:
+    """The outcome of producing one record or several (kafka-python's future API).
+
+    librdkafka reports each record's delivery on the thread that calls the producer's `poll` or
+    `flush`; the delivery is done when all its records are acknowledged (its value: the last
+    one's `RecordMetadata`), or failed with the first error (a kafka-python exception).
+    """
+
+    __slots__ = ("_transport", "_pending", "is_done", "exception", "value", "_errbacks")
+
+    def __init__(self, transport: LibrdkafkaTransport, count: int = 1):
+        self._transport = transport
+        self._pending = count
+        self.is_done = count == 0
+        self.exception: BaseException | None = None
+        self.value: typing.Any = None
+        self._errbacks: list[typing.Callable[[BaseException], typing.Any]] = []
+
+    def failed(self) -> bool:
+        return self.is_done and self.exception is not None
+
+    def succeeded(self) -> bool:
+        return self.is_done and self.exception is None
+
+    def report(self, error: typing.Any, message: typing.Any) -> None:
+        """librdkafka's delivery callback, once per record."""
+        if self.is_done:
+            return
+        if error is not None:
+            self.fail(client_error(error))
+            return
+        self._pending -= 1
+        if self._pending == 0:
+            self.value = RecordMetadata(message.topic(), message.partition(), message.offset())
+            self.is_done = True
+
+    def fail(self, error: BaseException) -> None:
+        if self.is_done:
+            return
+        self.exception = error
+        self.is_done = True
+        for errback in self._errbacks:
+            errback(error)
+        self._errbacks.clear()
+
+    def add_errback(self, errback: typing.Callable[[BaseException], typing.Any]) -> Delivery:
+        if self.failed():
+            errback(self.exception)  # type: ignore[arg-type]
+        elif not self.is_done:
+            self._errbacks.append(errback)
+        return self
+
+    def get(self, timeout: float | None = None) -> typing.Any:
+        if not self.is_done:
+            self._transport.flush(timeout)
+        if not self.is_done:
+            from kafka.errors import KafkaTimeoutError
+
+            raise KafkaTimeoutError(f"not delivered within {timeout} s")
+        if self.exception is not None:
+            raise self.exception
+        return self.value
+
+
+class _Fetching:
+    """What the group consumer and the checkpoint reader share: records by partition, the
+    partitions' next offsets as consumed or seeked, log ends."""
+
+    def __init__(self, consumer: typing.Any, timeout_ms: int):
+        from confluent_kafka import TopicPartition as LibPartition
+        from kafka import TopicPartition
+
+        self._consumer = consumer
+        self._timeout = timeout_ms / 1000
+        self._partition = TopicPartition
+        self._lib_partition = LibPartition
+        self._partitions: dict[tuple[str, int], typing.Any] = {}
+        # The next offset of each partition as the worker saw it (consumed or seeked).
+        self._next: dict[typing.Any, int] = {}
+
+    def _tp(self, topic: str, partition: int) -> typing.Any:
+        key = (topic, partition)
+        tp = self._partitions.get(key)
+        if tp is None:
+            tp = self._partitions[key] = self._partition(topic, partition)
+        return tp
+
+    def _lib(self, tp: typing.Any, offset: int | None = None) -> typing.Any:
+        if offset is None:
+            return self._lib_partition(tp.topic, tp.partition)
+        return self._lib_partition(tp.topic, tp.partition, offset)
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[typing.Any, list]:
+        from confluent_kafka import KafkaError, KafkaException
+
+        try:
+            messages = self._consumer.consume(max_records, timeout_ms / 1000)
+        except KafkaException as error:
+            raise client_error(error) from error
+        if not messages:
+            return {}
+        batches: dict[typing.Any, list] = {}
+        tp = None
+        key = None
+        records: list = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if error.fatal() or message.topic() is None:
+                    if error.fatal():
+                        raise client_error(error)
+                    log.warning("librdkafka: %s", error.str())
+                    continue
+                raise client_error(error)
+            topic, partition = message.topic(), message.partition()
+            if key != (topic, partition):
+                key = (topic, partition)
+                tp = self._tp(topic, partition)
+                records = batches.setdefault(tp, [])
+            records.append(Record(topic, partition, message.offset(), message.timestamp()[1],
+                                  message.key(), message.value(), message.headers() or []))
+        for tp, records in batches.items():
+            self._next[tp] = records[-1].offset + 1
+        return batches
+
+    def highwater(self, tp: typing.Any) -> int | None:
+        try:
+            marks = self._consumer.get_watermark_offsets(self._lib(tp), cached=True)
+        except Exception:  # noqa: BLE001 (not fetched yet)
+            return None
+        if not marks or marks[1] < 0:
+            return None
+        return marks[1]
+
+    def _watermarks(self, tp: typing.Any, timeout_ms: int | None = None) -> tuple[int, int]:
+        from confluent_kafka import KafkaException
+
+        timeout = self._timeout if timeout_ms is None else timeout_ms / 1000
+        try:
+            marks = self._consumer.get_watermark_offsets(self._lib(tp), timeout=timeout)
+        except KafkaException as error:
+            raise client_error(error) from error
+        if marks is None:
+            from kafka.errors import KafkaTimeoutError
+
+            raise KafkaTimeoutError(f"no log offsets of {tp.topic}/{tp.partition} in {timeout} s")
+        return marks
+
+    def beginning_offsets(self, partitions: list) -> dict[typing.Any, int]:
+        return {tp: self._watermarks(tp)[0] for tp in partitions}
+
+    def end_offsets(self, partitions: list, timeout_ms: int | None = None) -> dict[typing.Any, int]:
+        return {tp: self._watermarks(tp, timeout_ms)[1] for tp in partitions}
+
+
+class CheckpointReader(_Fetching):
+    """A librdkafka consumer with the kafka-python calls `CheckpointStore` reads with (assign,
+    seek, poll, position, highwater, beginning/end offsets, close); it never commits."""
+
+    def __init__(self, **settings: typing.Any):
+        properties = translate(settings, "checkpoint reader")
+        # librdkafka wants a group id even for assigned partitions; nothing is ever committed.
+        properties.setdefault("group.id", f"{properties.get('client.id', 'streammargin')}")
+        properties["enable.auto.commit"] = False
+        properties["enable.auto.offset.store"] = False
+        properties["logger"] = logging.getLogger(_LIBRDKAFKA_LOG)
+        timeout = settings.get("bootstrap_timeout_ms", _DEFAULT_BOOTSTRAP_TIMEOUT_MS)
+        super().__init__(_new_consumer(properties, "checkpoint reader"), timeout)
+
+    def assign(self, partitions: list) -> None:
+        self._consumer.assign([self._lib(tp) for tp in partitions])
+
+    def seek(self, tp: typing.Any, offset: int) -> None:
+        # Assigning with an offset starts the fetch there whatever state the partition is in
+        # (a seek right after an assignment can find it not started yet).
+        self._consumer.assign([self._lib(tp, offset)])
+        self._next[tp] = offset
+
+    def position(self, tp: typing.Any) -> int | None:
+        return self._next.get(tp)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _consumer_limits(properties: dict[str, typing.Any]) -> dict[str, typing.Any]:
+    """A consumer's properties with the size limits librdkafka insists on: a response limit
+    above the fetch limit (+ 512 bytes of framing), a fetch limit not below `message.max.bytes`
+    (which only producers use: lowered to the fetch limit)."""
+    fetch = int(properties.get("fetch.max.bytes", 52_428_800))
+    largest = max(fetch, int(properties.get("max.partition.fetch.bytes", 1_048_576)))
+    limits = dict(properties)
+    limits["receive.message.max.bytes"] = max(
+        int(properties.get("receive.message.max.bytes", 0)), largest + (1 << 20))
+    if "message.max.bytes" not in properties:
+        limits["message.max.bytes"] = max(1_000, min(1_000_000, fetch))
+    return limits
+
+
+def _new_consumer(properties: dict[str, typing.Any], role: str) -> typing.Any:
+    from confluent_kafka import Consumer, KafkaException
+
+    try:
+        return Consumer(_consumer_limits(properties))
+    except KafkaException as error:
+        raise ValueError(f"librdkafka refuses the {role} settings: {client_error(error)}. Fix: "
+                         "correct --consumer-config") from None
+
+
+class LibrdkafkaTransport(_Fetching, Transport):
+    """confluent-kafka's `Producer`, `Consumer` and `AdminClient` behind the worker's interface."""
+
+    name = "librdkafka"
+
+    def __init__(self, settings: dict[str, dict]):
+        Transport.__init__(self, settings)
+        try:
+            import confluent_kafka  # noqa: F401
+        except ImportError:
+            raise ImportError(
+                "--transport librdkafka needs confluent-kafka: pip install "
+                "'streammargin[librdkafka]' (or use --transport kafka-python)"
+            ) from None
+        self._timeout_ms = settings["consumer"].get("bootstrap_timeout_ms",
+                                                    _DEFAULT_BOOTSTRAP_TIMEOUT_MS)
+        # Checked before connecting (WorkerConfig does too): a setting librdkafka lacks.
+        self._properties = {role: translate(kwargs, role) for role, kwargs in settings.items()}
+        _Fetching.__init__(self, None, self._timeout_ms)
+        self.producer: typing.Any = None
+        self._admin: typing.Any = None
+        self._max_poll_records = settings["consumer"].get("max_poll_records", 500)
+        self._auto_offset_reset = settings["consumer"].get("auto_offset_reset", "latest")
+        self._callbacks: RebalanceCallbacks | None = None
+        # What CheckpointStore reads of a producer: its request limit.
+        self.config = {"max_request_size": settings["producer"].get("max_request_size",
+                                                                    1_000_000)}
+
+    @property
+    def producing(self) -> bool:
+        return self.producer is not None
+
+    @property
+    def consuming(self) -> bool:
+        return self._consumer is not None
+
+    def _client_properties(self, role: str) -> dict[str, typing.Any]:
+        properties = dict(self._properties[role])
+        properties["logger"] = logging.getLogger(_LIBRDKAFKA_LOG)
+        return properties
+
+    # Life cycle -------------------------------------------------------------------------------
+
+    def start_producer(self) -> None:
+        from confluent_kafka import KafkaException, Producer
+        from kafka.errors import KafkaTimeoutError
+
+        properties = self._client_properties("producer")
+        # Room for the worker's output between flushes (librdkafka's default: 100,000 records).
+        properties.setdefault("queue.buffering.max.messages", 2_000_000)
+        self.producer = Producer(properties)
+        # librdkafka connects lazily: a metadata request shows whether a broker answers.
+        try:
+            self.producer.list_topics(timeout=self._timeout_ms / 1000)
+        except KafkaException as error:
+            self.producer = None
+            raise KafkaTimeoutError(f"no broker answered: {error}") from error
+
+    def start_consumer(self) -> None:
+        self._consumer = _new_consumer(self._client_properties("consumer"), "consumer")
+
+    def close_consumer(self) -> None:
+        try:
+            self._consumer.close()  # leaves the group: the revocation callback runs here
+        finally:
+            self._consumer = None
+
+    def close_producer(self, timeout: float) -> None:
+        producer, self.producer = self.producer, None
+        left = producer.flush(timeout)
+        if left:
+            log.warning("closing the producer with %d records not delivered", left)
+
+    # Topics -----------------------------------------------------------------------------------
+
+    def _admin_client(self) -> typing.Any:
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient(self._client_properties("admin"))
+        return self._admin
+
+    def list_topics(self) -> set[str]:
+        from confluent_kafka import KafkaException
+
+        try:
+            metadata = self._admin_client().list_topics(timeout=self._timeout_ms / 1000)
+        except KafkaException as error:
+            raise client_error(error) from error
+        return set(metadata.topics)
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import NewTopic
+
+        futures = self._admin_client().create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1,
+                      config=dict(configs or {}))],
+            operation_timeout=self._timeout_ms / 1000,
+        )
+        try:
+            futures[name].result(timeout=self._timeout_ms / 1000)
+        except KafkaException as error:
+            raise client_error(error) from error
+
+    def close_admin(self) -> None:
+        self._admin = None  # confluent-kafka's AdminClient has no close: dropped
+
+    def partitions_for(self, topic: str) -> set[int] | None:
+        from confluent_kafka import KafkaException
+
+        try:
+            metadata = self.producer.list_topics(topic, timeout=self._timeout_ms / 1000)
+        except KafkaException as error:
+            raise client_error(error) from error
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            return None
+        return set(found.partitions)
+
+    # Consuming --------------------------------------------------------------------------------
+
+    def subscribe(self, topics: typing.Sequence[str], callbacks: RebalanceCallbacks) -> None:
+        self._callbacks = callbacks
+        self._consumer.subscribe(list(topics), on_assign=self._on_assign,
+                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
+
+    def _on_assign(self, consumer: typing.Any, partitions: list) -> None:
+        # Assigned before the worker sees them, so that it can pause them at once.
+        consumer.assign(partitions)
+        self._callbacks.assigned([self._tp(p.topic, p.partition) for p in partitions])
+
+    def _on_revoke(self, consumer: typing.Any, partitions: list) -> None:
+        tps = [self._tp(p.topic, p.partition) for p in partitions]
+        self._callbacks.revoked(tps)
+        for tp in tps:
+            self._next.pop(tp, None)
+
+    def _on_lost(self, consumer: typing.Any, partitions: list) -> None:
+        tps = [self._tp(p.topic, p.partition) for p in partitions]
+        self._callbacks.lost(tps)
+        for tp in tps:
+            self._next.pop(tp, None)
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[typing.Any, list]:
+        batches = super().poll(timeout_ms, max_records)
+        if self.producer is not None:
+            self.producer.poll(0)  # delivery reports of what was sent meanwhile
+        return batches
+
+    def assignment(self) -> set:
+        return {self._tp(p.topic, p.partition) for p in self._consumer.assignment()}
+
+    def pause(self, *partitions: typing.Any) -> None:
+        self._consumer.pause([self._lib(tp) for tp in partitions])
+
+    def resume(self, *partitions: typing.Any) -> None:
+        self._consumer.resume([self._lib(tp) for tp in partitions])
+
+    def seek(self, partition: typing.Any, offset: int) -> None:
+        from confluent_kafka import KafkaException
+
+        try:
+            self._consumer.seek(self._lib(partition, offset))
+        except KafkaException as error:
+            raise client_error(error) from error
+        self._next[partition] = offset
+
+    def seek_to_beginning(self, partition: typing.Any) -> None:
+        from confluent_kafka import OFFSET_BEGINNING
+
+        self._consumer.seek(self._lib(partition, OFFSET_BEGINNING))
+        self._next.pop(partition, None)
+
+    def seek_to_end(self, partition: typing.Any) -> None:
+        from confluent_kafka import OFFSET_END
+
+        self._consumer.seek(self._lib(partition, OFFSET_END))
+        self._next.pop(partition, None)
+
+    def committed(self, partition: typing.Any) -> int | None:
+        from confluent_kafka import KafkaException
+
+        try:
+            [found] = self._consumer.committed([self._lib(partition)],
+                                           timeout=self._timeout_ms / 1000)
+        except KafkaException as error:
+            raise client_error(error) from error
+        return found.offset if found.offset >= 0 else None
+
+    def commit(self, offsets: dict[typing.Any, int], wait: bool) -> None:
+        from confluent_kafka import KafkaException
+
+        listed = [self._lib(tp, offset) for tp, offset in offsets.items()]
+        try:
+            self._consumer.commit(offsets=listed, asynchronous=not wait)
+        except KafkaException as error:
+            raise client_error(error) from error
+
+    def highwater(self, partition: typing.Any) -> int | None:
+        if self._consumer is None:
+            return None
+        return super().highwater(partition)
+
+    def position(self, partition: typing.Any, timeout_ms: int) -> int | None:
+        [found] = self._consumer.position([self._lib(partition)])
+        if found.offset >= 0:
+            return found.offset
+        if partition in self._next:
+            return self._next[partition]
+        committed = self.committed(partition)
+        if committed is not None:
+            return committed
+        low, high = self._watermarks(partition, timeout_ms)
+        return low if self._auto_offset_reset == "earliest" else high
+
+    def ping(self, timeout_ms: int) -> None:
+        from confluent_kafka import KafkaException
+
+        try:
+            self._consumer.list_topics(timeout=timeout_ms / 1000)
+        except KafkaException as error:
+            raise client_error(error) from error
+
+    # Producing --------------------------------------------------------------------------------
+
+    def _produce(self, topic: str, value: bytes | None, key: bytes | None, headers: typing.Any,
+                 timestamp_ms: int | None, partition: int | None, delivery: Delivery) -> None:
+        from confluent_kafka import KafkaException
+
+        arguments: dict[str, typing.Any] = {"on_delivery": delivery.report}
+        if partition is not None:
+            arguments["partition"] = partition
+        if timestamp_ms is not None:
+            arguments["timestamp"] = timestamp_ms
+        if headers:
+            arguments["headers"] = sendable_headers(headers)
+        produce = self.producer.produce
+        while True:
+            try:
+                produce(topic, value, key, **arguments)
+                return
+            except BufferError:
+                # The local queue is full: serve delivery reports until there is room.
+                self.producer.poll(0.05)
+            except KafkaException as error:
+                raise client_error(error) from error
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None,
+             headers: list | None = None, timestamp_ms: int | None = None,
+             partition: int | None = None) -> Delivery:
+        delivery = Delivery(self)
+        self._produce(topic, value, key, headers, timestamp_ms, partition, delivery)
+        return delivery
+
+    def send_many(self, topic: str, partition: int, values: typing.Sequence[bytes],
+                  keys: typing.Sequence[bytes | None], headers: typing.Sequence[list | None],
+                  timestamps: typing.Sequence[int | None]) -> list:
+        delivery = Delivery(self, len(values))
+        produce = self._produce
+        for value, key, record_headers, timestamp in zip(values, keys, headers, timestamps):
+            produce(topic, value, key, record_headers, timestamp, partition, delivery)
+        self.producer.poll(0)
+        return [delivery]
+
+    def flush(self, timeout: float | None = None) -> None:
+        if timeout is None:
+            self.producer.flush()
+        else:
+            self.producer.flush(timeout)
+
+    # Checkpoints ------------------------------------------------------------------------------
+
+    def checkpoint_store(self, topic: str, group_id: str, chunk_bytes: int,
+                         max_checkpoint_bytes: int) -> typing.Any:
+        from connectors.checkpoint import CheckpointStore
+
+        reader = dict(self.settings["checkpoint_reader"])
+        servers = reader.pop("bootstrap_servers")
+        return CheckpointStore(servers, topic, group_id, producer=self, reader_config=reader,
+                               chunk_bytes=chunk_bytes, max_checkpoint_bytes=max_checkpoint_bytes,
+                               reader_factory=CheckpointReader)
