@@ -703,3 +703,39 @@ def test_command_failures_are_one_line_naming_the_cause_and_the_fix():
     assert kafka_command._failure_message(failure).startswith(
         "record t/0@7 made the model or codec fail with ValueError: bug")
     assert "\n" not in kafka_command._failure_message(RuntimeError("x\n" * 1000))[:400]
+
+
+# Transports ---------------------------------------------------------------------------------------
+
+
+def test_the_transport_is_chosen_by_option_and_checked_with_its_settings(monkeypatch):
+    from connectors.worker import WorkerConfig
+
+    assert parse_command(["--topic", "t"], monkeypatch).transport == "kafka-python"
+    assert parse_command(["--topic", "t", "--transport", "librdkafka"],
+                         monkeypatch).transport == "librdkafka"
+    with pytest.raises(ValueError, match="transport must be one of"):
+        WorkerConfig(topics=["t"], transport="java")
+    # A kafka-python setting librdkafka has no name for is refused before connecting; its own
+    # properties (dotted names) pass.
+    WorkerConfig(topics=["t"], transport="librdkafka",
+                 consumer_config={"queued.max.messages.kbytes": 1024})
+    with pytest.raises(ValueError, match="consumer setting selector has no librdkafka"):
+        WorkerConfig(topics=["t"], transport="librdkafka", consumer_config={"selector": None})
+
+
+def test_librdkafka_errors_become_the_workers_kafka_python_errors():
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from kafka import errors
+
+    from connectors.librdkafka_transport import client_error
+    from connectors.worker import _send_failure
+
+    code = confluent_kafka.KafkaError
+    assert isinstance(client_error(code(code.MSG_SIZE_TOO_LARGE)),
+                      errors.MessageSizeTooLargeError)
+    assert isinstance(client_error(confluent_kafka.KafkaException(code(code._MSG_TIMED_OUT))),
+                      errors.KafkaTimeoutError)
+    assert type(client_error(code(code._FAIL))) is errors.KafkaError
+    message = str(_send_failure("outputs", client_error(code(code.TOPIC_AUTHORIZATION_FAILED))))
+    assert "TopicAuthorizationFailedError" in message and "grant this client's principal" in message

@@ -34,6 +34,23 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 FAST_GROUP = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
 
 
+def _librdkafka_installed() -> bool:
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# The tests that exercise the Kafka client run on both transports (connectors.transport).
+both_transports = pytest.mark.parametrize("transport", [
+    "kafka-python",
+    pytest.param("librdkafka", marks=pytest.mark.skipif(
+        not _librdkafka_installed(),
+        reason="confluent-kafka is not installed (pip install 'streammargin[librdkafka]')")),
+])
+
+
 # Helpers ------------------------------------------------------------------------------------------
 
 
@@ -195,7 +212,9 @@ def test_a_stop_finishes_the_record_in_hand_and_a_restart_continues_exactly(kafk
     assert summary["partitions"][f"{name}/0"]["accuracy"] == evaluation.get()
 
 
+@both_transports
 def test_a_checkpoint_larger_than_a_producer_request_is_chunked_and_restores_exactly(
+    transport,
     kafka_broker,
 ):
     bootstrap = kafka_broker.bootstrap_servers
@@ -204,7 +223,8 @@ def test_a_checkpoint_larger_than_a_producer_request_is_chunked_and_restores_exa
     data = worded_stream(3_000, seed=23, vocabulary=1_500)
     produce(bootstrap, name, [(0, event(i, x, y)) for i, (x, y) in enumerate(data[:2_000])])
     # A producer that refuses requests above 32 KiB (as a broker's message.max.bytes would).
-    cfg = config(bootstrap, name, producer_config={"max_request_size": 32 << 10})
+    cfg = config(bootstrap, name, producer_config={"max_request_size": 32 << 10},
+                 transport=transport)
     Worker(cfg).run()
     saved = latest_checkpoint(bootstrap, cfg, 0)
     assert len(saved.payload) > 32 << 10 and saved.chunks >= 2, saved
@@ -292,7 +312,10 @@ def reap(process: subprocess.Popen, log_path: pathlib.Path, timeout: float = 30.
         raise AssertionError(f"worker did not exit:\n{log_path.read_text()[-3000:]}") from None
 
 
-def test_sigkill_and_restart_end_with_exactly_the_uninterrupted_model(kafka_broker, tmp_path):
+@both_transports
+def test_sigkill_and_restart_end_with_exactly_the_uninterrupted_model(
+    transport, kafka_broker, tmp_path
+):
     bootstrap = kafka_broker.bootstrap_servers
     name = fresh("kill")
     create_topics(bootstrap, [name], partitions=2)
@@ -301,7 +324,7 @@ def test_sigkill_and_restart_end_with_exactly_the_uninterrupted_model(kafka_brok
     cfg = config(bootstrap, name)
     produce(bootstrap, name, items[:8_000])
     first = start_worker(cfg, tmp_path / "first.log", "--checkpoint-every", "1500",
-                         "--max-poll-records", "500")
+                         "--max-poll-records", "500", "--transport", transport)
     try:
         # Past the checkpoint at 3000 of each partition, which is the last one the first worker
         # writes (4000 records each, a checkpoint every 1500): the kill loses >= 500 records.
@@ -312,7 +335,8 @@ def test_sigkill_and_restart_end_with_exactly_the_uninterrupted_model(kafka_brok
     finally:
         reap(first, tmp_path / "first.log")
     produce(bootstrap, name, items[8_000:])
-    second = start_worker(cfg, tmp_path / "second.log", "--checkpoint-every", "1500")
+    second = start_worker(cfg, tmp_path / "second.log", "--checkpoint-every", "1500",
+                          "--transport", transport)
     try:
         expected = {(p, o) for p in (0, 1) for o in range(6_000)}
         wait_for(lambda: covered(bootstrap, cfg.predictions_topic, expected), 60,
@@ -383,7 +407,10 @@ def test_sigkill_and_restart_with_checkpoints_of_many_chunks_end_with_the_same_m
         assert saved_model_bytes(tasks[partition]) == model_bytes(model)
 
 
-def test_two_workers_share_the_partitions_and_the_survivor_takes_over(kafka_broker, tmp_path):
+@both_transports
+def test_two_workers_share_the_partitions_and_the_survivor_takes_over(
+    transport, kafka_broker, tmp_path
+):
     bootstrap = kafka_broker.bootstrap_servers
     name = fresh("group")
     create_topics(bootstrap, [name], partitions=4)
@@ -393,9 +420,10 @@ def test_two_workers_share_the_partitions_and_the_survivor_takes_over(kafka_brok
     produce(bootstrap, name, items[:4_000])
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     workers = [
-        start_worker(cfg, logs[0], "--checkpoint-every", "300", "--max-poll-records", "200"),
+        start_worker(cfg, logs[0], "--checkpoint-every", "300", "--max-poll-records", "200",
+                     "--transport", transport),
         start_worker(cfg, logs[1], "--checkpoint-every", "300", "--max-poll-records", "200",
-                     "--idle-timeout", "6"),
+                     "--idle-timeout", "6", "--transport", transport),
     ]
     try:
         # Both members own partitions (the second join moves two of them).
@@ -451,7 +479,8 @@ def test_predictions_can_be_batched_as_one_json_object_per_message(kafka_broker)
     assert [(p["y_pred"], p["p_true"]) for p in predictions] == served
 
 
-def test_outputs_follow_kafkas_conventions_and_their_json_schemas(kafka_broker):
+@both_transports
+def test_outputs_follow_kafkas_conventions_and_their_json_schemas(transport, kafka_broker):
     from kafka import KafkaProducer
 
     bootstrap = kafka_broker.bootstrap_servers
@@ -476,7 +505,8 @@ def test_outputs_follow_kafkas_conventions_and_their_json_schemas(kafka_broker):
         metadata = future.get(timeout=10)
         sent[(metadata.partition, metadata.offset)] = record
     producer.close()
-    cfg = config(bootstrap, name, metrics_every=100, copy_headers=["traceparent"])
+    cfg = config(bootstrap, name, metrics_every=100, copy_headers=["traceparent"],
+                 transport=transport)
     started_ms = time.time() * 1000
     Worker(cfg).run()
 
@@ -664,7 +694,8 @@ def batch_codecs(bootstrap: str, topic: str, partitions) -> dict[int, set[int]]:
 # Codecs -------------------------------------------------------------------------------------------
 
 
-def test_topics_compressed_with_every_codec_are_consumed(kafka_broker):
+@both_transports
+def test_topics_compressed_with_every_codec_are_consumed(transport, kafka_broker):
     bootstrap = kafka_broker.bootstrap_servers
     name = fresh("codecs")
     codecs = [None, "gzip", "snappy", "lz4", "zstd"]
@@ -675,7 +706,7 @@ def test_topics_compressed_with_every_codec_are_consumed(kafka_broker):
         produce_compressed(bootstrap, name, partition, values, codec)
     # The batches on the broker really are compressed, one codec per partition.
     assert batch_codecs(bootstrap, name, range(len(codecs))) == {p: {p} for p in range(5)}
-    cfg = config(bootstrap, name)
+    cfg = config(bootstrap, name, transport=transport)
     summary = Worker(cfg).run()
     assert summary["reason"] == "idle" and summary["records"] == len(data)
     tasks = saved_tasks(bootstrap, cfg, range(len(codecs)))
@@ -748,7 +779,8 @@ def test_a_batch_the_client_cannot_decode_fails_clearly_or_is_skipped(kafka_brok
 # Idleness and broker outages ----------------------------------------------------------------------
 
 
-def test_a_broker_stall_is_not_idleness_and_the_worker_exits_once_caught_up(tmp_path):
+@both_transports
+def test_a_broker_stall_is_not_idleness_and_the_worker_exits_once_caught_up(transport, tmp_path):
     from connectors.broker import EmbeddedBroker
 
     with EmbeddedBroker(log_path=tmp_path / "broker.log") as broker:
@@ -761,7 +793,8 @@ def test_a_broker_stall_is_not_idleness_and_the_worker_exits_once_caught_up(tmp_
         cfg = config(bootstrap, name, idle_timeout=2.0, metrics_every=100, max_poll_records=50,
                      session_timeout_ms=20_000, heartbeat_interval_ms=2_000,
                      consumer_config={"max_partition_fetch_bytes": 4096,
-                                      "fetch_max_bytes": 4096})
+                                      "fetch_max_bytes": 4096},
+                     transport=transport)
         started = threading.Event()
         outcome = {}
 
@@ -898,7 +931,8 @@ def test_a_bug_in_the_model_stops_the_worker_without_committing(kafka_broker, mo
     assert read_all(bootstrap, cfg.dead_letter_topic) == []
 
 
-def test_a_dead_letter_too_large_to_produce_is_sent_without_its_value(kafka_broker):
+@both_transports
+def test_a_dead_letter_too_large_to_produce_is_sent_without_its_value(transport, kafka_broker):
     bootstrap = kafka_broker.bootstrap_servers
     name = fresh("bigdead")
     create_topics(bootstrap, [name])
@@ -909,7 +943,7 @@ def test_a_dead_letter_too_large_to_produce_is_sent_without_its_value(kafka_brok
     produce(bootstrap, name, items)
     # The producer refuses records above 60 kB: the dead letter of `big` is one.
     cfg = config(bootstrap, name, max_record_bytes=100_000,
-                 producer_config={"max_request_size": 60_000})
+                 producer_config={"max_request_size": 60_000}, transport=transport)
     summary = Worker(cfg).run()
     assert summary["reason"] == "idle" and summary["records"] == 201
     [dead] = read_all(bootstrap, cfg.dead_letter_topic)
@@ -954,7 +988,10 @@ def test_a_dead_letter_the_broker_refuses_as_too_large_is_sent_again_without_its
         worker._close(graceful=False)
 
 
-def test_any_other_send_failure_is_one_line_naming_cause_and_fix(kafka_broker, tmp_path):
+@both_transports
+def test_any_other_send_failure_is_one_line_naming_cause_and_fix(
+    transport, kafka_broker, tmp_path
+):
     bootstrap = kafka_broker.bootstrap_servers
     name = fresh("sendfail")
     create_topics(bootstrap, [name])
@@ -964,7 +1001,8 @@ def test_any_other_send_failure_is_one_line_naming_cause_and_fix(kafka_broker, t
     log_path = tmp_path / "worker.log"
     # 200 predictions per message cannot fit in 5 kB requests.
     process = start_worker(cfg, log_path, "--predictions-per-message", "200", "--producer-config",
-                           "max_request_size=8000", "--idle-timeout", "1")
+                           "max_request_size=8000", "--idle-timeout", "1",
+                           "--transport", transport)
     assert reap(process, log_path, timeout=60) == 1
     text = log_path.read_text()
     [line] = [line for line in text.splitlines() if "worker failed" in line]
