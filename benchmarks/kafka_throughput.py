@@ -7,6 +7,8 @@ turns on it, each a fresh process with its own consumer group and output topic, 
 
 - ``worker``: `streammargin kafka --model alma --scale` as the README installs it (kafka-python);
 - ``worker-fast``: the same in the project's fastest documented configuration (`FAST_OPTIONS`);
+- ``worker-librdkafka``: `worker-fast` on librdkafka (`--transport librdkafka`, the
+  ``streammargin[librdkafka]`` extra: confluent-kafka) instead of kafka-python;
 - ``quix``: a Quix Streams 3.28 app (`Application`, `app.dataframe(topic).apply(...)`,
   `to_topic`, `app.run()`) running River's `preprocessing.StandardScaler() |
   linear_model.ALMAClassifier()`, one pipeline per input partition, one prediction record per
@@ -36,7 +38,7 @@ record while processing and for the whole processes, throughput ratio). The chec
 times checkpoint + commit of an ALMA model with 1000 features.
 
 Run: .venv/bin/python benchmarks/kafka_throughput.py [--records 50000] [--rounds 3]
-     [--contenders worker,worker-fast,quix,loop]
+     [--contenders worker,worker-fast,worker-librdkafka,quix,loop]
 Quix Streams comes with the `bench` extra (`pip install -e '.[bench]'`, which `make bench` does).
 """
 
@@ -61,7 +63,9 @@ GROUP_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 WORKER_OPTIONS = ["--model", "alma", "--scale", "--log-level", "WARNING",
                   "--session-timeout-ms", "6000", "--heartbeat-interval-ms", "1000"]
 FAST_OPTIONS: list[str] = ["--checkpoint-every", "100000"]
-CONTENDERS = ("worker", "worker-fast", "quix", "loop", "baseline")
+LIBRDKAFKA_OPTIONS = ["--transport", "librdkafka"]
+CONTENDERS = ("worker", "worker-fast", "worker-librdkafka", "quix", "loop", "baseline")
+OURS = ("worker", "worker-fast", "worker-librdkafka")
 # `--baseline DIR`: the contender "baseline" runs the worker of another checkout (e.g. `git
 # archive` of an earlier commit), to measure a change against what it replaces in the same run.
 BASELINE: dict[str, str] = {}
@@ -179,8 +183,9 @@ def worker_command(bootstrap: str, topic: str, out: str, group: str, extra: list
 
 def contender_command(name: str, bootstrap: str, topic: str, out: str, group: str,
                       extra: list[str] = ()) -> list:
-    if name in ("worker", "worker-fast"):
-        options = FAST_OPTIONS if name == "worker-fast" else []
+    if name in OURS:
+        options = {"worker": [], "worker-fast": FAST_OPTIONS,
+                   "worker-librdkafka": [*FAST_OPTIONS, *LIBRDKAFKA_OPTIONS]}[name]
         return worker_command(bootstrap, topic, out, group, [*options, *extra])
     if name == "baseline":
         command = worker_command(bootstrap, topic, out, group, list(extra))
@@ -435,14 +440,15 @@ def main() -> None:
               f"contender, {args.rounds} rounds (medians); load average during the run "
               f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
         print(f"worker options: {' '.join(WORKER_OPTIONS)}; worker-fast adds: "
-              f"{' '.join(FAST_OPTIONS) or '(nothing yet)'}")
+              f"{' '.join(FAST_OPTIONS) or '(nothing yet)'}; worker-librdkafka adds to "
+              f"worker-fast: {' '.join(LIBRDKAFKA_OPTIONS)}")
         print()
-        print(f"{'contender':<13}{'rec/s first->last':>18}{'rec/s start->last':>18}"
+        print(f"{'contender':<18}{'rec/s first->last':>18}{'rec/s start->last':>18}"
               f"{'first pred. s':>14}{'CPU us/rec':>11}{'proc. CPU':>10}"
               "   first->last of each round")
         for name in contenders:
             rows = results[name]
-            print(f"{name:<13}{statistics.median(r['rate_first_last'] for r in rows):>18.0f}"
+            print(f"{name:<18}{statistics.median(r['rate_first_last'] for r in rows):>18.0f}"
                   f"{statistics.median(r['rate_start_last'] for r in rows):>18.0f}"
                   f"{statistics.median(r['first_prediction_s'] for r in rows):>14.2f}"
                   f"{statistics.median(r['cpu_us_per_record'] for r in rows):>11.1f}"
@@ -452,12 +458,13 @@ def main() -> None:
         print()
         print("ratios (median over rounds of the ratio within each round; CPU/rec: the worker's CPU "
               "per record / the contender's, below 1 = the worker uses less)")
-        print(f"{'':<13}{'vs':<13}{'first->last':>12}{'start->last':>12}{'CPU/rec':>9}")
-        for ours in ("worker", "worker-fast"):
+        print(f"{'':<18}{'vs':<18}{'first->last':>12}{'start->last':>12}{'CPU/rec':>9}")
+        for ours in OURS:
             if ours not in results:
                 continue
             for other in contenders:
-                if other == ours or (ours == "worker-fast" and other == "worker"):
+                # Each of ours against the later ones of OURS and every other contender.
+                if other == ours or (other in OURS and OURS.index(other) < OURS.index(ours)):
                     continue
                 pairs = list(zip(results[ours], results[other]))
                 first_last = statistics.median(a["rate_first_last"] / b["rate_first_last"]
@@ -465,7 +472,7 @@ def main() -> None:
                 start_last = statistics.median(a["rate_start_last"] / b["rate_start_last"]
                                                for a, b in pairs)
                 cpu = statistics.median(a["cpu_s"] / b["cpu_s"] for a, b in pairs)
-                print(f"{ours:<13}{other:<13}{first_last:>11.2f}x{start_last:>11.2f}x"
+                print(f"{ours:<18}{other:<18}{first_last:>11.2f}x{start_last:>11.2f}x"
                       f"{cpu:>9.2f}")
 
         if not args.skip_profile:
