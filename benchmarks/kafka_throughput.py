@@ -377,7 +377,8 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--contenders", default=None,
+                        help="comma-separated (default: all, 'baseline' only with --baseline)")
     parser.add_argument("--baseline", metavar="DIR",
                         help="a checkout whose worker runs as the contender 'baseline'")
     parser.add_argument("--baseline-without", metavar="MODULE[,MODULE]", default="",
@@ -400,6 +401,8 @@ def main() -> None:
         run(args.bootstrap, args.topic, args.out, args.group)
         return
     logging.basicConfig(level=logging.ERROR)
+    if args.contenders is None:  # every contender; the baseline when there is one to run
+        args.contenders = ",".join(c for c in CONTENDERS if c != "baseline" or args.baseline)
     contenders = [name.strip() for name in args.contenders.split(",") if name.strip()]
     unknown = set(contenders) - set(CONTENDERS)
     if unknown:
