@@ -10,7 +10,7 @@ import typing
 import numpy as np
 from river import base
 
-from streammargin import state, validation
+from streammargin import replay, state, validation
 from streammargin.alma import ALMAClassifier
 from streammargin.base import binary_target, check_max_features, frame_values, plain_label
 from streammargin.budget_svm import BudgetSVMClassifier
@@ -29,7 +29,7 @@ PORTFOLIO = ("ALMAClassifier", "ConvexPolytopeClassifier", "BudgetSVMClassifier"
 BINARY_MEMBERS = ("ALMAClassifier", "BudgetSVMClassifier")
 MAX_CLASSES = 100_000  # the CPM's own bound
 MAX_WINDOW = 10**9
-_STATE_KEYS = ("model", "params", "labels", "members", "scores")
+_STATE_KEYS = ("model", "params", "labels", "members", "scores", "replay")
 _PARAMS = ("window", "max_classes", "max_ovr_classes", "max_features")
 
 # The modes of the binary members, a function of the labels seen (`_mode`).
@@ -60,9 +60,15 @@ class AutoClassifier(base.MiniBatchClassifier):
     - at the third label each becomes a `streammargin.OneVsRestClassifier` of its class: the
       model so far is the member of the label it learnt as True (on the two labels seen, "this
       label or not" is what it learnt), the other label gets a fresh clone, and the new label
-      its own member, as one-vs-rest adds it. Nothing is replayed: the members of the first two
-      labels differ from a one-vs-rest model run from the first record only in what the fresh
-      clone did not see (on wine and ImageSegments the third class comes within 10 records);
+      its own member, as one-vs-rest adds it. So that the fresh clone does not start cold, the
+      model keeps copies of the first records (`streammargin.replay.ReplayBuffer`: at most 100
+      records of at most 256 features, names of at most 128 bytes of JSON; a record beyond
+      that is not kept), and the clone learns them, from the first one of its label on, before
+      the record that brings the third label; the copies are then freed. When the third label
+      comes within the first 100 records, all of them kept, and the first label is the True
+      one, the members are then exactly one-vs-rest run from the first record (a first label
+      False/0/-1 is False, so the model so far, the second label's member, has also learnt the
+      records before that label's first);
     - beyond `max_ovr_classes` classes they are dropped (one-vs-rest costs a copy per class in
       time and memory) and the CPM serves alone.
 
@@ -71,7 +77,9 @@ class AutoClassifier(base.MiniBatchClassifier):
     last predicted is reused when that record is learnt.
 
     Memory: the CPM's bound, `max_ovr_classes` x the bound of each binary member (its
-    one-vs-rest bound), the labels and the scores (`streammargin.memory.memory_bound`).
+    one-vs-rest bound), the labels, the scores, and (when max_ovr_classes > 2) the records kept
+    until the third label: `replay.MAX_BYTES` = 100 x (16 + 256 x (16 + 128 + 1)) bytes, 3.5 MiB
+    (`streammargin.memory.memory_bound`: 147.7 MiB at the defaults).
 
     Parameters
     ----------
@@ -151,6 +159,9 @@ class AutoClassifier(base.MiniBatchClassifier):
         # per member: decayed number of correct predictions and decayed count
         self._scores = np.zeros((len(PORTFOLIO), 2))
         self._last: tuple | None = None  # (a copy of x, member index, its prediction)
+        # Copies of the first records, for the fresh member at the switch to one-vs-rest (None
+        # once the switch is done, or when none is to come: max_ovr_classes == 2).
+        self._replay = replay.ReplayBuffer() if self.max_ovr_classes > 2 else None
 
     @property
     def _multiclass(self) -> bool:
@@ -215,13 +226,27 @@ class AutoClassifier(base.MiniBatchClassifier):
 
     def _to_one_vs_rest(self) -> None:
         """The binary members at the third label: each becomes one-vs-rest over the two labels
-        known, the model so far the member of its True label, a fresh clone the other's."""
+        known, the model so far the member of its True label, a fresh clone the other's, which
+        learns the records kept (`_replay`, then freed) from the first of its label on, as
+        one-vs-rest from the first record would have taught it."""
         positive = self._positive_label()
+        kept, self._replay = self._replay, None
+        records = list(kept.records()) if kept is not None else []
         for name in BINARY_MEMBERS:
             model = self.members[name]
             ovr = OneVsRestClassifier(model.clone(), max_classes=self.max_ovr_classes)
             for label in self._labels:
-                ovr.classifiers[label] = model if label == positive else model.clone()
+                if label == positive:
+                    ovr.classifiers[label] = model
+                    continue
+                member = model.clone()
+                first = next(
+                    (i for i, (_, index) in enumerate(records) if self._labels[index] == label),
+                    len(records),
+                )
+                for x, index in records[first:]:
+                    member.learn_one(x, self._labels[index] == label)
+                ovr.classifiers[label] = member
             self.members[name] = ovr
 
     def _best(self) -> int:
@@ -316,6 +341,8 @@ class AutoClassifier(base.MiniBatchClassifier):
                 self.__dict__.clear()
                 self.__dict__.update(saved)
             raise
+        if self._replay is not None:  # (binary members, a switch to one-vs-rest to come)
+            self._replay.add(x, self._labels.index(label))
         keep = 1.0 - 1.0 / self.window
         for i, outcome in zip(active, outcomes):
             self._scores[i, 0] = keep * self._scores[i, 0] + outcome
@@ -373,7 +400,8 @@ class AutoClassifier(base.MiniBatchClassifier):
 
     def _memory_bound(self, params: dict | None = None) -> int:
         """`streammargin.memory.memory_bound`: the members' bounds (the binary members' as
-        one-vs-rest over `max_ovr_classes`) plus the labels and the scores."""
+        one-vs-rest over `max_ovr_classes`) plus the labels, the scores and the records kept
+        for the switch to one-vs-rest (`replay.MAX_BYTES`, when max_ovr_classes > 2)."""
         chosen = {**self._get_params(), **(params or {})}
         return _bound(
             int(chosen["max_classes"]), int(chosen["max_ovr_classes"]),
@@ -385,7 +413,8 @@ class AutoClassifier(base.MiniBatchClassifier):
         from streammargin.features import name_json
 
         labels = sum(len(name_json(label)) + 1 for label in self._labels)
-        return labels + 8 * self._scores.size + sum(
+        kept = self._replay.memory_size() if self._replay is not None else 0
+        return labels + 8 * self._scores.size + kept + sum(
             memory.memory_size(m) for m in self.members.values() if m is not None
         )
 
@@ -393,8 +422,9 @@ class AutoClassifier(base.MiniBatchClassifier):
 
     def to_state(self) -> dict:
         """The params, the labels, each member's own state in `PORTFOLIO` order (a binary
-        member's model, its one-vs-rest state beyond two classes, None beyond `max_ovr_classes`)
-        and the scores."""
+        member's model, its one-vs-rest state beyond two classes, None beyond `max_ovr_classes`),
+        the scores, and the records kept for the switch to one-vs-rest (`replay.ReplayBuffer`;
+        None once it is done, or with max_ovr_classes=2)."""
         return {
             "model": type(self).__name__,
             "params": self._get_params(),
@@ -404,6 +434,7 @@ class AutoClassifier(base.MiniBatchClassifier):
                 for name in PORTFOLIO
             ],
             "scores": self._scores.copy(),
+            "replay": None if self._replay is None else self._replay.to_state(),
         }
 
     @classmethod
@@ -412,18 +443,21 @@ class AutoClassifier(base.MiniBatchClassifier):
 
         Checked before any member is restored: the fields, the params (by the constructor),
         the bound they imply (against `max_bytes`), the labels (valid, distinct, at most
-        `max_classes`), the scores (finite, 0 <= correct <= count <= window), and that each
-        member has the form the labels imply (`_mode`) with the class and parameters this model
-        gives it: a one-vs-rest member over exactly this model's labels, in order, wrapping the
-        member's class with `max_ovr_classes`. Each member is then restored by its own class'
-        `from_state`, whose refusals become StateError.
+        `max_classes`), the scores (finite, 0 <= correct <= count <= window), the records kept
+        (`replay.ReplayBuffer.from_state`: present while a switch to one-vs-rest may come, null
+        otherwise; a state saved before they were kept has none and keeps records from then
+        on), and that each member has the form the labels imply (`_mode`) with the class and
+        parameters this model gives it: a one-vs-rest member over exactly this model's labels,
+        in order, wrapping the member's class with `max_ovr_classes`. Each member is then
+        restored by its own class' `from_state`, whose refusals become StateError.
         """
         from streammargin import memory
 
         if type(data) is not dict or data.get("model") != cls.__name__:
             name = data.get("model") if type(data) is dict else None
             raise StateError(f"state of {name!r:.80} cannot restore a {cls.__name__}")
-        if set(data) != set(_STATE_KEYS):
+        # (a state saved before the records were kept has no "replay")
+        if set(data) not in (set(_STATE_KEYS), set(_STATE_KEYS) - {"replay"}):
             raise StateError(f"{cls.__name__} state: expected the fields {sorted(_STATE_KEYS)}")
         params = data["params"]
         if type(params) is not dict or set(params) != set(_PARAMS):
@@ -473,6 +507,15 @@ class AutoClassifier(base.MiniBatchClassifier):
         model = cls(**params)
         model._labels = decoded
         mode = model._mode()
+        if model._replay is not None and mode == BINARY:  # the switch to one-vs-rest may come
+            if "replay" in data:
+                model._replay = replay.ReplayBuffer.from_state(data["replay"], len(decoded))
+            # else: a state saved before the records were kept: the first ones from now on
+        else:
+            if data.get("replay") is not None:
+                raise StateError(f"{cls.__name__} state: replay must be null beyond two labels "
+                                 "or with max_ovr_classes=2")
+            model._replay = None
         member_classes = state.registered_models()
         restored = {}
         for name, member_state in zip(PORTFOLIO, members):
@@ -548,12 +591,14 @@ def _first_is_positive(label: typing.Any) -> bool:
 
 def _bound(max_classes: int, max_ovr_classes: int, max_features: int) -> int:
     """The CPM's bound and the binary members' one-vs-rest bounds at these params, plus
-    max_classes labels and the scores."""
+    max_classes labels, the scores and the records kept for the switch to one-vs-rest."""
     from streammargin import memory
 
     total = memory.STATE_OVERHEAD + max_classes * (memory.MAX_LABEL_BYTES + 1) + 8 * 2 * len(
         PORTFOLIO
     )
+    if max_ovr_classes > 2:  # (with 2, the third label retires the binary members)
+        total += replay.MAX_BYTES
     classes = state.registered_models()
     total += memory.memory_bound(
         ConvexPolytopeClassifier, {"max_features": max_features, "max_classes": max_classes}

@@ -18,7 +18,7 @@ from river import datasets, evaluate, metrics, preprocessing
 from river.datasets import synth
 
 import streammargin
-from streammargin import memory, state
+from streammargin import memory, replay, state
 from streammargin.auto import PORTFOLIO
 from streammargin.errors import InvalidInput, StateError
 
@@ -118,8 +118,9 @@ def test_at_the_third_label_the_binary_members_become_one_vs_rest():
         ovr = model.members[name]
         assert isinstance(ovr, streammargin.OneVsRestClassifier)
         assert list(ovr.classifiers) == [0, 1, 2] and ovr.max_classes == model.max_ovr_classes
-        # the model so far is the member of the label it learnt as True (1); 0 starts afresh
-        assert [m.counters["trials"] for m in ovr.classifiers.values()] == [1, 31, 1]
+        # the model so far is the member of the label it learnt as True (1); 0's member is a
+        # fresh clone that learns the 30 records kept (from its first one on), then the switch
+        assert [m.counters["trials"] for m in ovr.classifiers.values()] == [31, 31, 1]
     assert ovr.classifiers[1] is not alma or model.members["ALMAClassifier"].classifiers[1] is alma
     assert model.members["ConvexPolytopeClassifier"].counters["trials"] == 31
     assert model.scores["ALMAClassifier"] is not None
@@ -202,7 +203,8 @@ def test_memory_stays_within_the_members_bounds_whatever_the_stream():
         for cls in (streammargin.ALMAClassifier, streammargin.BudgetSVMClassifier)
     )
     overhead = memory.STATE_OVERHEAD
-    assert bound == cpm + ovr - 2 * overhead + 7 * (memory.MAX_LABEL_BYTES + 1) + 48
+    kept = replay.MAX_BYTES  # the records kept for the switch to one-vs-rest
+    assert bound == cpm + ovr - 2 * overhead + 7 * (memory.MAX_LABEL_BYTES + 1) + 48 + kept
 
 
 def test_the_bound_of_the_class_is_the_bound_of_a_model_of_its_params():
