@@ -509,6 +509,15 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
         return model
 
     @classmethod
+    def _params_of_state(cls, params: dict) -> dict:
+        """The constructor params a saved state's `params` (a dict of known names) stand for. A
+        parameter added since a state was saved is missing from it and takes its default, unless
+        the default is not what that state learnt with: a model then fills in the value that
+        continues as the old code did (`BudgetPerceptron`'s margin 0). `OneVsRestClassifier`
+        builds its members' prototype from them too."""
+        return params
+
+    @classmethod
     def _validated(cls, params: typing.Any) -> FeatureSpaceClassifier:
         """A model of the saved params, validated by the constructor (a bad value is a
         `StateError` naming the parameter), before anything is allocated: `__init__` runs with
@@ -521,6 +530,7 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
                 raise StateError(f"{cls.__name__} has no parameter {name!r:.80} (in the state)")
             if not isinstance(value, (str, int, float, bool, type(None))):
                 raise StateError(f"state parameter {name} is not a JSON scalar: {value!r:.60}")
+        params = cls._params_of_state(params)
         model = cls.__new__(cls)
         model._reset = _allocate_nothing  # type: ignore[method-assign]
         try:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import typing
 
+import numpy as np
 
-from streammargin import state
-from streammargin.base import check_max_features, check_range
+from streammargin import state, validation
+from streammargin.base import check_max_features, check_range, check_whole
 from streammargin.budget import BudgetKernelClassifier, validate_budget
 from streammargin.jit import budget as bjit
 from streammargin.jit import budget_perceptron as bp_jit
@@ -15,14 +16,19 @@ from streammargin.jit import kernels as kjit
 
 __all__ = ["BudgetPerceptron"]
 
+MAX_MARGIN = 1e6  # margin / SCALE stays finite (SCALE >= 1e-60, see `jit.budget_perceptron`)
+
 
 @state.register
 class BudgetPerceptron(BudgetKernelClassifier):
     """Kernel perceptron whose support cache never holds more than `budget` vectors.
 
     The kernel perceptron predicts sign f(x), f = sum_i a_i K(s_i, .), and on a mistake,
-    y f(x) <= 0, adds y K(x, .) to f, i.e. stores x as a support vector. Its support grows with
-    every mistake; on a budget something must give when the cache is full. `eviction` says what:
+    y f(x) <= 0, adds y K(x, .) to f, i.e. stores x as a support vector. With a `margin` beta > 0
+    it also updates on margin errors, 0 < y f(x) <= beta, the update condition of Crammer,
+    Kandola & Singer (2003): correct but unconfident predictions move f too. Its support grows
+    with every update; on a budget something must give when the cache is full. `eviction` says
+    what:
 
     - `"random"`: remove a support vector drawn uniformly at random, then add x: the Random
       Budget Perceptron (Cesa-Bianchi & Gentile 2006). Seeded by `seed`.
@@ -38,7 +44,10 @@ class BudgetPerceptron(BudgetKernelClassifier):
     - `"project"`: the Projectron (Orabona, Keshet & Caputo 2009): when phi(x) is within
       `projection_threshold` ||phi(x)|| of the span of the cache, add its projection (updating the
       coefficients of the stored vectors) instead of storing x; when the cache is full, always
-      project.
+      project. A margin error makes Projectron++'s update (same paper): f += tau y P phi(x), the
+      projection only, with tau = min(l / ||P phi(x)||^2, 1, 2 (l - delta / eta) / ||P phi(x)||^2)
+      for the loss l = beta - y f(x) and delta the relative distance of phi(x) to the span, and
+      none unless l > delta / eta.
 
     The margins f(s_i) of the stored vectors that "oldest" and "smallest" need are cached and
     updated in O(budget) per change (see `streammargin.jit.budget`), so a trial costs one kernel
@@ -75,6 +84,11 @@ class BudgetPerceptron(BudgetKernelClassifier):
         `eviction="project"`, whose inverse Gram matrix holds budget x budget floats).
     eviction
         `"random"`, `"oldest"`, `"smallest"`, `"merge"` or `"project"` (see above).
+    margin
+        The margin beta of the update condition y f(x) <= beta, a real number in [0, 1e6]; 0 is
+        the plain perceptron (updates on mistakes only). In units of f, where an update adds
+        K(x, x) to y f(x): 1 for the RBF kernel, so beta = 1 updates until one update's margin
+        is reached (Projectron++'s hinge at 1).
     projection_threshold
         The Projectron's eta, relative, in [0, 1): project when the distance of phi(x) to the
         span of the cache is at most eta ||phi(x)||. Only used by `eviction="project"`.
@@ -100,8 +114,11 @@ class BudgetPerceptron(BudgetKernelClassifier):
     ----------
     support_size : int
         Number of support vectors held, never more than `budget`.
+    n_mistakes : int
+        Mistakes made while learning (`counters["updates"]` minus the margin updates).
     counters : dict
-        Support size, trials, updates (mistakes), evictions, merges and projections.
+        Support size, trials, updates (mistakes and margin errors), margin updates, evictions,
+        merges and projections.
 
     Probabilities come from an online Platt scaling of f(x) (`streammargin.jit.calibration`);
     `decision_one(x)` is f(x) itself.
@@ -127,19 +144,20 @@ class BudgetPerceptron(BudgetKernelClassifier):
     References
     ----------
     [^1]: Crammer, K., Kandola, J. and Singer, Y. (2003). Online classification on a budget.
-    NIPS 16.
+    NIPS 16 (the margin beta).
     [^2]: Cesa-Bianchi, N. and Gentile, C. (2006). Tracking the best hyperplane with a simple
     budget perceptron. COLT.
     [^3]: Dekel, O., Shalev-Shwartz, S. and Singer, Y. (2008). The Forgetron: a kernel-based
     perceptron on a budget. SIAM Journal on Computing, 37(5), 1342-1372.
     [^4]: Orabona, F., Keshet, J. and Caputo, B. (2009). Bounded kernel-based online learning.
-    JMLR, 10, 2643-2666.
+    JMLR, 10, 2643-2666 (the Projectron and Projectron++).
     [^5]: Wang, Z., Crammer, K. and Vucetic, S. (2012). Breaking the curse of kernelization:
     budgeted stochastic gradient descent for large-scale SVM training. JMLR, 13, 3103-3131.
 
     """
 
     _jit = bp_jit
+    _layout = bp_jit.LAYOUT
 
     def __init__(
         self,
@@ -149,6 +167,7 @@ class BudgetPerceptron(BudgetKernelClassifier):
         coef0: float = 1.0,
         budget: int = 200,
         eviction: str = "merge",
+        margin: float = 0.0,
         projection_threshold: float = 0.1,
         average: bool = False,
         seed: int | None = None,
@@ -157,6 +176,7 @@ class BudgetPerceptron(BudgetKernelClassifier):
         validate_budget(
             kernel, gamma, degree, coef0, budget, eviction, projection_threshold, average, seed
         )
+        validation.real_in("margin", margin, 0.0, MAX_MARGIN)
         check_max_features(max_features)
         self.kernel = kernel
         self.gamma = gamma
@@ -164,18 +184,44 @@ class BudgetPerceptron(BudgetKernelClassifier):
         self.coef0 = coef0
         self.budget = budget
         self.eviction = eviction
+        self.margin = margin
         self.projection_threshold = projection_threshold
         self.average = average
         self.seed = seed
         self.max_features = int(max_features)
         self._reset()
 
+    def _hyper_values(self) -> dict[int, float]:
+        return {**super()._hyper_values(), bp_jit.UPDATE_MARGIN: float(self.margin)}
+
+    @classmethod
+    def _params_of_state(cls, params: dict) -> dict:
+        # A state saved before the margin existed learnt on mistakes only: it continues so.
+        return params if "margin" in params else {**params, "margin": 0.0}
+
+    def _checked_arrays(self, arrays: typing.Any, n_columns: int, values: dict) -> dict:
+        # A state saved before the slots margin and margin_updates (the last two, so its `st` is
+        # two scalars short): no margin update happened; the margin slot is written from the
+        # params (`_params_of_state`: 0) by `_check_restored`, as in any state.
+        saved = arrays.get("_st") if isinstance(arrays, dict) else None
+        if (
+            isinstance(saved, np.ndarray)
+            and saved.dtype == np.float64
+            and saved.shape == (bp_jit.STATE_SIZE - 2,)
+        ):
+            arrays = {**arrays, "_st": np.append(saved, [0.0, 0.0])}
+        return super()._checked_arrays(arrays, n_columns, values)
+
     def _check_restored(self) -> None:
         """Beyond the budget cache's invariants, the effective coefficients SCALE a_i of the
-        perceptron's rule: each mistake adds one of 1; "random" and "smallest" never change them
-        (SCALE stays 1), the Forgetron only shrinks them, a merge adds two of them up."""
+        perceptron's rule: each update (a mistake or a margin error) adds one of 1, except
+        Projectron++'s projections; "random" and "smallest" never change them (SCALE stays 1),
+        the Forgetron only shrinks them, a merge adds two of them up. Margin updates are among
+        the updates, and none without a margin."""
         super()._check_restored()
         st, slots = self._st, self._slots
+        high = st[bjit.UPDATES] if self.margin > 0.0 else 0.0
+        check_whole("margin updates", st[bp_jit.MARGIN_UPDATES], 0.0, high)
         size = int(st[kjit.ST_SIZE])
         coefs = slots[:size, kjit.COEF]
         if self.eviction in ("random", "smallest"):
@@ -190,15 +236,31 @@ class BudgetPerceptron(BudgetKernelClassifier):
     @classmethod
     def _unit_test_params(cls) -> typing.Iterator[dict]:
         yield {}
-        yield {"eviction": "random", "budget": 3, "seed": 7}
-        yield {"eviction": "oldest", "budget": 4, "max_features": 4}
+        yield {"eviction": "random", "budget": 3, "seed": 7, "margin": 0.5}
+        yield {"eviction": "oldest", "budget": 4, "max_features": 4, "margin": 1.0}
         yield {"eviction": "smallest", "budget": 4, "kernel": "poly", "gamma": 0.5}
-        yield {"eviction": "merge", "budget": 4, "average": True}
-        yield {"eviction": "project", "budget": 4, "kernel": "linear", "projection_threshold": 0.3}
+        yield {"eviction": "merge", "budget": 4, "average": True, "margin": 1.0}
+        yield {
+            "eviction": "project",
+            "budget": 4,
+            "kernel": "linear",
+            "projection_threshold": 0.3,
+            "margin": 1.0,
+        }
 
     # Inspection -----------------------------------------------------------------------------------
 
     @property
     def n_mistakes(self) -> int:
         """Mistakes made while learning (each one an update)."""
-        return self.n_updates
+        return self.n_updates - self.n_margin_updates
+
+    @property
+    def n_margin_updates(self) -> int:
+        """Updates on margin errors, 0 < y f(x) <= margin (Projectron++'s projections with
+        `eviction="project"`)."""
+        return int(self._st[bp_jit.MARGIN_UPDATES])
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return {**super().counters, "margin_updates": self.n_margin_updates}

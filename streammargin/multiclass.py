@@ -335,12 +335,16 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
             )
         if type(wrapped["params"]) is not dict:
             raise StateError(f"{cls.__name__} state: the wrapped model's params must be an object")
+        # The params as the constructor takes them (a state saved before a parameter existed:
+        # `FeatureSpaceClassifier._params_of_state`), for the prototype and the members alike.
+        params_of_state = getattr(member_cls, "_params_of_state", lambda params: params)
+        wrapped_params = params_of_state(wrapped["params"])
         # The bound first: nothing is built for params that imply too much memory.
         from streammargin import memory
 
         limit = memory.DEFAULT_MAX_STATE_BYTES if max_bytes is None else max_bytes
         try:
-            bound = cls._class_bound(member_cls, wrapped["params"], max_classes)
+            bound = cls._class_bound(member_cls, wrapped_params, max_classes)
         except (ValueError, TypeError) as error:
             raise StateError(f"{cls.__name__} state: the wrapped model's params: {error}") from None
         if bound > limit:
@@ -349,7 +353,7 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
                 f"the limit of {limit:,}: pass a larger max_bytes to from_state if this is expected"
             )
         try:
-            prototype = member_cls(**wrapped["params"])
+            prototype = member_cls(**wrapped_params)
             _check_prototype(prototype)
         except (TypeError, ValueError) as error:  # the constructor's own validation
             raise StateError(f"{cls.__name__} state: bad wrapped model: {error}") from None
@@ -377,12 +381,13 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
         if type(prototype) is member_cls:
             expected_params = json.loads(json.dumps(prototype._get_params()))
         else:
-            expected_params = wrapped["params"]
+            expected_params = wrapped_params
         for member_state in members:
             if (
                 type(member_state) is not dict
                 or member_state.get("model") != wrapped["model"]
-                or member_state.get("params") != expected_params
+                or type(member_state.get("params")) is not dict
+                or params_of_state(member_state["params"]) != expected_params
             ):
                 raise StateError(
                     f"{cls.__name__} state: every member must be a {wrapped['model']} with the "

@@ -106,16 +106,48 @@ def projectron_step(f: Expansion, x, y, step, threshold, budget, t):
         f.add(x, y, step, t)
 
 
-def budget_perceptron_reference(stream, K, budget, eviction, threshold=0.1, key=0):
-    """The kernel perceptron on a budget, by policy. Returns the final expansion and the number
-    of mistakes (updates)."""
+def projectron_margin_step(f: Expansion, x, y, loss, threshold) -> bool:
+    """Projectron++ on a margin error (Orabona et al. 2009, Section 4): f += tau y P phi(x),
+    tau = min(loss / ||P phi(x)||^2, 1, 2 (loss - delta / eta) / ||P phi(x)||^2), delta the
+    distance of phi(x) to the span relative to ||phi(x)||, no update unless loss > delta / eta.
+    Returns whether it updated."""
+    kxx = f.K(x, x)
+    k = np.array([f.K(v, x) for v in f.vectors])
+    d = np.linalg.solve(f.gram(), k)
+    projection = min(float(k @ d), kxx)  # ||P phi(x)||^2
+    if projection <= 0:
+        return False
+    delta = math.sqrt((kxx - projection) / kxx)
+    if threshold > 0:
+        slack = loss - delta / threshold
+    else:
+        slack = loss if delta == 0 else -1.0
+    if slack <= 0:
+        return False
+    tau = min(loss / projection, 1.0, 2 * slack / projection)
+    a = f.signed() + tau * y * d
+    f.labels = [1.0 if v > 0 else -1.0 if v < 0 else lab for v, lab in zip(a, f.labels)]
+    f.weights = [float(v * lab) for v, lab in zip(a, f.labels)]
+    return True
+
+
+def budget_perceptron_reference(stream, K, budget, eviction, threshold=0.1, key=0, margin=0.0):
+    """The kernel perceptron on a budget, by policy, updating when y f(x) <= margin (Crammer et
+    al. 2003's beta; 0: on mistakes only), with Projectron++'s step for a margin error under
+    "project". Returns the final expansion, the number of mistakes and of margin updates."""
     f = Expansion(K)
-    q, mistakes, draws = 0.0, 0, 0
+    q, updates, margin_updates, draws = 0.0, 0, 0, 0
     for t, (x, y) in enumerate(stream):
         fx = f(x)
-        if y * fx > 0 or K(x, x) <= 0:
+        if y * fx > margin or K(x, x) <= 0:
             continue
-        mistakes += 1
+        if y * fx > 0 and eviction == "project":
+            if projectron_margin_step(f, x, y, margin - y * fx, threshold):
+                updates += 1
+                margin_updates += 1
+            continue
+        updates += 1
+        margin_updates += y * fx > 0
         if eviction == "project":
             projectron_step(f, x, y, 1.0, threshold, budget, t)
             continue
@@ -128,11 +160,11 @@ def budget_perceptron_reference(stream, K, budget, eviction, threshold=0.1, key=
             f.remove(r)
             f.add(x, y, 1.0, t)
         elif eviction == "oldest":
-            # Forgetron: perceptron step, shrink by phi, remove the oldest.
+            # Forgetron: perceptron step, shrink by phi, remove the oldest (M counts updates).
             r = int(np.argmin(f.born))
             f.add(x, y, 1.0, t)
             mu = f.labels[r] * f(f.vectors[r])
-            phi = forgetron_phi(f.weights[r], mu, q, mistakes)
+            phi = forgetron_phi(f.weights[r], mu, q, updates)
             f.weights = [w * phi for w in f.weights]
             sigma = f.weights[r]
             q += sigma**2 + 2 * sigma - 2 * sigma * f.labels[r] * f(f.vectors[r])
@@ -141,7 +173,7 @@ def budget_perceptron_reference(stream, K, budget, eviction, threshold=0.1, key=
             # Insert, then remove argmax_j y_j (f(x_j) - a_j y_j K(x_j, x_j)), x included.
             f.add(x, y, 1.0, t)
             f.remove(cks_victim(f))
-    return f, mistakes
+    return f, updates - margin_updates, margin_updates
 
 
 def kernel_alma_reference(stream, K, alpha, B, C, budget, eviction, threshold=0.1, key=0):

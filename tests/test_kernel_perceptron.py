@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -21,6 +24,7 @@ from river import checks, datasets
 import streammargin
 from streammargin import BudgetPerceptron, BudgetSVMClassifier, KernelALMAClassifier, state
 from streammargin.jit import budget as bjit
+from streammargin.jit import budget_perceptron as bp_jit
 from streammargin.jit import kernels as kjit
 
 NAMES = ["a", "b", "c"]
@@ -56,20 +60,24 @@ def assert_same_function(model, f: Expansion, probes, rel=1e-8):
         assert model.decision_one(x) == pytest.approx(expected, rel=rel, abs=1e-10)
 
 
+@pytest.mark.parametrize("margin", [0.0, 1.0])
 @pytest.mark.parametrize("eviction", ["random", "oldest", "smallest", "project"])
 @pytest.mark.parametrize("kernel_name", ["rbf", "poly", "linear"])
-def test_equals_the_dense_transcription(eviction, kernel_name):
+def test_equals_the_dense_transcription(eviction, kernel_name, margin):
     params = KERNELS[kernel_name]
     dicts, dense = dense_stream(seed=len(eviction) + len(kernel_name), n=250)
     model = BudgetPerceptron(
-        budget=12, eviction=eviction, seed=123, projection_threshold=0.3, **params
+        budget=12, eviction=eviction, seed=123, projection_threshold=0.3, margin=margin, **params
     )
     for x, y in dicts:
         model.learn_one(x, y)
-    f, mistakes = budget_perceptron_reference(
-        dense, reference_kernel(params), budget=12, eviction=eviction, threshold=0.3, key=123
+    f, mistakes, margin_updates = budget_perceptron_reference(
+        dense, reference_kernel(params), budget=12, eviction=eviction, threshold=0.3, key=123,
+        margin=margin,
     )
     assert model.n_mistakes == mistakes
+    assert model.n_margin_updates == margin_updates
+    assert (margin_updates > 0) == (margin > 0)  # the margin rule was exercised
     assert model.support_size == len(f) <= 12
     probes, _ = dense_stream(seed=99, n=30)
     assert_same_function(model, f, [x for x, _ in probes])
@@ -82,11 +90,96 @@ def test_without_eviction_it_is_the_kernel_perceptron():
     model = BudgetPerceptron(budget=1000, gamma=0.7)
     for x, y in dicts:
         model.learn_one(x, y)
-    f, mistakes = budget_perceptron_reference(
+    f, mistakes, _ = budget_perceptron_reference(
         dense, kernel("rbf", 0.7), budget=1000, eviction="random"
     )
     assert model.counters["evictions"] == 0 and model.n_mistakes == mistakes == model.support_size
     assert_same_function(model, f, [x for x, _ in dicts[:20]])
+
+
+@pytest.mark.parametrize(("margin", "updates"), [(0.0, False), (0.4, False), (0.5, True),
+                                                 (1.0, True)])
+def test_a_margin_error_adds_the_example_by_hand(margin, updates):
+    """Crammer, Kandola & Singer's condition y f(x) <= beta, by hand: RBF with gamma = ln 2, so
+    K(0, 1) = 1/2. The first example is a mistake (f = 0) and is stored with coefficient 1; the
+    second, at distance 1 with the same label, gets f = 1/2: right, with margin 1/2. beta >= 1/2
+    stores it too (f(x2) = 1/2 + 1 = 3/2), a smaller beta (0: the plain perceptron) does not."""
+    model = BudgetPerceptron(gamma=math.log(2.0), budget=10, margin=margin)
+    model.learn_one({"a": 0.0}, True)
+    assert model.decision_one({"a": 1.0}) == pytest.approx(0.5, rel=1e-12)
+    model.learn_one({"a": 1.0}, True)
+    assert model.n_mistakes == 1
+    assert model.n_margin_updates == model.counters["margin_updates"] == int(updates)
+    assert model.counters["updates"] == 1 + int(updates)
+    assert model.support_size == 1 + int(updates)
+    expected = 1.5 if updates else 0.5
+    assert model.decision_one({"a": 1.0}) == pytest.approx(expected, rel=1e-12)
+
+
+# Projectron++ by hand: linear kernel, s1 = (0.5, 0) stored first (a mistake on an empty cache:
+# K^-1 = 1 / 0.25 = 4), then x2 with y = +1 and f(x2) = 0.5 * x2_a in (0, 1): a margin error with
+# loss l = 1 - f(x2). Its projection on span{s1}: d = 4 * k = 4 * 0.5 x2_a, ||P x2||^2 = k d,
+# relative distance delta = sqrt((K22 - k d) / K22). tau = min(l / ||P||^2, 1,
+# 2 (l - delta / eta) / ||P||^2); s1's coefficient becomes 1 + tau d.
+#   x2 = (1.2, 0.1): k = 0.6, d = 2.4, ||P||^2 = 1.44, K22 = 1.45, delta = 0.1 / sqrt(1.45)
+#     eta 0.3: l - delta / eta = 0.4 - 0.276818 = 0.123182: tau = 0.246364 / 1.44 = 0.171086
+#     eta 0.9: tau = l / ||P||^2 = 0.4 / 1.44 (then y f(x2) = 0.6 (1 + 2.4 tau) = 1, the margin)
+#     eta 0.2: delta / eta = 0.415 > l: no update
+#   x2 = (0.2, 0.01): k = 0.1, d = 0.8, ||P||^2 = 0.16, l = 0.9, eta 0.3: tau = min(5.6, 1, 9.2) = 1
+PROJECTRON_PLUS_PLUS = [
+    ((1.2, 0.1), 0.3, 2.0 * (0.4 - (0.1 / math.sqrt(1.45)) / 0.3) / 1.44),
+    ((1.2, 0.1), 0.9, 0.4 / 1.44),
+    ((1.2, 0.1), 0.2, None),
+    ((0.2, 0.01), 0.3, 1.0),
+]
+
+
+@pytest.mark.parametrize(("x2", "eta", "tau"), PROJECTRON_PLUS_PLUS)
+def test_projectron_plus_plus_step_by_hand(x2, eta, tau):
+    model = BudgetPerceptron(
+        kernel="linear", eviction="project", budget=4, projection_threshold=eta, margin=1.0
+    )
+    model.learn_one({"a": 0.5}, True)
+    assert model.support_size == 1 and model._gram_inv[0, 0] == 4.0
+    x = {"a": x2[0], "b": x2[1]}
+    model.learn_one(x, True)
+    assert model.support_size == 1 and model.n_mistakes == 1  # a projection, never an addition
+    d = 4.0 * 0.5 * x2[0]
+    if tau is None:
+        assert model.n_margin_updates == 0 and model.counters["projections"] == 0
+        tau = 0.0
+    else:
+        assert model.n_margin_updates == 1 and model.counters["projections"] == 1
+    (_, label, weight), = model.support_vectors
+    assert label and weight == pytest.approx(1.0 + tau * d, rel=1e-12)
+    assert model.decision_one(x) == pytest.approx(0.5 * x2[0] * (1.0 + tau * d), rel=1e-12)
+    assert 0.0 <= tau <= 1.0
+
+
+def test_a_margin_update_is_made_exactly_when_y_f_is_within_the_margin():
+    """Trial by trial, on a noisy stream: the model updates (a mistake or a margin error) when
+    y f(x) <= margin for the f it served before learning, and otherwise does not; Projectron++'s
+    margin errors may be skipped (loss <= delta / eta), never the others."""
+    dicts, _ = dense_stream(seed=12, n=400, flip=0.15)
+    for eviction in ("random", "oldest", "smallest", "merge", "project"):
+        model = BudgetPerceptron(
+            budget=8, eviction=eviction, margin=0.8, gamma=0.7, seed=2, projection_threshold=0.9
+        )
+        for x, y in dicts:
+            margin = (1.0 if y else -1.0) * model.decision_one(x)
+            before = model.n_updates, model.n_margin_updates
+            model.learn_one(x, y)
+            updated = model.n_updates - before[0]
+            if abs(margin - 0.8) < 1e-9 or abs(margin) < 1e-9:
+                continue  # a tie: the rounding of f decides
+            if margin > 0.8:
+                assert updated == 0, eviction
+            elif margin <= 0.0 or eviction != "project":
+                assert updated == 1, eviction
+            assert model.n_margin_updates - before[1] == (updated if margin > 0.0 else 0)
+        # Projectron++ skips most margin errors here: delta is large in a cache of 8 RBF vectors.
+        assert model.n_margin_updates > (5 if eviction == "project" else 20), eviction
+        assert model.n_mistakes > 20, eviction
 
 
 def test_splitmix_matches_the_transcription():
@@ -343,3 +436,80 @@ def test_bananas_accuracy_of_the_defaults():
 def test_package_exports():
     assert streammargin.BudgetPerceptron is BudgetPerceptron
     assert state.registered_models()["BudgetPerceptron"] is BudgetPerceptron
+
+
+# States saved by the code before the margin (its `st` two scalars short, no "margin" param),
+# made with the stream below: the state after 40 records and the probabilities of the last 20
+# records before and after learning them (tests/data/, generated once with the code of c537f3b).
+BEFORE_THE_MARGIN = json.loads(
+    (pathlib.Path(__file__).parent / "data" / "budget_perceptron_states_before_the_margin.json")
+    .read_text()
+)
+
+
+def legacy_stream(labels: tuple) -> list[tuple[dict, object]]:
+    rng = np.random.default_rng(5)
+    out = []
+    for _ in range(60):
+        x = {f"f{i}": float(v) for i, v in enumerate(rng.normal(size=3))}
+        if rng.random() < 0.3:
+            x["rare"] = float(rng.normal())
+        if len(labels) > 2:
+            y = labels[int(rng.integers(len(labels)))]
+        else:
+            y = bool(x["f0"] * x["f1"] + 0.3 * x["f2"] > 0)
+        out.append((x, y))
+    return out
+
+
+@pytest.mark.parametrize(("name", "labels"), [("merge", (True, False)),
+                                              ("project", (True, False)),
+                                              ("ovr", ("a", "b", "c"))])
+def test_a_state_saved_before_the_margin_restores_and_learns_as_before(name, labels):
+    """An older checkpoint learnt on mistakes only: it restores with margin 0 and no margin
+    update, whatever the default, and predicts and learns as the model that wrote it (the merge
+    case is still in gamma's warm-up, the one-vs-rest members go through the wrapper's check of
+    their params)."""
+    fixture = BEFORE_THE_MARGIN[name]
+    saved = state.loads(base64.b64decode(fixture["state"]))
+    members = saved["members"] if saved["model"] == "OneVsRestClassifier" else [saved]
+    for member in members:
+        assert member["arrays"]["_st"].shape == (bp_jit.STATE_SIZE - 2,)
+        assert "margin" not in member["params"]
+    model = streammargin.from_state(saved)
+    restored = model.classifiers.values() if name == "ovr" else [model]
+    assert all(m.margin == 0.0 and m.n_margin_updates == 0 for m in restored)
+    data = legacy_stream(labels)
+    probes = [x for x, _ in data[40:]]
+
+    def probabilities():
+        return [{str(k): float(v) for k, v in model.predict_proba_one(x).items()} for x in probes]
+
+    assert probabilities() == fixture["before"]
+    for x, y in data[40:]:
+        model.learn_one(x, y)
+    assert probabilities() == fixture["after"]
+    twin = streammargin.from_state(state.loads(state.dumps(model.to_state())))  # the new layout
+    assert probabilities() == [
+        {str(k): float(v) for k, v in twin.predict_proba_one(x).items()} for x in probes
+    ]
+
+
+@pytest.mark.parametrize(("margin", "margin_updates", "refused"), [
+    (1.0, 3.0, False), (1.0, 2.5, True), (1.0, -1.0, True), (1.0, 1e9, True), (0.0, 1.0, True),
+])
+def test_margin_updates_beyond_what_learning_leaves_are_refused(margin, margin_updates, refused):
+    """At most the updates, whole, and none at all without a margin."""
+    model = BudgetPerceptron(margin=1.0, budget=5, gamma=0.7)
+    dicts, _ = dense_stream(seed=1, n=100, flip=0.2)
+    for x, y in dicts:
+        model.learn_one(x, y)
+    assert model.n_margin_updates > 3
+    saved = model.to_state()
+    saved["params"]["margin"] = margin
+    saved["arrays"]["_st"][bp_jit.MARGIN_UPDATES] = margin_updates
+    if refused:
+        with pytest.raises(state.StateError, match="margin updates"):
+            streammargin.from_state(saved)
+    else:
+        assert streammargin.from_state(saved).n_margin_updates == 3

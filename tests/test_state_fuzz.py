@@ -504,6 +504,8 @@ LEARNT_CASES = [
          {"fit_intercept": False, "alpha": 0.5, "average_window": 2}),
         (streammargin.BudgetPerceptron, "forgetron-linear",
          {"eviction": "oldest", "kernel": "linear", "budget": 3}),
+        (streammargin.BudgetPerceptron, "forgetron-linear-margin",
+         {"eviction": "oldest", "kernel": "linear", "budget": 3, "margin": 1.0}),
         (streammargin.KernelALMAClassifier, "projectron-linear",
          {"eviction": "project", "kernel": "linear", "budget": 4}),
         (streammargin.SBPClassifier, "linear", {"kernel": "linear", "window": 5, "steps": 2}),

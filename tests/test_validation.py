@@ -28,7 +28,7 @@ MODEL_CLASSES = sorted(
 
 # Parameters that take a value a generic rule would call bad.
 ALLOWS_NEGATIVE = {"coef0"}
-ALLOWS_ZERO = {"coef0", "nu", "replay", "projection_threshold", "entropy", "seed"}
+ALLOWS_ZERO = {"coef0", "nu", "replay", "projection_threshold", "entropy", "seed", "margin"}
 
 NOT_NUMBERS = [
     float("nan"), "1", b"1", [1.0], {"a": 1.0}, complex(1, 0), True, False, np.bool_(True)

@@ -42,7 +42,9 @@ Policies (`st[POLICY]`), applied when a vector must be added to a full cache:
               least of ||f|| (Wang, Crammer & Vucetic 2012, BSGD; RBF kernel)
     PROJECT   project phi(x) on the span of the cache instead of adding it when the projection
               error is at most THRESHOLD ||phi(x)||, and always when the cache is full
-              (Orabona, Keshet & Caputo 2009, Projectron); keeps the inverse Gram matrix
+              (Orabona, Keshet & Caputo 2009, Projectron); keeps the inverse Gram matrix.
+              Projectron++'s update of a margin error, a projection only, is
+              `projectron_margin_step`
 """
 
 from __future__ import annotations
@@ -506,6 +508,33 @@ def make_room(kp, S, slots, st, krow, idx, val, x_sq, a_new, label_new, fx):
     return True
 
 
+@njit(cache=True, inline="always")
+def span_coefficients(gram_inv, krow, n):
+    """d = K^-1 k (k = krow, K the Gram matrix of the n cached vectors): the projection of phi(x)
+    on the span of the cache is sum_j d_j phi(s_j), its squared norm k.d."""
+    d = np.zeros(n)
+    for i in range(n):
+        total = 0.0
+        for j in range(n):
+            total += gram_inv[i, j] * krow[j]
+        d[i] = total
+    return d
+
+
+@njit(cache=True, inline="always")
+def add_projection(slots, st, krow, d, a, n):
+    """f += a P phi(x) = a sum_j d_j phi(s_j): a_j += a d_j; the cached margins move by a k_i,
+    since (K d)_i = k_i."""
+    for j in range(n):
+        checkpoint(slots, st, j)
+        slots[j, COEF] += a * d[j] * slots[j, LABEL]
+    if st[TRACK] != 0.0:
+        for i in range(n):
+            slots[i, MARGIN] += a * krow[i]
+    st[PROJECTIONS] += 1.0
+    st[CHANGES] += 1.0
+
+
 @njit(cache=True)
 def projectron_step(S, slots, st, gram_inv, idx, val, x_sq, krow, a, label, self_k, fx):
     """Add a phi(x) to f the Projectron's way: with d = K^-1 k (k = krow, K the cache's Gram
@@ -520,12 +549,7 @@ def projectron_step(S, slots, st, gram_inv, idx, val, x_sq, krow, a, label, self
     """
     n = int(st[ST_SIZE])
     budget = S.shape[0]
-    d = np.zeros(n)
-    for i in range(n):
-        total = 0.0
-        for j in range(n):
-            total += gram_inv[i, j] * krow[j]
-        d[i] = total
+    d = span_coefficients(gram_inv, krow, n)
     delta2 = self_k
     largest_d = 0.0
     for i in range(n):
@@ -540,14 +564,7 @@ def projectron_step(S, slots, st, gram_inv, idx, val, x_sq, krow, a, label, self
         # kernels): the Gram matrix is too ill-conditioned for a finite update; skip it.
         return False
     if project:
-        for j in range(n):
-            checkpoint(slots, st, j)
-            slots[j, COEF] += a * d[j] * slots[j, LABEL]
-        if st[TRACK] != 0.0:
-            for i in range(n):
-                slots[i, MARGIN] += a * krow[i]  # (K d)_i = k_i
-        st[PROJECTIONS] += 1.0
-        st[CHANGES] += 1.0
+        add_projection(slots, st, krow, d, a, n)
         return True
     inv_delta2 = 1.0 / delta2
     for i in range(n):
@@ -558,6 +575,45 @@ def projectron_step(S, slots, st, gram_inv, idx, val, x_sq, krow, a, label, self
     gram_inv[n, n] = inv_delta2
     add_vector(S, slots, st, idx, val, x_sq, krow, a, label, self_k, fx)
     return False
+
+
+@njit(cache=True)
+def projectron_margin_step(slots, st, gram_inv, krow, loss, y, self_k):
+    """Projectron++'s update on a margin error (Orabona, Keshet & Caputo 2009, Section 4): a
+    correct prediction with a loss = margin - y f(x) > 0 is corrected by projection only (the
+    cache never grows), f += tau y P phi(x), with
+
+        tau = min(loss / ||P phi(x)||^2, 1, 2 (loss - delta / eta) / ||P phi(x)||^2),
+
+    delta the distance of phi(x) to the span of the cache relative to ||phi(x)|| (the paper's
+    delta for the RBF kernel, K(x, x) = 1) and eta = THRESHOLD; no update unless
+    loss > delta / eta (eta = 0: only for phi(x) in the span). Returns True when it updated.
+    """
+    n = int(st[ST_SIZE])
+    d = span_coefficients(gram_inv, krow, n)
+    proj_sq = 0.0
+    largest_d = 0.0
+    for i in range(n):
+        proj_sq += krow[i] * d[i]
+        largest_d = max(largest_d, abs(d[i]))
+    delta2 = max(self_k - proj_sq, 0.0)  # rounding may leave k.d a little above K(x, x)
+    proj_sq = self_k - delta2
+    if not proj_sq > 0.0:
+        return False
+    relative = math.sqrt(delta2 / self_k)
+    threshold = st[THRESHOLD]
+    if threshold > 0.0:
+        slack = loss - relative / threshold
+    else:
+        slack = loss if relative == 0.0 else -1.0
+    if not slack > 0.0:
+        return False
+    tau = min(loss / proj_sq, 1.0, 2.0 * slack / proj_sq)
+    a = tau * y / st[SCALE]
+    if not abs(a) * largest_d < COEF_LIMIT:  # as in projectron_step: an ill-conditioned K
+        return False
+    add_projection(slots, st, krow, d, a, n)
+    return True
 
 
 @njit(cache=True)

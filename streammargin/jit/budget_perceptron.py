@@ -1,13 +1,15 @@
 """Hot loops of the kernel perceptron on a budget (`streammargin.budget_perceptron`).
 
 The hypothesis and the cache are `streammargin.jit.budget`'s: f(x) = SCALE sum_i a_i K(s_i, x).
-A trial on (x, y) is the kernel perceptron's: on a mistake, y f(x) <= 0, add y K(x, .) to f. When
+A trial on (x, y) is the kernel perceptron's with Crammer, Kandola & Singer's margin beta
+(`st[UPDATE_MARGIN]`; 0 is the plain perceptron): when y f(x) <= beta, add y K(x, .) to f. When
 the cache is full the policy keeps it within the budget; for OLDEST that is the self-tuned
 Forgetron: remove the oldest vector after shrinking the whole hypothesis by the phi of
-`budget.forgetron_phi`.
+`budget.forgetron_phi`. For PROJECT a mistake (y f(x) <= 0) is the Projectron's update and a
+margin error (0 < y f(x) <= beta) Projectron++'s projection (`budget.projectron_margin_step`).
 
-Arrays: S, slots (budget.N_FIELDS fields), st (layout of `streammargin.jit.budget`, no entries of
-its own) and gram_inv (budget x budget, the Projectron's inverse Gram matrix; 0 x 0 otherwise).
+Arrays: S, slots (budget.N_FIELDS fields), st (`LAYOUT`: `streammargin.jit.budget`'s and the
+margin) and gram_inv (budget x budget, the Projectron's inverse Gram matrix; 0 x 0 otherwise).
 """
 
 from __future__ import annotations
@@ -25,13 +27,22 @@ from streammargin.jit.budget import (
     MARGIN,
     OLDEST,
     POLICY,
+    PROJECT,
     SCALE,
     UPDATES,
 )
 from streammargin.jit.kernels import ST_MODEL, ST_PLATT, ST_SIZE
+from streammargin.jit.layout import COUNTER, HYPER, Slot
 from streammargin.jit.rows import row_entries
 
-LAYOUT = bjit.LAYOUT  # no entries of its own
+# The budget learners' entries, then the perceptron's own (appended, so that a state saved before
+# them is the same array one slot short of each: `BudgetPerceptron._checked_arrays`).
+LAYOUT = bjit.LAYOUT.extend(
+    "budget perceptron",
+    Slot("margin", HYPER, "update when y f(x) <= margin (0: on mistakes only)", param="margin"),
+    Slot("margin_updates", COUNTER, "updates on margin errors, 0 < y f(x) <= margin"),
+)
+UPDATE_MARGIN, MARGIN_UPDATES = LAYOUT.offsets("margin", "margin_updates")
 STATE_SIZE = LAYOUT.size
 
 
@@ -74,7 +85,8 @@ def _forgetron_update(kp, S, slots, st, idx, val, x_sq, krow, y, self_k):
 
 @njit(cache=True)
 def learn(S, slots, st, gram_inv, idx, val, y, krow):
-    """One trial on (x, y), y in {-1.0, +1.0}. Returns 1 on a mistake (an update), else 0.
+    """One trial on (x, y), y in {-1.0, +1.0}. Returns 1 on an update (a mistake, or a margin
+    error that changed f), else 0.
 
     Every column of idx must be >= 0 (the caller grows the feature space first). krow is a
     scratch row of budget + 2 entries; if its last entry is 1.0 it already holds x's kernel row.
@@ -87,9 +99,23 @@ def learn(S, slots, st, gram_inv, idx, val, y, krow):
     served = bjit.served_sum(slots, st, size, krow)
     calibration.learn(st[ST_PLATT:ST_MODEL], served, y)
     self_k = kjit.self_kernel(kp, x_sq)
-    if y * fx > 0.0 or self_k <= 0.0:  # no mistake, or phi(x) = 0: nothing would change
+    # y f(x) = y SCALE fx <= margin, compared without the product's underflow (SCALE >= 1e-60, so
+    # margin / SCALE <= 1e66): at margin 0 this is the plain perceptron's y fx <= 0.
+    if y * fx > st[UPDATE_MARGIN] / st[SCALE] or self_k <= 0.0:  # phi(x) = 0: nothing to add
         bjit.end_trial(st)
         return 0
+    if y * fx > 0.0:  # a margin error: the prediction was right
+        if int(st[POLICY]) == PROJECT:
+            loss = st[UPDATE_MARGIN] - y * fx * st[SCALE]
+            if not bjit.projectron_margin_step(slots, st, gram_inv, krow, loss, y, self_k):
+                bjit.end_trial(st)
+                return 0
+            st[UPDATES] += 1.0
+            st[MARGIN_UPDATES] += 1.0
+            bjit.housekeeping(kp, S, slots, st)
+            bjit.end_trial(st)
+            return 1
+        st[MARGIN_UPDATES] += 1.0
     st[UPDATES] += 1.0
     if int(st[POLICY]) == OLDEST and size >= S.shape[0]:
         _forgetron_update(kp, S, slots, st, idx, val, x_sq, krow, y, self_k)
