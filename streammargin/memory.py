@@ -113,7 +113,7 @@ def memory_bound(model_or_class: typing.Any, params: dict | None = None) -> int:
     >>> round(memory_bound(streammargin.ALMAClassifier) / 2**20, 2)  # MiB
     8.57
     >>> memory_bound(streammargin.BudgetPerceptron, {"budget": 100, "max_features": 100})
-    166896
+    166912
     >>> model = streammargin.BudgetPerceptron(budget=100, max_features=100)
     >>> memory_bound(model) == memory_bound(model, {"budget": 100})
     True
