@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/model_selection.py --quick          # 2,000 records a stream
     .venv/bin/python benchmarks/model_selection.py --section gamma  # gamma=1 against "auto"
     .venv/bin/python benchmarks/model_selection.py --section defaults  # the defaults' candidates
+    .venv/bin/python benchmarks/model_selection.py --section margin  # BudgetPerceptron's margin
 
 Progressive validation (`StandardScaler() | model`, River's `progressive_val_score`) on ten
 streams, five of them drifting: a SEA concept change, a 20-feature rotating hyperplane, a drifting
@@ -253,15 +254,59 @@ def section_defaults(n: int) -> int:
     return 0
 
 
+def section_margin(n: int) -> int:
+    """BudgetPerceptron's update condition y f(x) <= margin (0: mistakes only) at its other
+    defaults, on all ten streams (one-vs-rest on the multiclass ones, as in the models table)."""
+    candidates = {
+        "margin 0": {"margin": 0.0},
+        "margin 0.25": {"margin": 0.25},
+        "margin 0.5": {"margin": 0.5},
+        "margin 1": {"margin": 1.0},
+        "margin 2": {"margin": 2.0},
+        "margin 0, average": {"margin": 0.0, "average": True},
+        "margin 1, average": {"margin": 1.0, "average": True},
+        "margin 1, budget 500": {"margin": 1.0, "budget": 500},
+        "random, margin 0": {"eviction": "random", "seed": 1, "margin": 0.0},
+        "random, margin 1": {"eviction": "random", "seed": 1, "margin": 1.0},
+        "oldest, margin 0": {"eviction": "oldest", "margin": 0.0},
+        "oldest, margin 1": {"eviction": "oldest", "margin": 1.0},
+        "smallest, margin 0": {"eviction": "smallest", "margin": 0.0},
+        "smallest, margin 1": {"eviction": "smallest", "margin": 1.0},
+        "project, margin 0": {"eviction": "project", "margin": 0.0},
+        "project, margin 1 (Projectron++)": {"eviction": "project", "margin": 1.0},
+        "project + average, margin 0": {"eviction": "project", "average": True, "margin": 0.0},
+        "project + average, margin 1": {"eviction": "project", "average": True, "margin": 1.0},
+    }
+    data = streams(n)
+    print("## BudgetPerceptron: the margin of its update condition (gamma=\"auto\", budget 200, "
+          "eviction \"merge\" unless named)\n")
+    print("| candidate | " + " | ".join(s[:9] for s in data) + " | mean |")
+    print("| --- | " + " | ".join("---:" for _ in data) + " | ---: |")
+    for name, params in candidates.items():
+        row = []
+        for rows, is_multiclass in data.values():
+            model = sm.BudgetPerceptron(**params)
+            row.append(accuracy(rows, sm.OneVsRestClassifier(model) if is_multiclass else model))
+        cells = " | ".join(f"{a:.3f}" for a in row)
+        print(f"| {name} | {cells} | {sum(row) / len(row):.4f} |", flush=True)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="2,000 records a synthetic stream")
-    parser.add_argument("--section", choices=["models", "gamma", "defaults"], default="models")
+    parser.add_argument(
+        "--section", choices=["models", "gamma", "defaults", "margin"], default="models"
+    )
     args = parser.parse_args()
     n = 2000 if args.quick else 5000
-    return {"models": section_models, "gamma": section_gamma, "defaults": section_defaults}[
-        args.section
-    ](n)
+    sections = {
+        "models": section_models,
+        "gamma": section_gamma,
+        "defaults": section_defaults,
+        "margin": section_margin,
+    }
+    return sections[args.section](n)
 
 
 if __name__ == "__main__":
