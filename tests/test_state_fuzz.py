@@ -503,7 +503,7 @@ LEARNT_CASES = [
         (streammargin.ALMAClassifier, "no-intercept",
          {"fit_intercept": False, "alpha": 0.5, "average_window": 2}),
         (streammargin.BudgetPerceptron, "forgetron-linear",
-         {"eviction": "oldest", "kernel": "linear", "budget": 3}),
+         {"eviction": "oldest", "kernel": "linear", "budget": 3, "margin": 0.0}),
         (streammargin.BudgetPerceptron, "forgetron-linear-margin",
          {"eviction": "oldest", "kernel": "linear", "budget": 3, "margin": 1.0}),
         (streammargin.KernelALMAClassifier, "projectron-linear",
