@@ -142,11 +142,11 @@ class BudgetPerceptron(BudgetKernelClassifier):
     ...     budget=100, eviction="project", average=True
     ... )
     >>> evaluate.progressive_val_score(datasets.Bananas(), model, metrics.Accuracy())
-    Accuracy: 89.51%
+    Accuracy: 89.64%
 
     >>> perceptron = model["BudgetPerceptron"]
     >>> perceptron.support_size, perceptron.n_mistakes, perceptron.counters["projections"]
-    (60, 724, 664)
+    (52, 666, 1163)
 
     References
     ----------
