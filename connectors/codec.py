@@ -28,6 +28,13 @@ model, or a binary one wrapped one-vs-rest) are taken as they come: strings (at 
 (`get_codec("mypackage.codecs:AvroCodec")`): any class with a `decode(value)` method following the
 rules above, taking the keyword `multiclass=True` if it serves multiclass models.
 
+`JSONCodec` decodes with msgspec when it is installed (the kafka extra installs it): msgspec
+parses the record in C straight into the three typed fields of the contract (`_EventFields`), about
+six times faster than `json.loads` and without building a dict of the whole document. Only what
+both parsers read the same way gets through that path (the tests compare them); anything msgspec
+refuses (a float label, a lone surrogate, a number beyond float64, deep nesting, bad JSON) goes on
+to the standard library's parser, which accepts or refuses it as before and names what was wrong.
+
 This module also gives kafka-python a compiled CRC-32C (`install_fast_crc32c`): the client checks
 and computes a CRC-32C over every record batch, in pure Python unless the optional `crc32c`
 package is installed, and that alone caps a consumer at ~10k records/s.
@@ -47,6 +54,11 @@ import numba
 import numpy as np
 
 from streammargin.errors import StateError
+
+try:
+    import msgspec
+except ImportError:  # (the kafka extra installs it) every record takes the json path
+    msgspec = None
 
 __all__ = [
     "DeadLetter",
@@ -240,6 +252,21 @@ def label_from_state(data: typing.Any) -> typing.Any:
     raise StateError(f"not a label: {_short(data, 60)}")
 
 
+if msgspec is not None:
+
+    class _EventFields(msgspec.Struct):
+        """The fields of the event contract as msgspec decodes them: nothing else of the document
+        is kept, and only values of these types get through (other fields are skipped)."""
+
+        id: str | int | None = None
+        x: dict[str, int | float] | None = None
+        y: bool | int | str | None = None
+
+    # What msgspec raises for a record it will not read the way json.loads does (its
+    # ValidationError is a DecodeError): the record then takes the json path, which decides.
+    _FAST_PATH_MISSES: tuple = (msgspec.DecodeError, RecursionError, UnicodeDecodeError)
+
+
 class JSONCodec:
     """The JSON event contract: `{"id": str|int?, "x": {name: number}?, "y": label?, "ts": ...?}`.
 
@@ -280,6 +307,9 @@ class JSONCodec:
         # One decoder for every record: json.loads(..., parse_constant=...) would build a new
         # decoder per call.
         self._decode_text = json.JSONDecoder(parse_constant=_non_finite).decode
+        self._decode_fields = (
+            None if msgspec is None else msgspec.json.Decoder(_EventFields).decode
+        )
 
     def decode(self, value: bytes | None) -> Event:
         if value is None:
@@ -288,6 +318,14 @@ class JSONCodec:
             raise OversizedRecord(
                 f"oversized record: {len(value)} bytes > max_record_bytes={self.max_record_bytes}"
             )
+        decode_fields = self._decode_fields
+        if decode_fields is not None:
+            try:
+                fields = decode_fields(value)
+            except _FAST_PATH_MISSES:
+                pass  # the json path below accepts or refuses it, and says why
+            else:
+                return self._event(fields.id, fields.x, fields.y)
         try:
             doc = self._decode_text(value.decode())
         except DeadLetter:
@@ -299,10 +337,12 @@ class JSONCodec:
         event_id = doc.get("id")
         if event_id is not None and (type(event_id) is not str and type(event_id) is not int):
             raise InvalidRecord(f"id {_short(event_id)} must be a string or an integer")
-        y = doc.get("y")
+        return self._event(event_id, doc.get("x"), doc.get("y"))
+
+    def _event(self, event_id: typing.Any, x: typing.Any, y: typing.Any) -> Event:
+        """The event of a decoded document's fields (`event_id` checked already)."""
         if y is not True and y is not False and y is not None:
             y = self._label(y)
-        x = doc.get("x")
         if x is None:
             if y is None:
                 raise InvalidRecord("missing x: an event needs features, a label record needs y")

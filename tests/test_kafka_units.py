@@ -92,6 +92,81 @@ def test_codec_rejects_integers_beyond_float64():
         codec.JSONCodec().decode(big)
 
 
+# The codec's two parsers: msgspec straight into the contract's fields, and json.loads for
+# anything msgspec refuses. Documents are built from fragments where the two could disagree:
+# duplicate keys, numbers at the edges of int64 and float64, escapes and surrogates, invalid
+# UTF-8, NaN tokens, deep nesting in fields the contract ignores, trailing bytes.
+_NUMBERS = ["0", "-0", "-0.0", "1", "-1", "2", "1.0", "2.0", "0.5", "1e5", "1E-5", "-2.5e-3",
+            "1e308", "1.7976931348623157e308", "1e309", "-1e309", "4.9e-324", "1e-400",
+            "9007199254740993", "9223372036854775807", "9223372036854775808",
+            "-9223372036854775809", "18446744073709551616", "1" + "0" * 40, "1" + "0" * 400,
+            "NaN", "Infinity", "-Infinity", "01", "1.", ".5", "+1"]
+_STRINGS = ['"a"', '"b"', '""', '"\\u00e9"', '"\\ud800"', '"\\ud83d\\ude00"', '"\\u0000"', '"é"',
+            '"\\"', '"\\n"', '"a<FF>"', '"' + "s" * 300 + '"']
+_SCALARS = _NUMBERS + _STRINGS + ["true", "false", "null"]
+_json_values = st.recursive(
+    st.sampled_from(_SCALARS),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3).map(lambda items: "[" + ",".join(items) + "]"),
+        st.lists(st.tuples(st.sampled_from(_STRINGS[:4] + ['"id"', '"x"', '"y"']), inner),
+                 max_size=3).map(
+            lambda pairs: "{" + ",".join(f"{k}:{v}" for k, v in pairs) + "}"),
+    ),
+    max_leaves=8,
+)
+_features = st.lists(st.tuples(st.sampled_from(_STRINGS[:8]), st.one_of(
+    st.sampled_from(_NUMBERS), _json_values)), max_size=4).map(
+    lambda pairs: "{" + ",".join(f"{k}:{v}" for k, v in pairs) + "}")
+_fields = st.lists(st.tuples(st.sampled_from(['"id"', '"x"', '"y"', '"ts"', '"z"']),
+                             st.one_of(_features, _json_values)), max_size=5)
+_numeric_features = st.lists(
+    st.tuples(st.sampled_from(_STRINGS[:8]), st.sampled_from(_NUMBERS[:25])), max_size=4
+).map(lambda pairs: "{" + ",".join(f"{k}:{v}" for k, v in pairs) + "}")
+_events = st.tuples(
+    st.sampled_from(['"id": "e1", ', '"id": 7, ', '"id": 9223372036854775808, ', "", '"id": 1.5, ']),
+    _numeric_features,
+    st.sampled_from(["", ', "y": true', ', "y": 0', ', "y": -1', ', "y": 2', ', "y": 1.0',
+                     ', "y": "sky"', ', "y": null', ', "y": 9223372036854775808']),
+    st.sampled_from(["", ', "ts": 1700000000000', ', "x": {"a": 1}', ', "id": "e2"']),
+).map(lambda parts: "{" + parts[0] + '"x": ' + parts[1] + parts[2] + parts[3] + "}")
+_documents = st.one_of(
+    _events,
+    _fields.map(lambda pairs: "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"),
+    _json_values,
+    st.just('{"z": ' + "[" * 3000 + "]" * 3000 + ', "x": {"a": 1}}'),
+).flatmap(lambda doc: st.sampled_from([doc, doc, doc + " ", doc + "x", "\ufeff" + doc, doc[:-1]]))
+
+
+def _outcome(json_codec, value):
+    try:
+        return "event", repr(json_codec.decode(value))  # repr: 0 and -0.0, 1 and 1.0 differ
+    except codec.DeadLetter as error:
+        return type(error).__name__, str(error)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_documents, st.booleans())
+def test_the_codecs_fast_parser_decodes_exactly_what_the_json_parser_does(document, multiclass):
+    value = document.encode("utf-8", "surrogatepass").replace(b"<FF>", b"\xff")
+    fast = codec.JSONCodec(multiclass=multiclass)
+    assert fast._decode_fields is not None, "msgspec (the kafka extra) is not installed"
+    slow = codec.JSONCodec(multiclass=multiclass)
+    slow._decode_fields = None
+    assert _outcome(fast, value) == _outcome(slow, value)
+
+
+@pytest.mark.parametrize("value", [
+    b'{"id": 1, "x": {"a": 1, "a": 2.5}, "y": 1}', b'{"x": {"a": -0}, "y": true}',
+    b'{"x": {"a": 9007199254740993}}', b'{"id": -9223372036854775809, "y": 0}',
+    b'{"x": {"a": 1e-400, "b": 4.9e-324}, "ts": {"deep": [[[]]]}}', b'{"id": "b", "id": 2, "y": 1}',
+])
+def test_the_fast_parser_takes_valid_records_as_json_does(value):
+    slow = codec.JSONCodec()
+    slow._decode_fields = None
+    assert _outcome(JSON, value) == _outcome(slow, value)
+    assert _outcome(JSON, value)[0] == "event"
+
+
 @pytest.mark.parametrize(
     ("value", "cls"),
     [
