@@ -16,11 +16,16 @@ would grow without bound, fail or go non-finite:
   raises TypeError for strings and learns NaN).
 
 `counters` counts each case, so a metrics record can show how often the bounds act.
+
+A record whose names all have columns and whose values are floats, ints or bools is scaled in one
+numba call (`streammargin.jit.scaler`, the same operations in the same order, and the C library's
+`pow` where River computes `var ** 0.5`); any other record takes the Python path.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 import sys
 import typing
 
@@ -28,7 +33,9 @@ import numpy as np
 from river import base
 
 from streammargin.errors import StateError
-from streammargin.features import validate_value
+from streammargin.features import _packer, validate_value
+from streammargin.jit import scaler as scaler_jit
+from streammargin.jit.entry import EntryPoint
 from streammargin.state import encode_name
 
 __all__ = ["StandardScaler"]
@@ -40,6 +47,26 @@ MAX_FEATURES_LIMIT = 1 << 24
 _MAX_FLOAT = sys.float_info.max
 _COUNTERS = ("beyond_max_features", "unsavable_names", "overflow_skipped")
 _MIN_CAPACITY = 64
+# Value types the compiled path takes (`float(value)` is what it computes with); anything else,
+# numpy scalars included, takes the Python path, which checks it.
+_PLAIN_VALUES = frozenset((float, int, bool))
+
+_STATS = (np.zeros(1, np.int64), np.zeros(1), np.zeros(1))
+_SCALE_RECORD = EntryPoint(scaler_jit.scale_record, *_STATS, np.zeros(1, np.int64), b"",
+                           np.zeros((scaler_jit.ROWS, 1)), 0.5)
+_APPLY_UPDATE = EntryPoint(scaler_jit.apply_update, *_STATS, np.zeros(1, np.int64),
+                           np.zeros((scaler_jit.ROWS, 1)))
+_compiled: tuple | None = None
+
+
+def _compiled_functions() -> tuple:
+    """`scale_record` and `apply_update`, loaded (or compiled) on first use. Their arguments are
+    this module's arrays by construction: int64 counts, float64 means and variances (grown by
+    concatenation, restored with `astype(copy=True)`), int64 columns, bytes from `_packer`."""
+    global _compiled
+    if _compiled is None:
+        _compiled = (_SCALE_RECORD.compiled(), _APPLY_UPDATE.compiled())
+    return _compiled
 
 
 def _scalar_name_ok(name: typing.Any) -> bool:
@@ -172,6 +199,8 @@ class StandardScaler(base.Transformer):
         self._means = np.zeros(0, dtype=np.float64)
         self._vars = np.zeros(0, dtype=np.float64)
         self.counters = dict.fromkeys(_COUNTERS, 0)
+        # (names, their columns) of the last record whose names all have columns
+        self._record: tuple | None = None
 
     @classmethod
     def _unit_test_params(cls) -> typing.Iterator[dict]:
@@ -228,7 +257,45 @@ class StandardScaler(base.Transformer):
             else:  # an overflow (or NaN) would poison this feature for ever
                 self.counters["overflow_skipped"] += 1
 
+    def _known_record(self, x: dict) -> tuple | None:
+        """`(names, columns, packed values)` of `x` when every name has a column and every value
+        is a float, an int or a bool that packs into a float64; else None (the Python path)."""
+        names = tuple(x)
+        record = self._record
+        if record is None or record[0] != names:
+            get = self._columns.get
+            columns = [get(name) for name in names]
+            if not columns or None in columns:
+                return None
+            record = self._record = (names, np.array(columns, dtype=np.int64))
+        values = x.values()
+        if not _PLAIN_VALUES.issuperset(map(type, values)):
+            return None
+        try:
+            packed = _packer(len(names)).pack(*values)
+        except (struct.error, OverflowError):  # an int beyond float64
+            return None
+        return names, record[1], packed
+
+    def _scaled(self, x: dict) -> tuple | None:
+        """`(names, columns, work, overflow)` of `scaler_jit.scale_record` on `x`, or None when
+        `x` takes the Python path (a new name, a value of another type or not finite)."""
+        known = self._known_record(x)
+        if known is None:
+            return None
+        names, columns, packed = known
+        work = np.empty((scaler_jit.ROWS, len(names)))
+        overflow = _compiled_functions()[0](
+            self._counts, self._means, self._vars, columns, packed, work, 0.5
+        )
+        if overflow < 0:
+            return None
+        return names, columns, work, overflow
+
     def transform_one(self, x: dict) -> dict:
+        scaled = self._scaled(x)
+        if scaled is not None:
+            return dict(zip(scaled[0], scaled[2][scaler_jit.BEFORE].tolist()))
         columns = self._columns
         means, vars_ = self._means, self._vars
         full = len(columns) >= self.max_features
@@ -250,12 +317,21 @@ class StandardScaler(base.Transformer):
         one pass over `x`, changing nothing; `apply_learn(update)` with the returned `update`
         then does exactly what `learn_one(x)` does.
 
+        A record whose names all have columns and whose values are floats, ints or bools takes
+        the compiled path (`streammargin.jit.scaler`: the same operations, one call per
+        record); any other takes the Python one.
+
         River's pipeline scales a labelled record twice: for the prediction with the statistics
         before the record, for learning with those after it. This gives both to the last bit
         (`tests/test_scaler.py`) at about half the cost of `transform_one`, `learn_one`,
         `transform_one`, and leaves learning to the caller, once the prediction succeeded.
         `InvalidInput` (a value that is not a finite real number) before anything changes.
         """
+        scaled = self._scaled(x)
+        if scaled is not None:
+            names, columns, work, overflow = scaled
+            before, after = work[:2].tolist()  # (rows BEFORE and AFTER)
+            return dict(zip(names, before)), dict(zip(names, after)), (columns, work, overflow)
         columns = self._columns
         means, vars_ = self._means, self._vars
         counts = self._counts
@@ -304,6 +380,12 @@ class StandardScaler(base.Transformer):
     def apply_learn(self, update: tuple) -> None:
         """Learn the record whose `update` `transform_learn_one` returned (see there); call it
         once, before anything else changes the scaler."""
+        if len(update) == 3:  # from the compiled path
+            columns, work, overflow = update
+            _compiled_functions()[1](self._counts, self._means, self._vars, columns, work)
+            if overflow:
+                self.counters["overflow_skipped"] += overflow
+            return
         updates, new_names, overflow, beyond, unsavable = update
         counts, means, vars_ = self._counts, self._means, self._vars
         for column, count, mean, var in updates:
