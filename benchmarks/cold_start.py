@@ -1,0 +1,116 @@
+"""First prediction of a fresh worker process, per model: with an empty numba cache (a fresh
+container without `streammargin warmup`) and with a warm one.
+
+For each model registered in `connectors.models`, a fresh Python process runs the worker's
+per-record path (`connectors.task.PartitionTask`: JSON codec, StandardScaler, model, metrics) on
+the events `streammargin warmup` uses: a labelled event first. It reports, from the start of the
+interpreter (`python -X importtime`-free: the time the parent measured before the process
+started is added):
+
+- `first pred. s`: process start -> the first event's prediction (imports, the model built, its
+  code compiled or loaded, one record);
+- `warm-up s`: process start -> every warm-up event done (learning, unlabelled events, a late
+  label: the rest of the code a stream needs);
+- numba's compile seconds by function, the three largest (`numba.core.event` listeners: nested
+  compiles are inside their callers' times).
+
+Each model runs twice in the same cache directory: first empty (compiles, fills the cache), then
+warm (loads). The Kafka worker compiles on a warm-up thread while it joins its consumer group
+(about 3 s on the embedded broker), so its first prediction comes at about max(join, first
+pred. s) from process start.
+
+Run: .venv/bin/python benchmarks/cold_start.py [--models alma,budgetsvm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..")
+
+CHILD = r"""
+import collections, json, sys, time
+started = time.perf_counter()
+sys.path.insert(0, sys.argv[2])
+from numba.core import event
+
+compile_seconds = collections.Counter()
+opened = []  # start times of the compiles under way (they nest: a callee inside its caller)
+
+
+class CompileTimes(event.Listener):
+    def on_start(self, ev):
+        opened.append(time.perf_counter())
+
+    def on_end(self, ev):
+        function = ev.data["dispatcher"].py_func
+        name = f"{function.__module__.rsplit('.', 1)[-1]}.{function.__name__}"
+        compile_seconds[name] += time.perf_counter() - opened.pop()
+
+
+event.register("numba:compile", CompileTimes())
+from connectors.codec import JSONCodec
+from connectors.task import PartitionTask, TaskSettings
+from connectors.warmup_command import _records, _Record
+
+model = sys.argv[1]
+settings = TaskSettings(model=model, params={}, scale=True)
+values = _records(settings.multiclass)
+records = [_Record("cold", 0, i, 0, None, value, []) for i, value in enumerate(values)]
+task = PartitionTask.new("cold", 0, settings, codec=JSONCodec(multiclass=settings.multiclass))
+first = task.process(records[:1])
+first_prediction = time.perf_counter() - started
+rest = task.process(records, 1)
+warm_up = time.perf_counter() - started
+assert first.processed == 1 and rest.processed == len(records) - 1, "records were refused"
+assert not len(first.dead_letters) and not len(rest.dead_letters), "dead letters"
+print(json.dumps({"first": first_prediction, "warm_up": warm_up,
+                  "compiles": compile_seconds.most_common(3)}))
+"""
+
+
+def run(model: str, cache_dir: str) -> dict:
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", CHILD, model, ROOT], env=env, check=True,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    # The interpreter's own start (before `started` in the child): the wall time beyond the
+    # child's last measurement is its start plus its exit; count it all as start (an upper
+    # bound on what a user waits).
+    startup = max(0.0, wall - result["warm_up"])
+    result["first"] += startup
+    result["warm_up"] += startup
+    return result
+
+
+def main() -> int:
+    sys.path.insert(0, ROOT)
+    from connectors import models
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(models.model_names()),
+                        help="comma-separated model names (default: every registered model)")
+    args = parser.parse_args()
+    print(f"{'model':<18}{'empty cache: first pred. s':>28}{'warm-up s':>11}"
+          f"{'warm cache: first pred. s':>27}{'warm-up s':>11}   largest compiles (s)")
+    for model in args.models.split(","):
+        with tempfile.TemporaryDirectory(prefix="numba-cold-") as cache_dir:
+            cold = run(model, cache_dir)
+            warm = run(model, cache_dir)
+        compiles = ", ".join(f"{name} {seconds:.1f}" for name, seconds in cold["compiles"])
+        print(f"{model:<18}{cold['first']:>28.2f}{cold['warm_up']:>11.2f}"
+              f"{warm['first']:>27.2f}{warm['warm_up']:>11.2f}   {compiles}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
