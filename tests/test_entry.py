@@ -3,6 +3,7 @@ arguments are made, so a wrong dtype raises instead of corrupting memory."""
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import numba
@@ -139,3 +140,49 @@ def test_types_only_checks_and_loads_nothing_in_its_own_thread():
     with pytest.raises(RuntimeError, match="types_only"):
         unloaded(np.ones(1))
     assert other[0](np.ones(1)) == 2.0 and entry.compiled(np.zeros(1))(np.ones(1)) == 2.0
+
+
+# The numba cache stamp of the jit package ------------------------------------------------------
+
+
+def test_every_jit_function_is_cached_under_the_stamp_of_the_whole_package():
+    import importlib
+    import pkgutil
+
+    import streammargin.jit as jit
+
+    for module_info in pkgutil.iter_modules(jit.__path__):
+        module = importlib.import_module(f"streammargin.jit.{module_info.name}")
+        for value in vars(module).values():
+            cache = getattr(getattr(value, "_cache", None), "_impl", None)
+            if cache is not None and value.__module__ == module.__name__:
+                assert cache._locator.get_source_stamp() == jit.sources_stamp(), value
+
+
+CALLEE = "from numba import njit\n\n\n@njit(cache=True)\ndef value():\n    return {}\n"
+CALLER = ("from numba import njit\n\nfrom pkg.jit.callee import value\n\n\n"
+          "@njit(cache=True)\ndef twice():\n    return 2 * value()\n")
+
+
+def test_a_change_to_one_jit_module_recompiles_the_functions_of_the_others(tmp_path):
+    # A cached function that calls another module's function kept the old callee when only
+    # the callee's file changed (numba stamps a cache with its own file's hash): four tests
+    # failed that way after a rebase. The package's stamp covers every module.
+    import shutil
+    import subprocess
+    import sys
+
+    import streammargin.jit as jit
+
+    package = tmp_path / "pkg" / "jit"
+    package.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    shutil.copy(jit.__file__, package / "__init__.py")
+    (package / "caller.py").write_text(CALLER)
+    run = [sys.executable, "-c", "from pkg.jit.caller import twice; print(twice())"]
+    for callee, expected in ((1, "2"), (21, "42")):
+        (package / "callee.py").write_text(CALLEE.format(callee))
+        done = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, check=True,
+                              env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")})
+        assert done.stdout.strip() == expected
+    assert list((tmp_path / "cache").rglob("*.nbi")), "nothing was cached"
