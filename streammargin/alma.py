@@ -59,8 +59,8 @@ _TABLE = np.zeros((1, alma_jit.N_COLUMNS))
 _SCALARS = alma_jit.new_state(2.0, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0)
 _IDX = np.zeros(1, dtype=np.int64)
 _PACKED = bytes(8)
-_NO_IDX = np.zeros(0, dtype=np.int64)  # the empty instance after a trial run alone
-_PREDICT = EntryPoint(alma_jit.predict_packed, _TABLE, _SCALARS, _IDX, _PACKED)
+_NO_IDX = np.zeros(0, dtype=np.int64)  # the empty instance: no trial, or a trial run alone
+_NO_TRIAL = 0.0  # the target of a prediction alone
 _LEARN_THEN_PREDICT = EntryPoint(
     alma_jit.learn_then_predict, _TABLE, _SCALARS, _IDX, _PACKED, 1.0, _IDX, _PACKED
 )
@@ -224,11 +224,10 @@ class ALMAClassifier(MarginClassifier):
         self._pending: tuple[np.ndarray, bytes, float] | None = None
         self._bind()
 
-    _bound_attributes = ("_predict", "_learn_then_predict")
+    _bound_attributes = ("_learn_then_predict",)
 
     def _bind(self) -> None:
         """The compiled entry points, for the types of this model's arrays (checked here)."""
-        self._predict = _PREDICT.compiled(self._vectors, self._st)
         self._learn_then_predict = _LEARN_THEN_PREDICT.compiled(self._vectors, self._st)
 
     @property
@@ -265,7 +264,9 @@ class ALMAClassifier(MarginClassifier):
         pending = self._pending
         try:
             if pending is None:
-                return self._predict(self._vectors, self._st, idx, packed) > 0.0
+                return self._learn_then_predict(
+                    self._vectors, self._st, _NO_IDX, b"", _NO_TRIAL, idx, packed
+                ) > 0.0
             self._pending = None
             # (positional arguments: a call with *pending builds its argument tuple, ~60 ns)
             learn_idx, learn_packed, target = pending
@@ -281,7 +282,9 @@ class ALMAClassifier(MarginClassifier):
         pending = self._pending
         try:
             if pending is None:
-                p_true = abs(self._predict(self._vectors, self._st, idx, packed))
+                p_true = abs(self._learn_then_predict(
+                    self._vectors, self._st, _NO_IDX, b"", _NO_TRIAL, idx, packed
+                ))
             else:
                 self._pending = None
                 learn_idx, learn_packed, target = pending

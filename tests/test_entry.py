@@ -109,10 +109,10 @@ def test_the_encodings_have_the_types_the_entry_points_take():
         ({}, True),
     ):
         idx, packed = space.encode_packed(x, grow)
-        alma._PREDICT.check(table, scalars, idx, packed)
+        alma._LEARN_THEN_PREDICT.check(table, scalars, idx, packed, 1.0, idx, packed)
         repeat = space.repeat_encoding(x)
         if repeat is not None:
-            alma._PREDICT.check(table, scalars, *repeat)
+            alma._LEARN_THEN_PREDICT.check(table, scalars, *repeat, 1.0, *repeat)
         idx, val = space.encode(x, grow)
         convex_polytope._PREDICT.check(np.zeros((4, 2)), np.zeros(3), idx, val)
         assert numba.typeof(val) == convex_polytope._PREDICT.signature[3]

@@ -301,15 +301,6 @@ def _checked(packed):
     return val
 
 
-@njit(cache=True)
-def predict_packed(vectors, st, idx, packed):
-    """`calibration.signed_proba` of a packed instance (values checked): +P(True) if the
-    predicted label is True, else -P(True)."""
-    val = _checked(packed)
-    score = _served_margin(vectors, st, idx, val, np.empty(val.shape[0]))
-    return calibration.signed_proba(st[PLATT:], score)
-
-
 @njit(cache=True, inline="always")
 def _settle(vectors, i, p, factor_sum):
     """Bring coordinate i's average accumulator up to date (before g(u_i) changes)."""
@@ -431,7 +422,8 @@ def _learn(vectors, st, idx, val, y, xh):
 def _learn_then_margin(vectors, st, idx, packed, y, new_idx, new_packed):
     val = _unpacked(packed)
     xh = np.empty(max(val.shape[0], len(new_packed) // 8))
-    _learn(vectors, st, idx, val, y, xh[: val.shape[0]])
+    if y != 0.0:
+        _learn(vectors, st, idx, val, y, xh[: val.shape[0]])
     new_val = _checked(new_packed)  # after the trial: raising leaves no trial half-done
     return _served_margin(vectors, st, new_idx, new_val, xh[: new_val.shape[0]])
 
@@ -439,9 +431,12 @@ def _learn_then_margin(vectors, st, idx, packed, y, new_idx, new_packed):
 @njit(cache=True)
 def learn_then_predict(vectors, st, idx, packed, y, new_idx, new_packed):
     """One trial of ALMA_p on the packed (idx, packed, y), y in {-1.0, +1.0} (see `_learn`), then
-    `predict_packed` on (new_idx, new_packed), in one dispatch: the model defers a learn_one to
-    the next prediction (a dispatch costs as much as a small trial). A trial alone passes an
-    empty new instance: one compiled copy of the trial serves both (each copy compiles ~5 s)."""
+    `calibration.signed_proba` of the packed (new_idx, new_packed), values checked: +P(True) if
+    the predicted label is True, else -P(True). In one dispatch: the model defers a learn_one to
+    the next prediction (a dispatch costs as much as a small trial). y = 0.0 runs no trial (a
+    prediction alone); a trial alone passes an empty new instance. One compiled copy of the
+    trial serves all three: each entry point that inlines it compiles for ~5 s, and a separate
+    prediction entry point cost 1.5 s more before a fresh process's first prediction."""
     margin = _learn_then_margin(vectors, st, idx, packed, y, new_idx, new_packed)
     return calibration.signed_proba(st[PLATT:], margin)
 
