@@ -1,7 +1,8 @@
 """Throughput of ALMAClassifier against River's linear models, measured in one run.
 
 Prints three tables:
-1. predict_one + learn_one samples/s on dense dicts (d = 10 and 100), with the ratio to River's
+1. predict_one + learn_one samples/s on dense dicts (d = 10 and 100) and sparse ones (20 of
+   1,000 names per record), with the ratio to River's
    ALMAClassifier and to the floor (`ALMAFloor`: the dict's values to an array plus one call of
    ALMA's own numba step per record, what the same arithmetic costs with no Python around it);
    the models take turns on chunks of 1,000 records and the median of the repetitions is
@@ -36,31 +37,59 @@ def dense_stream(d: int, n: int, labels: str, seed: int = 0) -> list[tuple[dict,
     return [(dict(zip(names, row.tolist())), bool(label)) for row, label in zip(X, y)]
 
 
+def sparse_stream(d: int, nnz: int, n: int, labels: str, seed: int = 0) -> list[tuple[dict, bool]]:
+    """`nnz` of `d` names per record (drawn anew each record), values and labels as in
+    `dense_stream`."""
+    rng = np.random.default_rng(seed)
+    u = rng.normal(size=d)
+    stream = []
+    for _ in range(n):
+        columns = np.sort(rng.choice(d, size=nnz, replace=False))
+        values = rng.normal(size=nnz)
+        if labels == "linear":
+            label = values @ u[columns] + 0.5 * rng.normal() > 0
+        else:
+            label = rng.random() < 0.5
+        stream.append(({f"x{j}": v for j, v in zip(columns.tolist(), values.tolist())},
+                       bool(label)))
+    return stream
+
+
 class ALMAFloor:
     """The floor of ALMAClassifier's per-record cost: each dict's values become an array
-    (`np.fromiter`; names assumed fixed and in column order) and one call of ALMA's compiled
-    learn-then-predict step learns the previous record and scores this one. The arithmetic is
+    (`np.fromiter`) and one call of ALMA's compiled learn-then-predict step learns the previous
+    record and scores this one. Dense: the names are assumed fixed and in column order; sparse:
+    each name's column comes from a dict (`np.fromiter` over the lookups). The arithmetic is
     ALMA's own (same state, same result); what it leaves out is what the model adds around it in
-    Python: feature names to columns, input checks, the deferred trial's bookkeeping."""
+    Python: checking names and values, new names, the deferred trial's bookkeeping."""
 
-    def __init__(self, d: int):
+    def __init__(self, d: int, sparse: bool = False):
         import streammargin
 
         self._model = model = streammargin.ALMAClassifier()
-        model.learn_one({f"x{i}": 1.0 for i in range(d)}, True)  # d columns, in order
+        names = [f"x{i}" for i in range(d)]
+        model.learn_one(dict.fromkeys(names, 1.0), True)  # d columns, in order
         model._flush()
+        self._column = {name: model._features.index[name] for name in names}
+        self._sparse = sparse
         self._idx = np.arange(d, dtype=np.int64)
-        self._pending: bytes | None = None
+        self._pending: tuple | None = None
         self._target = 0.0
+        self._no_idx = np.zeros(0, dtype=np.int64)
 
     def predict_one(self, x: dict) -> bool:
         model = self._model
-        packed = np.fromiter(x.values(), np.float64, len(x)).tobytes()
-        pending, self._pending = self._pending, packed
+        n = len(x)
+        packed = np.fromiter(x.values(), np.float64, n).tobytes()
+        idx = (np.fromiter(map(self._column.__getitem__, x), np.int64, n) if self._sparse
+               else self._idx)
+        pending, self._pending = self._pending, (idx, packed)
         if pending is None:
-            return model._predict(model._vectors, model._st, self._idx, packed) > 0.0
+            return model._learn_then_predict(
+                model._vectors, model._st, self._no_idx, b"", 0.0, idx, packed
+            ) > 0.0
         return model._learn_then_predict(
-            model._vectors, model._st, self._idx, pending, self._target, self._idx, packed
+            model._vectors, model._st, pending[0], pending[1], self._target, idx, packed
         ) > 0.0
 
     def learn_one(self, x: dict, y: bool) -> None:
@@ -87,14 +116,17 @@ def per_record_table(repeats: int, n: int) -> None:
     print("predict_one + learn_one, dense dicts, no scaler (samples/s, median of repeats)")
     print("River's ALMA does little when it rarely updates (a learnable target), more when labels")
     print("are coin flips; streammargin's cost hardly depends on it. Both regimes are shown.")
+    print("d = 1000: sparse, 20 of the 1,000 names per record.")
     print(f"{'model':<30}{'labels':>8}{'d':>5}{'samples/s':>12}{'vs river ALMA':>15}"
           f"{'vs floor':>10}")
-    for d, labels in ((10, "linear"), (10, "coin"), (100, "linear"), (100, "coin")):
-        data = dense_stream(d, n, labels)
+    for d, labels in ((10, "linear"), (10, "coin"), (100, "linear"), (100, "coin"),
+                      (1000, "linear"), (1000, "coin")):
+        sparse = d == 1000  # 20 of the 1,000 names per record
+        data = sparse_stream(d, 20, n, labels) if sparse else dense_stream(d, n, labels)
         factories["streammargin ALMA p=2ln(d)"] = lambda d=d: streammargin.ALMAClassifier(
             p=2 * np.log(d)
         )
-        factories[FLOOR] = lambda d=d: ALMAFloor(d)
+        factories[FLOOR] = lambda d=d, sparse=sparse: ALMAFloor(d, sparse)
         rates: dict[str, list[float]] = {name: [] for name in factories}
         for _ in range(repeats):
             models = {name: factory() for name, factory in factories.items()}
