@@ -29,6 +29,7 @@ names without an exact column; such a record is not cached.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import numbers
@@ -173,6 +174,7 @@ def _packer(n: int) -> struct.Struct:
 
 
 _frombuffer = np.frombuffer
+_FIRST = operator.itemgetter(0)
 
 
 # The cache of the last dict a FeatureSpace encoded, one plain tuple (one store per encoding; a
@@ -471,9 +473,10 @@ class FeatureSpace:
     def _encode_in_order(self, x: dict, grow: bool, check_finite: bool) -> tuple[np.ndarray, bytes]:
         """`encode_packed` of a dict with other names than the last one, in `canonical_order`."""
         keys = tuple(x)
-        get = self.index.get
-        cols = [get(k, -1) for k in keys]
-        all_known = -1 not in cols
+        cols = list(map(self.index.get, keys))
+        all_known = None not in cols
+        if not all_known:
+            cols = [-1 if column is None else column for column in cols]
         values = tuple(x.values())
         n = len(keys)
         packer = _packer(n)
@@ -504,7 +507,14 @@ class FeatureSpace:
         # The entries in the order of their columns, whatever the dict's order: the cache keeps
         # that order, so a cache hit costs nothing more (its getter reads any dict in it).
         if all_known:
-            order = None if sorted(cols) == cols else sorted(range(n), key=cols.__getitem__)
+            # Every name has its own column: order by column, in one sort when they are not in
+            # order (the common case of a sparse stream whose names came in another order).
+            if any(map(operator.gt, cols, itertools.islice(cols, 1, None))):
+                cols, keys, values = map(list, zip(*sorted(zip(cols, keys, values),
+                                                             key=_FIRST)))
+                keys, values = tuple(keys), tuple(values)
+                packed = packer.pack(*values)
+            order = None
         else:
             order = canonical_order(keys, cols)
         if order is not None:
