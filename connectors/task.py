@@ -1131,10 +1131,14 @@ class PartitionTask:
         multiclass = self.multiclass
         # The label is predict_one's and the probability predict_proba_one's, as in River's
         # progressive validation: a model's decision rule need not be the argmax of its
-        # probabilities (ours may pick the raw score's sign). The second call reuses the
-        # feature encoding cached by the first.
-        predict = model.predict_one
-        predict_proba = model.predict_proba_one
+        # probabilities (ours may pick the raw score's sign). Our models give both from one
+        # encoding and one score (`predict_with_proba_one`); other models take both calls.
+        predict_with_proba = getattr(model, "predict_with_proba_one", None)
+        if predict_with_proba is None:
+            predict_one, predict_proba_one = model.predict_one, model.predict_proba_one
+
+            def predict_with_proba(x: dict) -> tuple:
+                return predict_one(x), predict_proba_one(x)
         learn = model.learn_one if scaler is None else self._learn_scaled
         learn_model = model.learn_one
         if scaler is not None:
@@ -1177,12 +1181,11 @@ class PartitionTask:
                         # River's pipeline: predict on x scaled before learning it, learn on x
                         # scaled after; both in one pass, the scaler learns once predicted.
                         scaled, scaled_after, update = transform_learn(x)
-                    y_pred = predict(scaled)
+                    y_pred, p = predict_with_proba(scaled)
                     if multiclass:
-                        p = predict_proba(scaled)
                         proba_json = _proba_json(p)
                     else:
-                        p = predict_proba(scaled).get(True, 0.0)
+                        p = p.get(True, 0.0)
                         if not 0.0 <= p <= 1.0:  # also False for NaN
                             raise ArithmeticError(f"the model gave the probability {p!r}")
                     if y is not None:

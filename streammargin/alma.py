@@ -258,7 +258,9 @@ class ALMAClassifier(MarginClassifier):
     # class' (`_flush`: to_state, pickling, mini-batches) and this class' own (`_score`,
     # `_learn`, `_calibration`, inspection), so the results are those of learning at once.
 
-    def predict_one(self, x: dict, **kwargs: typing.Any) -> bool:
+    def _signed_proba(self, x: dict) -> float:
+        """+P(True) of `x` if the predicted label is True, else -P(True), after the pending trial,
+        in one numba call (`jit.alma.learn_then_predict`)."""
         features = self._features
         idx, packed = features.encode_packed(x, False, False)  # checked in numba
         pending = self._pending
@@ -266,34 +268,27 @@ class ALMAClassifier(MarginClassifier):
             if pending is None:
                 return self._learn_then_predict(
                     self._vectors, self._st, _NO_IDX, b"", _NO_TRIAL, idx, packed
-                ) > 0.0
+                )
             self._pending = None
             # (positional arguments: a call with *pending builds its argument tuple, ~60 ns)
             learn_idx, learn_packed, target = pending
             return self._learn_then_predict(
                 self._vectors, self._st, learn_idx, learn_packed, target, idx, packed
-            ) > 0.0
+            )
         except ValueError:
             features.forget_bad(x)
 
+    def predict_one(self, x: dict, **kwargs: typing.Any) -> bool:
+        return self._signed_proba(x) > 0.0
+
     def predict_proba_one(self, x: dict, **kwargs: typing.Any) -> dict[bool, float]:
-        features = self._features
-        idx, packed = features.encode_packed(x, False, False)  # checked in numba
-        pending = self._pending
-        try:
-            if pending is None:
-                p_true = abs(self._learn_then_predict(
-                    self._vectors, self._st, _NO_IDX, b"", _NO_TRIAL, idx, packed
-                ))
-            else:
-                self._pending = None
-                learn_idx, learn_packed, target = pending
-                p_true = abs(self._learn_then_predict(
-                    self._vectors, self._st, learn_idx, learn_packed, target, idx, packed
-                ))
-        except ValueError:
-            features.forget_bad(x)
+        p_true = abs(self._signed_proba(x))
         return {False: 1.0 - p_true, True: p_true}
+
+    def predict_with_proba_one(self, x: dict) -> tuple[bool, dict[bool, float]]:
+        signed = self._signed_proba(x)
+        p_true = abs(signed)
+        return signed > 0.0, {False: 1.0 - p_true, True: p_true}
 
     def learn_one(self, x: dict, y: typing.Any) -> None:
         target = 1.0 if y is True else -1.0 if y is False else binary_target(y)

@@ -661,6 +661,23 @@ class MarginClassifier(FeatureSpaceClassifier):
         p_true = self._proba(idx, val)
         return {False: 1.0 - p_true, True: p_true}
 
+    def predict_with_proba_one(self, x: dict) -> tuple[bool, dict[bool, float]]:
+        """`(predict_one(x), predict_proba_one(x))`, exactly, from one encoding of `x` and, where
+        the label and the probability both come from the raw score (the model overrides neither
+        `_decide` nor `_proba`), one score: a kernel model evaluates its kernel row once instead
+        of twice. The Kafka worker's per-record call."""
+        idx, val = self._features.encode(x, False)
+        cls = type(self)
+        if cls._decide is MarginClassifier._decide and cls._proba is MarginClassifier._proba:
+            score = self._score(idx, val)
+            cal = self._calibration
+            label = calibration.decide(cal, score)
+            p_true = calibration.proba(cal, score)
+        else:
+            label = self._decide(idx, val)
+            p_true = self._proba(idx, val)
+        return label, {False: 1.0 - p_true, True: p_true}
+
     def learn_one(self, x: dict, y: typing.Any) -> None:
         target = 1.0 if y is True else -1.0 if y is False else binary_target(y)
         features = self._features
@@ -879,6 +896,15 @@ class MulticlassMarginClassifier(FeatureSpaceClassifier):
         idx, val = self._features.encode(x, False)
         proba = self._class_probabilities(idx, val)
         return {label: float(p) for label, p in zip(self._labels, proba)}
+
+    def predict_with_proba_one(self, x: dict) -> tuple[typing.Any, dict]:
+        """`(predict_one(x), predict_proba_one(x))`, exactly, from one encoding of `x`: the Kafka
+        worker's per-record call."""
+        idx, val = self._features.encode(x, False)
+        code = self._predict_code(idx, val)
+        proba = self._class_probabilities(idx, val)
+        return (self._labels[code] if code >= 0 else None,
+                {label: float(p) for label, p in zip(self._labels, proba)})
 
     def decision_one(self, x: dict) -> dict:
         """The raw scores {label: score} of `_scored_labels`."""

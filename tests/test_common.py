@@ -108,6 +108,25 @@ def test_state_and_pickle_round_trips_predict_and_learn_identically(cls, params,
     assert state_bytes(restored) == state_bytes(model) == state_bytes(unpickled)
 
 
+@pytest.mark.parametrize(
+    ("cls", "params"), [case for case in CASES if hasattr(case.values[0], "predict_with_proba_one")]
+)
+@FAST
+@given(stream=streams)
+def test_predict_with_proba_one_is_predict_one_and_predict_proba_one(cls, params, stream):
+    # The worker's per-record call: one encoding and, where it can, one score, for exactly what
+    # the two River calls give, and the same state after learning.
+    combined, separate = cls(**params), cls(**params)
+    for x, y in stream:
+        label, proba = combined.predict_with_proba_one(x)
+        expected_label, expected_proba = separate.predict_one(x), separate.predict_proba_one(x)
+        assert type(label) is type(expected_label) and label == expected_label
+        assert proba == expected_proba
+        combined.learn_one(x, y)
+        separate.learn_one(x, y)
+    assert state_bytes(combined) == state_bytes(separate)
+
+
 BAD_VALUES = [
     float("nan"),
     float("inf"),

@@ -624,9 +624,27 @@ def test_a_non_finite_or_impossible_probability_fails_instead_of_writing_bad_jso
     monkeypatch, p_true
 ):
     task = PartitionTask.new("events", 0, TaskSettings())
-    monkeypatch.setattr(task.model, "predict_proba_one", lambda x: {True: p_true})
+    monkeypatch.setattr(task.model, "predict_with_proba_one", lambda x: (True, {True: p_true}))
     with pytest.raises(TaskFailure, match="the model gave the probability"):
         task.process(as_records([event(0, {"a": 1.0}, True)]))
+
+
+def test_a_model_without_predict_with_proba_one_is_asked_both_river_calls():
+    class RiverCallsOnly:  # a model that only has River's API
+        def __init__(self, model):
+            self.model = model
+
+        def __getattr__(self, name):
+            if name == "predict_with_proba_one":
+                raise AttributeError(name)
+            return getattr(self.model, name)
+
+    stream = [event(i, {"a": float(i % 3), "b": 1.0 - i % 2}, i % 2 == 0) for i in range(30)]
+    ours = PartitionTask.new("events", 0, TaskSettings())
+    plain = PartitionTask.new("events", 0, TaskSettings())
+    plain.model = RiverCallsOnly(plain.model)
+    predictions = run(ours, as_records(stream)).predictions
+    assert len(predictions) == 30 and predictions == run(plain, as_records(stream)).predictions
 
 
 def test_dead_letter_reasons_stay_bounded_whatever_the_feature_names():
