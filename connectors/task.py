@@ -937,9 +937,9 @@ class PartitionTask:
         than `settings.model` (wrapped one-vs-rest or not, as `settings.one_vs_rest` says), a
         binary model where the settings are multiclass or the reverse, a class the codec would
         never give, a scaler present or absent against `settings.scale`, out-of-range offsets
-        and counters. Model parameters that differ from `settings.params` (and a one-vs-rest
-        `max_classes` that differs) are kept as saved (with a warning): the model goes on as it
-        was.
+        and counters. Model parameters that differ from those of the model the settings build
+        now (`settings.params` and this version's defaults), and a one-vs-rest `max_classes`
+        that differs, are kept as saved, with a warning: the model goes on as it was.
         """
         import streammargin
 
@@ -1003,22 +1003,24 @@ class PartitionTask:
             name: _count(saved_counters.get(name, 0), f"counter {name!r}")
             for name in _COUNTER_NAMES
         }
-        saved_params = saved_model.get("params")
+        restored = model
         if settings.one_vs_rest:
-            # The wrapper's state holds the inner model's; its parameters are its attributes.
-            inner = model.classifier
-            saved_params = {k: getattr(inner, k) for k in settings.params if hasattr(inner, k)}
+            restored = model.classifier  # the wrapper's parameters are the inner model's
             if getattr(model, "max_classes", settings.max_classes) != settings.max_classes:
                 log.warning("the checkpoint of %s/%d keeps its saved max_classes=%s (asked for "
                             "%s)", topic, partition, model.max_classes, settings.max_classes)
-        if isinstance(saved_params, dict):
-            differing = {k: v for k, v in settings.params.items()
-                         if saved_params.get(k, v) != v}
-            if differing:
-                log.warning(
-                    "the checkpoint of %s/%d keeps its saved parameters %s (asked for %s)",
-                    topic, partition, {k: saved_params.get(k) for k in differing}, differing,
-                )
+        # Against the model these settings build now: parameters asked for on the command line,
+        # and defaults this version changed (a state saved before a parameter existed restores
+        # with the value that keeps it learning as it did).
+        saved_params = restored._get_params()
+        wanted = check_model(settings.model, settings.params)._get_params()
+        differing = {k: v for k, v in wanted.items() if k in saved_params and saved_params[k] != v}
+        if differing:
+            log.warning(
+                "the checkpoint of %s/%d keeps its saved parameters %s (the command line and "
+                "this version's defaults give %s): start with a new --group-id to use those",
+                topic, partition, {k: saved_params[k] for k in differing}, differing,
+            )
         return cls(
             topic, partition, settings, model, scaler, metrics, pending, codec=codec,
             next_offset=next_offset, counters=counters,

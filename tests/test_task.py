@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import math
 
 import numpy as np
@@ -1139,3 +1140,22 @@ def test_pending_entry_bytes_follow_the_documented_formula():
     assert pending_entry_bytes(value, {"f": 1.0, "g": 2.0}) == (
         len(value) + 2 * FEATURE_BYTES + ENTRY_BYTES
     )
+
+
+def test_a_restored_model_keeping_other_params_than_these_settings_give_says_so(caplog):
+    # Against what the settings build now, defaults included: a checkpoint saved with margin 0.5
+    # restored by a worker asking for none keeps 0.5 where a new model gets this version's 1.0
+    # (before, only parameters given on the command line were compared: no warning).
+    saved = TaskSettings(model="budgetperceptron", params={"margin": 0.5})
+    task = PartitionTask.new("events", 0, saved)
+    run(task, as_records([event(i, {"a": float(i)}, i % 2 == 0) for i in range(5)]))
+    payload = task.to_checkpoint()
+    with caplog.at_level(logging.WARNING, logger="connectors.task"):
+        restored = PartitionTask.restore(payload, "events", 0,
+                                         TaskSettings(model="budgetperceptron"))
+        assert restored.model.margin == 0.5
+        [message] = [r.getMessage() for r in caplog.records if "keeps its saved" in r.getMessage()]
+        assert "{'margin': 0.5}" in message and "{'margin': 1.0}" in message
+        caplog.clear()
+        PartitionTask.restore(payload, "events", 0, saved)  # what it was saved with: silent
+        assert not [r for r in caplog.records if "keeps its saved" in r.getMessage()]
