@@ -791,7 +791,7 @@ def test_a_broker_stall_is_not_idleness_and_the_worker_exits_once_caught_up(tran
         produce(bootstrap, name, [(0, event(i, x, y)) for i, (x, y) in enumerate(data)])
         # Small fetches, so most records are still on the broker when it stalls.
         cfg = config(bootstrap, name, idle_timeout=2.0, metrics_every=100, max_poll_records=50,
-                     session_timeout_ms=20_000, heartbeat_interval_ms=2_000,
+                     session_timeout_ms=12_000, heartbeat_interval_ms=2_000,
                      consumer_config={"max_partition_fetch_bytes": 4096,
                                       "fetch_max_bytes": 4096},
                      transport=transport)
