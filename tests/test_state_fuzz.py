@@ -16,6 +16,7 @@ import pathlib
 import struct
 import tracemalloc
 
+import legacy_streams
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -929,18 +930,9 @@ ALMA_BEFORE_THE_PEAK = json.loads(
 
 
 def alma_legacy_stream(labels: tuple) -> list[tuple[dict, object]]:
-    rng = np.random.default_rng(2)
-    out = []
-    for _ in range(60):
-        x = {f"f{i}": float(v) for i, v in enumerate(rng.normal(size=4))}
-        if rng.random() < 0.3:
-            x["rare"] = float(rng.normal())
-        if len(labels) > 2:
-            y = labels[int(rng.integers(len(labels)))]
-        else:
-            y = bool(x["f0"] + 0.5 * x["f1"] > 0)
-        out.append((x, y))
-    return out
+    return legacy_streams.legacy_stream(
+        labels, seed=2, n_features=4, binary_target=lambda x: x["f0"] + 0.5 * x["f1"]
+    )
 
 
 @pytest.mark.parametrize(("name", "labels"), [("default", (True, False)), ("p3", (True, False)),
