@@ -34,6 +34,9 @@ _PARAMS = ("window", "max_classes", "max_ovr_classes", "max_features")
 
 # The modes of the binary members, a function of the labels seen (`_mode`).
 BINARY, ONE_VS_REST, RETIRED = "binary", "one-vs-rest", "retired"
+_NATIVE = PORTFOLIO.index("ConvexPolytopeClassifier")  # the member that takes labels as they are
+_ALL_MEMBERS = tuple(range(len(PORTFOLIO)))
+_NATIVE_ALONE = (_NATIVE,)
 
 
 @state.register
@@ -157,7 +160,12 @@ class AutoClassifier(base.MiniBatchClassifier):
         }
         self._labels: list = []  # the classes, in the order first seen
         # per member: decayed number of correct predictions and decayed count
-        self._scores = np.zeros((len(PORTFOLIO), 2))
+        # [decayed correct, decayed count] per member, as Python floats (the per-record update is
+        # float arithmetic either way; numpy scalars cost ~150 ns an operation); the state
+        # stores them as float64[3, 2].
+        self._scores = [[0.0, 0.0] for _ in PORTFOLIO]
+        # (how many labels the binary label map below was made for, {bool: label})
+        self._binary_labels: tuple[int, dict] = (0, {})
         self._last: tuple | None = None  # (a copy of x, member index, its prediction)
         # Copies of the first records, for the fresh member at the switch to one-vs-rest (None
         # once the switch is done, or when none is to come: max_ovr_classes == 2).
@@ -181,16 +189,16 @@ class AutoClassifier(base.MiniBatchClassifier):
             return BINARY
         return ONE_VS_REST if n <= self.max_ovr_classes else RETIRED
 
-    def _active(self, mode: str | None = None) -> list[int]:
+    def _active(self, mode: str | None = None) -> tuple[int, ...]:
         """Indices of the members that take part (all, or the CPM alone beyond
         `max_ovr_classes` classes)."""
         if (mode or self._mode()) != RETIRED:
-            return list(range(len(PORTFOLIO)))
-        return [PORTFOLIO.index("ConvexPolytopeClassifier")]
+            return _ALL_MEMBERS
+        return _NATIVE_ALONE
 
     @staticmethod
     def _is_native(index: int) -> bool:
-        return PORTFOLIO[index] == "ConvexPolytopeClassifier"
+        return index == _NATIVE
 
     def _target(self, label: typing.Any) -> bool:
         """A binary member's target for `label` while at most two labels are known: the first
@@ -208,12 +216,15 @@ class AutoClassifier(base.MiniBatchClassifier):
     def _member_label(self, index: int, prediction: typing.Any) -> typing.Any:
         """A member's prediction as one of this model's labels (a binary model's True/False
         becomes the label it stands for; None before it is known)."""
-        if self._is_native(index) or self._mode() != BINARY:
+        if index == _NATIVE or len(self._labels) > 2:  # (one-vs-rest gives labels)
             return prediction
-        for label in self._labels:
-            if self._target(label) == bool(prediction):
-                return label
-        return None
+        known, labels_of = self._binary_labels
+        if known != len(self._labels):  # labels are only ever appended
+            labels_of = {}
+            for label in self._labels:
+                labels_of.setdefault(self._target(label), label)
+            self._binary_labels = (len(self._labels), labels_of)
+        return labels_of.get(bool(prediction))
 
     def _member_proba(self, index: int, x: dict) -> dict:
         member = self.members[PORTFOLIO[index]]
@@ -252,8 +263,9 @@ class AutoClassifier(base.MiniBatchClassifier):
     def _best(self) -> int:
         """The member with the highest recent accuracy (the earliest on a tie)."""
         best, best_score = -1, -1.0
+        scores = self._scores
         for i in self._active():
-            correct, count = self._scores[i]
+            correct, count = scores[i]
             score = correct / count if count > 0.0 else 0.0
             if score > best_score:
                 best, best_score = i, score
@@ -332,10 +344,10 @@ class AutoClassifier(base.MiniBatchClassifier):
                     self._to_one_vs_rest()
             if new:
                 self._labels.append(label)
+            target = self._target(label) if mode == BINARY else label  # (a binary member's)
+            members = self.members
             for i in active:
-                member = self.members[PORTFOLIO[i]]
-                binary = mode == BINARY and not self._is_native(i)
-                member.learn_one(x, self._target(label) if binary else label)
+                members[PORTFOLIO[i]].learn_one(x, label if i == _NATIVE else target)
         except BaseException:
             if saved is not None:
                 self.__dict__.clear()
@@ -344,9 +356,11 @@ class AutoClassifier(base.MiniBatchClassifier):
         if self._replay is not None:  # (binary members, a switch to one-vs-rest to come)
             self._replay.add(x, self._labels.index(label))
         keep = 1.0 - 1.0 / self.window
+        scores = self._scores
         for i, outcome in zip(active, outcomes):
-            self._scores[i, 0] = keep * self._scores[i, 0] + outcome
-            self._scores[i, 1] = keep * self._scores[i, 1] + 1.0
+            row = scores[i]
+            row[0] = keep * row[0] + outcome
+            row[1] = keep * row[1] + 1.0
 
     # Mini-batches: row by row, the same as learn_one -------------------------------------------
 
@@ -414,7 +428,7 @@ class AutoClassifier(base.MiniBatchClassifier):
 
         labels = sum(len(name_json(label)) + 1 for label in self._labels)
         kept = self._replay.memory_size() if self._replay is not None else 0
-        return labels + 8 * self._scores.size + kept + sum(
+        return labels + 8 * 2 * len(self._scores) + kept + sum(
             memory.memory_size(m) for m in self.members.values() if m is not None
         )
 
@@ -433,7 +447,7 @@ class AutoClassifier(base.MiniBatchClassifier):
                 None if self.members[name] is None else self.members[name].to_state()
                 for name in PORTFOLIO
             ],
-            "scores": self._scores.copy(),
+            "scores": np.array(self._scores, dtype=np.float64),
             "replay": None if self._replay is None else self._replay.to_state(),
         }
 
@@ -562,7 +576,7 @@ class AutoClassifier(base.MiniBatchClassifier):
                     f"{cls.__name__} state: member {name}: {type(error).__name__}: {error}"
                 ) from None
         model.members = restored
-        model._scores = np.array(scores, dtype=np.float64, copy=True)
+        model._scores = np.array(scores, dtype=np.float64).tolist()
         return model
 
     @classmethod

@@ -378,3 +378,35 @@ def test_from_state_refuses_a_state_whose_params_imply_too_much_before_building_
     with pytest.raises(StateError, match="above the limit"):
         streammargin.from_state(small, max_bytes=1000)
     assert streammargin.from_state(small).classifiers.keys() == model.classifiers.keys()
+
+
+# plain_label: the class labels every multiclass model and AutoClassifier validate --------------
+
+_label_values = st.one_of(
+    st.booleans(),
+    st.integers(),
+    st.sampled_from([-(2**63), 2**63 - 1, 2**63, -(2**63) - 1, 10**40]),
+    st.text(max_size=30),
+    st.text(alphabet=st.sampled_from(["a", "é", "\U0001f600", '"', "\\", "\n"]), max_size=130),
+    # around the shortcut's bound: 21 characters of 12 JSON bytes each fit in 256, 22 do not
+    st.text(alphabet=st.sampled_from(["\U0001f600", "\x01"]), min_size=19, max_size=24),
+    st.text(alphabet=st.just("a"), min_size=250, max_size=260),
+    st.floats(allow_nan=True),
+    st.tuples(st.integers(-3, 3), st.text(max_size=3)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_label_values)
+def test_plain_labels_fast_path_accepts_and_refuses_exactly_as_the_full_checks(label):
+    # bools, int64 ints and strs of at most 21 characters skip the JSON encoding: whatever
+    # they are, the full checks accept them too, as the same value.
+    from streammargin import base
+
+    def outcome(check):
+        try:
+            return "label", repr(check(label))
+        except InvalidInput as error:
+            return "refused", str(error)
+
+    assert outcome(base.plain_label) == outcome(base.checked_label)
