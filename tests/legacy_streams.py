@@ -26,3 +26,20 @@ def legacy_stream(
             y = bool(binary_target(x) > 0)
         out.append((x, y))
     return out
+
+
+def probabilities(model: typing.Any, probes: list[dict]) -> list[dict]:
+    """`predict_proba_one` of each probe, as the fixtures store them (labels as text)."""
+    return [{str(k): float(v) for k, v in model.predict_proba_one(x).items()} for x in probes]
+
+
+def check_continues_as_saved(model: typing.Any, stream: list, fixture: dict) -> list[dict]:
+    """Assert that `model`, restored from a legacy state saved after `stream[:40]`, gives the
+    fixture's probabilities on the last 20 records before and after it learns them; returns the
+    probes."""
+    probes = [x for x, _ in stream[40:]]
+    assert probabilities(model, probes) == fixture["before"]
+    for x, y in stream[40:]:
+        model.learn_one(x, y)
+    assert probabilities(model, probes) == fixture["after"]
+    return probes

@@ -123,7 +123,9 @@ _numeric_features = st.lists(
     st.tuples(st.sampled_from(_STRINGS[:8]), st.sampled_from(_NUMBERS[:25])), max_size=4
 ).map(lambda pairs: "{" + ",".join(f"{k}:{v}" for k, v in pairs) + "}")
 _events = st.tuples(
-    st.sampled_from(['"id": "e1", ', '"id": 7, ', '"id": 9223372036854775808, ', "", '"id": 1.5, ']),
+    st.sampled_from(
+        ['"id": "e1", ', '"id": 7, ', '"id": 9223372036854775808, ', "", '"id": 1.5, ']
+    ),
     _numeric_features,
     st.sampled_from(["", ', "y": true', ', "y": 0', ', "y": -1', ', "y": 2', ', "y": 1.0',
                      ', "y": "sky"', ', "y": null', ', "y": 9223372036854775808']),

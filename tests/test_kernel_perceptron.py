@@ -488,20 +488,11 @@ def test_a_state_saved_before_the_margin_restores_and_learns_as_before(name, lab
     model = streammargin.from_state(saved)
     restored = model.classifiers.values() if name == "ovr" else [model]
     assert all(m.margin == 0.0 and m.n_margin_updates == 0 for m in restored)
-    data = legacy_stream(labels)
-    probes = [x for x, _ in data[40:]]
-
-    def probabilities():
-        return [{str(k): float(v) for k, v in model.predict_proba_one(x).items()} for x in probes]
-
-    assert probabilities() == fixture["before"]
-    for x, y in data[40:]:
-        model.learn_one(x, y)
-    assert probabilities() == fixture["after"]
+    probes = legacy_streams.check_continues_as_saved(model, legacy_stream(labels), fixture)
     twin = streammargin.from_state(state.loads(state.dumps(model.to_state())))  # the new layout
-    assert probabilities() == [
-        {str(k): float(v) for k, v in twin.predict_proba_one(x).items()} for x in probes
-    ]
+    assert legacy_streams.probabilities(twin, probes) == (
+        legacy_streams.probabilities(model, probes)
+    )
 
 
 @pytest.mark.parametrize(("margin", "margin_updates", "refused"), [

@@ -474,10 +474,6 @@ def legacy_stream(labels):
     )
 
 
-def probabilities(model, probes):
-    return [{str(k): float(v) for k, v in model.predict_proba_one(x).items()} for x in probes]
-
-
 @pytest.mark.parametrize(
     ("name", "form", "labels"),
     [
@@ -497,12 +493,7 @@ def test_a_state_of_the_one_class_mpu_restores_as_its_form(name, form, labels):
     assert type(model) is form
     if form is streammargin.OneVsRestClassifier:
         assert all(type(m) is LinearMPUClassifier for m in model.classifiers.values())
-    data = legacy_stream(labels)
-    probes = [x for x, _ in data[40:]]
-    assert probabilities(model, probes) == fixture["before"]
-    for x, y in data[40:]:
-        model.learn_one(x, y)
-    assert probabilities(model, probes) == fixture["after"]
+    legacy_streams.check_continues_as_saved(model, legacy_stream(labels), fixture)
     # and it saves as what it is now
     assert type(streammargin.from_state(state.loads(state.dumps(model.to_state())))) is form
 

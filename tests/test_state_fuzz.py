@@ -948,14 +948,5 @@ def test_an_alma_state_saved_before_the_peak_of_s_restores(name, labels):
     members = saved["members"] if saved["model"] == "OneVsRestClassifier" else [saved]
     assert all(m["arrays"]["_st"].shape == (alma_jit.STATE_SIZE - 1,) for m in members)
     model = streammargin.from_state(saved)
-    data = alma_legacy_stream(labels)
-    probes = [x for x, _ in data[40:]]
-
-    def probabilities():
-        return [{str(k): float(v) for k, v in model.predict_proba_one(x).items()} for x in probes]
-
-    assert probabilities() == fixture["before"]
-    for x, y in data[40:]:
-        model.learn_one(x, y)
-    assert probabilities() == fixture["after"]
+    legacy_streams.check_continues_as_saved(model, alma_legacy_stream(labels), fixture)
     streammargin.from_state(state.loads(state.dumps(model.to_state())))  # saves in the new layout
