@@ -30,10 +30,11 @@ rules above, taking the keyword `multiclass=True` if it serves multiclass models
 
 `JSONCodec` decodes with msgspec when it is installed (the kafka extra installs it): msgspec
 parses the record in C straight into the three typed fields of the contract (`_EventFields`), about
-six times faster than `json.loads` and without building a dict of the whole document. Only what
-both parsers read the same way gets through that path (the tests compare them); anything msgspec
-refuses (a float label, a lone surrogate, a number beyond float64, deep nesting, bad JSON) goes on
-to the standard library's parser, which accepts or refuses it as before and names what was wrong.
+six times faster than `json.loads` and its checks. Only what both parsers read the same way gets
+through that path (the tests compare them); anything msgspec refuses (a float label, a lone
+surrogate, a number beyond float64, deep nesting, bad JSON, a field beyond the contract's four)
+goes on to the standard library's parser, which accepts or refuses it as before and names what
+was wrong.
 
 This module also gives kafka-python a compiled CRC-32C (`install_fast_crc32c`): the client checks
 and computes a CRC-32C over every record batch, in pure Python unless the optional `crc32c`
@@ -254,13 +255,16 @@ def label_from_state(data: typing.Any) -> typing.Any:
 
 if msgspec is not None:
 
-    class _EventFields(msgspec.Struct):
-        """The fields of the event contract as msgspec decodes them: nothing else of the document
-        is kept, and only values of these types get through (other fields are skipped)."""
+    class _EventFields(msgspec.Struct, forbid_unknown_fields=True):
+        """The fields of the event contract as msgspec decodes them; only values of these types
+        get through. Every field is decoded, `ts` included: msgspec skips an unknown field
+        without checking it as json.loads does (its UTF-8, its escapes), so a record with
+        another field takes the json path."""
 
         id: str | int | None = None
         x: dict[str, int | float] | None = None
         y: bool | int | str | None = None
+        ts: typing.Any = None
 
     # What msgspec raises for a record it will not read the way json.loads does (its
     # ValidationError is a DecodeError): the record then takes the json path, which decides.
