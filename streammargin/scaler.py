@@ -59,6 +59,20 @@ _APPLY_UPDATE = EntryPoint(scaler_jit.apply_update, *_STATS, np.zeros(1, np.int6
 _compiled: tuple | None = None
 
 
+def _welford(count: int, old_mean: float, old_var: float, x: float) -> tuple | None:
+    """River's update of one feature's statistics by a value x, in Python floats:
+    count += 1; mean += (x - old_mean) / count; var += ((x - old_mean) * (x - mean) - var) / count.
+    `(count, mean, var)`, or None when the mean or variance would not be finite (values beyond
+    ~1e154 overflow Welford's products; River's would poison the feature for ever).
+    (`streammargin.jit.scaler.scale_record` is the same arithmetic in numba.)"""
+    count += 1
+    mean = old_mean + (x - old_mean) / count
+    var = old_var + ((x - old_mean) * (x - mean) - old_var) / count
+    if -_MAX_FLOAT <= mean <= _MAX_FLOAT and 0.0 <= var <= _MAX_FLOAT:
+        return count, mean, var
+    return None
+
+
 def _compiled_functions() -> tuple:
     """`scale_record` and `apply_update`, loaded (or compiled) on first use. Their arguments are
     this module's arrays by construction: int64 counts, float64 means and variances (grown by
@@ -242,20 +256,11 @@ class StandardScaler(base.Transformer):
                 if column is None:
                     continue
                 counts, means, vars_ = self._counts, self._means, self._vars
-            # River's arithmetic, in Python floats: counts[i] += 1; then
-            # means[i] += (xi - old_mean) / counts[i];
-            # vars[i] += ((xi - old_mean) * (xi - means[i]) - vars[i]) / counts[i]
-            count = counts.item(column) + 1
-            old_mean = means.item(column)
-            mean = old_mean + (xi - old_mean) / count
-            old_var = vars_.item(column)
-            var = old_var + ((xi - old_mean) * (xi - mean) - old_var) / count
-            if -_MAX_FLOAT <= mean <= _MAX_FLOAT and 0.0 <= var <= _MAX_FLOAT:
-                counts[column] = count
-                means[column] = mean
-                vars_[column] = var
-            else:  # an overflow (or NaN) would poison this feature for ever
+            updated = _welford(counts.item(column), means.item(column), vars_.item(column), xi)
+            if updated is None:  # an overflow (or NaN) would poison this feature for ever
                 self.counters["overflow_skipped"] += 1
+            else:
+                counts[column], means[column], vars_[column] = updated
 
     def _known_record(self, x: dict) -> tuple | None:
         """`(names, columns, packed values)` of `x` when every name has a column and every value
@@ -365,16 +370,14 @@ class StandardScaler(base.Transformer):
             old_mean = means.item(column)
             old_var = vars_.item(column)
             before[name] = (value - old_mean) / old_var**0.5 if old_var else 0.0
-            # learn_one's arithmetic (see there).
-            count = counts.item(column) + 1
-            mean = old_mean + (value - old_mean) / count
-            var = old_var + ((value - old_mean) * (value - mean) - old_var) / count
-            if -_MAX_FLOAT <= mean <= _MAX_FLOAT and 0.0 <= var <= _MAX_FLOAT:
-                updates.append((column, count, mean, var))
-                after[name] = (value - mean) / var**0.5 if var else 0.0
-            else:
+            updated = _welford(counts.item(column), old_mean, old_var, value)
+            if updated is None:
                 overflow += 1
                 after[name] = before[name]
+            else:
+                _, mean, var = updated
+                updates.append((column, *updated))
+                after[name] = (value - mean) / var**0.5 if var else 0.0
         return before, after, (updates, new_names, overflow, beyond, unsavable)
 
     def apply_learn(self, update: tuple) -> None:
@@ -398,18 +401,11 @@ class StandardScaler(base.Transformer):
                 raise RuntimeError(f"apply_learn: no column for {name!r:.60}: the scaler "
                                    "changed since transform_learn_one")
             counts, means, vars_ = self._counts, self._means, self._vars
-            # learn_one's arithmetic for a first observation.
-            count = counts.item(column) + 1
-            old_mean = means.item(column)
-            mean = old_mean + (xi - old_mean) / count
-            old_var = vars_.item(column)
-            var = old_var + ((xi - old_mean) * (xi - mean) - old_var) / count
-            if -_MAX_FLOAT <= mean <= _MAX_FLOAT and 0.0 <= var <= _MAX_FLOAT:
-                counts[column] = count
-                means[column] = mean
-                vars_[column] = var
-            else:  # as in learn_one (a first observation of a finite value never gets here)
+            updated = _welford(counts.item(column), means.item(column), vars_.item(column), xi)
+            if updated is None:  # as in learn_one (a first finite value never gets here)
                 overflow += 1
+            else:
+                counts[column], means[column], vars_[column] = updated
         counters = self.counters
         if overflow:
             counters["overflow_skipped"] += overflow
