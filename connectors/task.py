@@ -1087,9 +1087,11 @@ class PartitionTask:
 
     def _learn_scaled(self, x: dict, y: typing.Any) -> None:
         # River's Pipeline order: the unsupervised scaler learns x, then the model learns the
-        # freshly scaled x.
-        self.scaler.learn_one(x)
-        self.model.learn_one(self.scaler.transform_one(x), y)
+        # freshly scaled x; `transform_learn_one` gives that scaling in the same pass (a delayed
+        # label's record takes the compiled path like a labelled event's).
+        _, scaled_after, update = self.scaler.transform_learn_one(x)
+        self.scaler.apply_learn(update)
+        self.model.learn_one(scaled_after, y)
 
     def _dead_letter(self, out: OutputRecords, record: typing.Any, error: BaseException,
                      stage: str, executing_class: str) -> None:
