@@ -567,14 +567,9 @@ class AutoClassifier(base.MiniBatchClassifier):
                         "parameters this model gives it"
                     )
                 member_cls = member_classes[name]
-            try:
-                restored[name] = member_cls.from_state(member_state, max_bytes=limit)
-            except StateError:
-                raise
-            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
-                raise StateError(
-                    f"{cls.__name__} state: member {name}: {type(error).__name__}: {error}"
-                ) from None
+            restored[name] = state.restore_member(
+                member_cls, member_state, limit, f"{cls.__name__} state: member {name}"
+            )
         model.members = restored
         model._scores = np.array(scores, dtype=np.float64).tolist()
         return model

@@ -395,16 +395,9 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
                 )
         model = cls(prototype, max_classes)
         for label, member_state in zip(decoded, members):
-            try:
-                model.classifiers[label] = member_cls.from_state(member_state, max_bytes=limit)
-            except StateError:
-                raise
-            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
-                # A member's own restore should raise StateError only; whatever it raises, a
-                # malformed checkpoint must not surface as anything else.
-                raise StateError(
-                    f"{cls.__name__} state: member {label!r:.80}: {type(error).__name__}: {error}"
-                ) from None
+            model.classifiers[label] = state.restore_member(
+                member_cls, member_state, limit, f"{cls.__name__} state: member {label!r:.80}"
+            )
         return model
 
 

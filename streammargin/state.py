@@ -315,6 +315,20 @@ def from_state(state: dict, max_bytes: int | None = None) -> typing.Any:
     return cls.from_state(state, max_bytes=max_bytes)
 
 
+def restore_member(cls: type, data: typing.Any, max_bytes: int | None, where: str) -> typing.Any:
+    """`cls.from_state(data, max_bytes=max_bytes)` for a member of a wrapper's state, `where`
+    naming it ("OneVsRestClassifier state: member 'a'"). A member's restore should raise
+    StateError only; whatever else it raises from a malformed state (KeyError, TypeError,
+    ValueError, AttributeError, IndexError) becomes a StateError saying where: a malformed
+    checkpoint must not surface as anything else."""
+    try:
+        return cls.from_state(data, max_bytes=max_bytes)
+    except StateError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+        raise StateError(f"{where}: {type(error).__name__}: {error}") from None
+
+
 def check_array(state_arrays: dict, name: str, dtype: typing.Any, ndim: int) -> np.ndarray:
     """Fetch one array of a saved state, checking dtype and dimensions."""
     try:
