@@ -151,7 +151,9 @@ class StandardScaler(base.Transformer):
         Most feature names with statistics. Once that many are known, new names pass through
         `transform_one` unscaled and `counters["beyond_max_features"]` counts them in
         `learn_one`. Memory is at most about 300 bytes per name (three float64/int64 columns,
-        the name of up to 128 characters and its dict entry): ~20 MB at the default 2**16.
+        the name of up to 128 characters and its dict entry): ~20 MB at the default 2**16,
+        plus 16 bytes per name of the last record the compiled path took (its names' tuple
+        and their int64 columns, kept to skip the lookups while records repeat their names).
 
     Attributes
     ----------
