@@ -317,13 +317,11 @@ class AutoClassifier(base.MiniBatchClassifier):
                 f"max_classes={self.max_classes}; raise max_classes if the stream has more classes"
             )
         mode = self._mode(len(self._labels) + new)
-        # A new label may change the binary members' form: if a member then refuses x (a name
-        # it cannot keep), the model goes back to this copy (at most max_classes times a stream).
-        saved = copy.deepcopy(self.__dict__) if new else None
         active = self._active(mode)  # (beyond max_ovr_classes, the CPM alone from this record)
         last, self._last = self._last, None
         # Progressive validation: each member's prediction, before it learns. The first call
-        # validates x (every member validates alike), so a refused record changes nothing.
+        # validates x's values (every member validates alike), so a refused record changes
+        # nothing.
         outcomes = []
         for i in active:
             if self._labels:
@@ -335,24 +333,25 @@ class AutoClassifier(base.MiniBatchClassifier):
             else:
                 describe_bad_values(x)
                 outcomes.append(0.0)
-        try:
-            if mode != self._mode():  # x is valid: the binary members change form
-                if mode == RETIRED:
-                    for name in BINARY_MEMBERS:
-                        self.members[name] = None
-                elif mode == ONE_VS_REST:
-                    self._to_one_vs_rest()
-            if new:
-                self._labels.append(label)
-            target = self._target(label) if mode == BINARY else label  # (a binary member's)
-            members = self.members
-            for i in active:
-                members[PORTFOLIO[i]].learn_one(x, label if i == _NATIVE else target)
-        except BaseException:
-            if saved is not None:
-                self.__dict__.clear()
-                self.__dict__.update(saved)
-            raise
+        members = self.members
+        # The CPM learns first, before anything else changes. What else learning can refuse is a
+        # name without a safe state (`features.name_json`), a property of x alone: the CPM's
+        # learn_one is atomic, so a refused x leaves the model as it was, and once the CPM has
+        # taken x every member takes it. (No copy of the model for a rollback: at each new
+        # label that copy cost more than the members' learning of the first records.)
+        members[PORTFOLIO[_NATIVE]].learn_one(x, label)
+        if mode != self._mode():  # the binary members change form
+            if mode == RETIRED:
+                for name in BINARY_MEMBERS:
+                    members[name] = None
+            elif mode == ONE_VS_REST:
+                self._to_one_vs_rest()
+        if new:
+            self._labels.append(label)
+        target = self._target(label) if mode == BINARY else label  # (a binary member's)
+        for i in active:
+            if i != _NATIVE:
+                members[PORTFOLIO[i]].learn_one(x, target)
         if self._replay is not None:  # (binary members, a switch to one-vs-rest to come)
             self._replay.add(x, self._labels.index(label))
         keep = 1.0 - 1.0 / self.window

@@ -128,16 +128,20 @@ def test_at_the_third_label_the_binary_members_become_one_vs_rest():
     twin = streammargin.from_state(state.loads(state.dumps(model.to_state())))
     for x in ({"a": 1.0}, {"a": 2.0, "b": 1.0}):
         assert twin.predict_proba_one(x) == model.predict_proba_one(x)
-    # a refused record at a new label leaves the members as they were (binary models)
-    fresh = streammargin.AutoClassifier()
-    fresh.learn_one({"a": 1.0}, 0)
-    fresh.learn_one({"a": 2.0}, 1)
-    before = state.dumps(fresh.to_state())
-    with pytest.raises(InvalidInput):
-        fresh.learn_one({"a": float("nan")}, 2)
-    with pytest.raises(InvalidInput):
-        fresh.learn_one({b"bytes name": 1.0}, 2)  # refused when learnt, after the conversion
-    assert state.dumps(fresh.to_state()) == before
+    # a refused record at a new label leaves the members as they were: at the switch to
+    # one-vs-rest, at a new label in one-vs-rest, at the switch that retires the binary members
+    for n_known, max_ovr_classes in ((2, 10), (3, 10), (3, 3)):
+        fresh = streammargin.AutoClassifier(max_ovr_classes=max_ovr_classes)
+        for label in range(n_known):
+            fresh.learn_one({"a": float(label)}, label)
+        before = state.dumps(fresh.to_state())
+        with pytest.raises(InvalidInput):
+            fresh.learn_one({"a": float("nan")}, n_known)
+        with pytest.raises(InvalidInput):  # refused when learnt (the CPM learns first)
+            fresh.learn_one({b"bytes name": 1.0}, n_known)
+        assert state.dumps(fresh.to_state()) == before
+        fresh.learn_one({"a": 9.0}, n_known)  # and the model goes on
+        assert fresh.predict_one({"a": 9.0}) is not None
 
 
 def image_segments() -> list:
