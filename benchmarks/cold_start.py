@@ -3,12 +3,11 @@ container without `streammargin warmup`) and with a warm one.
 
 For each model registered in `connectors.models`, a fresh Python process runs the worker's
 per-record path (`connectors.task.PartitionTask`: JSON codec, StandardScaler, model, metrics) on
-the events `streammargin warmup` uses: a labelled event first. It reports, from the start of the
-interpreter (`python -X importtime`-free: the time the parent measured before the process
-started is added):
+the events `streammargin warmup` uses: a labelled event first. It reports, from the moment the
+parent starts the process (the interpreter's own start is included, its exit is not):
 
-- `first pred. s`: process start -> the first event's prediction (imports, the model built, its
-  code compiled or loaded, one record);
+- `first pred. s`: process start -> the first event's prediction (the interpreter's start,
+  imports, the model built, its code compiled or loaded, one record);
 - `warm-up s`: process start -> every warm-up event done (learning, unlabelled events, a late
   label: the rest of the code a stream needs);
 - numba's compile seconds by function, the three largest (`numba.core.event` listeners: nested
@@ -37,6 +36,7 @@ ROOT = os.path.join(HERE, "..")
 
 CHILD = r"""
 import collections, json, sys, time
+started_at = time.time()  # (the wall clock: the parent reads it before starting this process)
 started = time.perf_counter()
 sys.path.insert(0, sys.argv[2])
 from numba.core import event
@@ -71,22 +71,21 @@ rest = task.process(records, 1)
 warm_up = time.perf_counter() - started
 assert first.processed == 1 and rest.processed == len(records) - 1, "records were refused"
 assert not len(first.dead_letters) and not len(rest.dead_letters), "dead letters"
-print(json.dumps({"first": first_prediction, "warm_up": warm_up,
+print(json.dumps({"first": first_prediction, "warm_up": warm_up, "started_at": started_at,
                   "compiles": compile_seconds.most_common(3)}))
 """
 
 
 def run(model: str, cache_dir: str) -> dict:
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
-    started = time.perf_counter()
+    spawned_at = time.time()
     done = subprocess.run([sys.executable, "-c", CHILD, model, ROOT], env=env, check=True,
                           capture_output=True, text=True)
-    wall = time.perf_counter() - started
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    # The interpreter's own start (before `started` in the child): the wall time beyond the
-    # child's last measurement is its start plus its exit; count it all as start (an upper
-    # bound on what a user waits).
-    startup = max(0.0, wall - result["warm_up"])
+    # The interpreter's own start, before the child's first line: from the parent's start of
+    # the process to the wall clock the child read first (its exit, after the last
+    # measurement, is not part of the wait for a prediction).
+    startup = max(0.0, result["started_at"] - spawned_at)
     result["first"] += startup
     result["warm_up"] += startup
     return result
