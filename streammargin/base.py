@@ -917,10 +917,14 @@ class MulticlassMarginClassifier(FeatureSpaceClassifier):
         """`(predict_one(x), predict_proba_one(x))`, exactly, from one encoding of `x`: the Kafka
         worker's per-record call."""
         idx, val = self._features.encode(x, False)
-        code = self._predict_code(idx, val)
-        proba = self._class_probabilities(idx, val)
+        code, proba = self._code_and_probabilities(idx, val)
         return (self._labels[code] if code >= 0 else None,
                 {label: float(p) for label, p in zip(self._labels, proba)})
+
+    def _code_and_probabilities(self, idx: np.ndarray, val: np.ndarray) -> tuple[int, np.ndarray]:
+        """`(_predict_code, _class_probabilities)` of an encoded instance (a model may compute
+        both in one call)."""
+        return self._predict_code(idx, val), self._class_probabilities(idx, val)
 
     def decision_one(self, x: dict) -> dict:
         """The raw scores {label: score} of `_scored_labels`."""

@@ -259,9 +259,11 @@ class ConvexPolytopeClassifier(MulticlassMarginClassifier):
     _bound_attributes = ("_predict_entry", "_learn_entry")
 
     def _bind(self) -> None:
-        """The compiled entry points, for the types of this model's arrays (checked here)."""
-        self._predict_entry = _PREDICT.compiled(self._weights, self._st)
-        self._learn_entry = _LEARN.compiled(self._weights, self._st, self._window)
+        """The compiled entry points, for the types of this model's arrays (checked here),
+        compiled at their first call: the Kafka worker predicts through `probabilities`, a model
+        restored to serve may never learn."""
+        _PREDICT.bind(self, "_predict_entry", self._weights, self._st)
+        _LEARN.bind(self, "_learn_entry", self._weights, self._st, self._window)
 
     @classmethod
     def _unit_test_params(cls) -> typing.Iterator[dict]:
@@ -349,9 +351,12 @@ class ConvexPolytopeClassifier(MulticlassMarginClassifier):
         return self._predict_entry(self._weights, self._st, idx, val)
 
     def _class_probabilities(self, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
+        return self._code_and_probabilities(idx, val)[1]
+
+    def _code_and_probabilities(self, idx: np.ndarray, val: np.ndarray) -> tuple[int, np.ndarray]:
         out = np.empty(max(len(self._labels), 2))
-        n = cpm_jit.probabilities(self._weights, self._st, idx, val, out)
-        return out[:n]
+        n, code = cpm_jit.probabilities(self._weights, self._st, idx, val, out)
+        return code, out[:n]
 
     def _class_scores(self, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
         out = np.empty(max(self._n_polytopes, 1))

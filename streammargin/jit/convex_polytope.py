@@ -548,10 +548,13 @@ def _class_probabilities(st, poly, n_poly, out):
 
 @njit(cache=True)
 def probabilities(W, st, idx, val, out):
-    """Calibrated class probabilities of x into out; returns their number.
+    """Calibrated class probabilities of x into out; returns (their number, the class `predict`
+    gives, from the same scores).
 
     One polytope: out = [P(negative), P(positive)]. Per class: out[c] = the calibrated
-    P(class c | margin_c), normalised over the active classes.
+    P(class c | margin_c), normalised over the active classes. The class comes with them so that
+    a caller that wants both (the Kafka worker's `predict_with_proba_one`) makes one call, and a
+    fresh process compiles one function before its first prediction, not two.
     """
     n_poly = n_polytopes(st)
     n_total = n_poly * int(st[N_FACES])
@@ -562,8 +565,15 @@ def probabilities(W, st, idx, val, out):
         p_true = calibration.proba(calibration_of(st, 0), poly[0])
         out[0] = 1.0 - p_true
         out[1] = p_true
-        return 2
-    return _class_probabilities(st, poly, n_poly, out)
+        return 2, 1 if calibration.decide(calibration_of(st, 0), poly[0]) else 0
+    n = _class_probabilities(st, poly, n_poly, out)
+    if n == 0:
+        return 0, -1
+    most = 0
+    for c in range(1, n):
+        if out[c] > out[most]:
+            most = c
+    return n, most
 
 
 @njit(cache=True)
