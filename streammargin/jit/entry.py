@@ -121,6 +121,45 @@ class EntryPoint:
             self._compiled = self.dispatcher.overloads[self.signature].entry_point
         return self._compiled
 
+    def bind(self, owner: typing.Any, attribute: str, *args: typing.Any) -> None:
+        """Set `owner.<attribute>` to `compiled(*args)`, deferring the compile (or the load from
+        numba's cache) to the first call: `args` are checked now, and the first call compiles,
+        replaces the attribute with the compiled function and calls it.
+
+        For a model's entry points that a process may never call: the Kafka worker predicts
+        through another function than `predict_one`'s, and a model restored only to serve never
+        learns. Compiling them when the model is built would make a fresh process wait for code
+        it does not run (about a second a function).
+
+        >>> import numpy as np
+        >>> from numba import njit
+        >>> @njit
+        ... def first(a):
+        ...     return a[0]
+        >>> class Model:
+        ...     pass
+        >>> model = Model()
+        >>> EntryPoint(first, np.zeros(1)).bind(model, "first", np.zeros(1))
+        >>> first.signatures  # nothing compiled yet
+        []
+        >>> model.first(np.arange(1.0, 3.0))
+        1.0
+        >>> model.first is EntryPoint(first, np.zeros(1)).compiled()
+        True
+
+        """
+        self.check(*args)
+        if self._compiled is not None or getattr(_types_only, "active", False):
+            setattr(owner, attribute, self.compiled())
+            return
+
+        def compile_then_call(*call_args: typing.Any) -> typing.Any:
+            function = self.compiled()
+            setattr(owner, attribute, function)
+            return function(*call_args)
+
+        setattr(owner, attribute, compile_then_call)
+
     def _unloaded(self, *args: typing.Any) -> typing.NoReturn:
         raise RuntimeError(f"{self.name}'s entry point is not loaded: bound within types_only(), "
                            "for validation only")
