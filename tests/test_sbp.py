@@ -243,3 +243,21 @@ def test_kernel_values_near_the_float64_floor_keep_the_state_finite_and_restorab
         assert np.isfinite(model._st).all() and np.isfinite(model._slots).all()
         twin = streammargin.from_state(state.loads(state.dumps(model.to_state())))
         assert twin.predict_proba_one(x) == model.predict_proba_one(x)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 10_000), unique=True, max_size=300),
+    st.randoms(use_true_random=False),
+)
+def test_an_instance_is_sorted_by_column_whatever_its_order(columns, random):
+    """The trial sorts x by column (its own merge sort, not numba's argsort): the same instance
+    as sorting with numpy, values clipped, whether it comes sorted or in any order."""
+    if random.random() < 0.3:
+        columns = sorted(columns)
+    idx = np.array(columns, dtype=np.int64)
+    val = np.array([random.uniform(-1e200, 1e200) for _ in columns])
+    sidx, sval = sbp_jit._clipped_sorted(idx, val)
+    order = np.argsort(idx, kind="stable")
+    assert sidx.tolist() == idx[order].tolist()
+    assert sval.tolist() == np.clip(val[order], -sbp_jit.MAX_VALUE, sbp_jit.MAX_VALUE).tolist()
