@@ -641,7 +641,10 @@ class MarginClassifier(FeatureSpaceClassifier):
         """Raw decision value of an encoded instance (idx < 0: unknown feature)."""
 
     def _proba(self, idx: np.ndarray, val: np.ndarray) -> float:
-        """Calibrated probability of the positive label (models fuse this into one numba call)."""
+        """Calibrated probability of the positive label: `calibration.proba` of the raw score.
+        A model may fuse the two into one numba call (the MPUs), never compute it otherwise:
+        `predict_with_proba_one` takes the probability from the score it computed for the
+        label."""
         return calibration.proba(self._calibration, self._score(idx, val))
 
     @abc.abstractmethod
@@ -679,12 +682,11 @@ class MarginClassifier(FeatureSpaceClassifier):
 
     def predict_with_proba_one(self, x: dict) -> tuple[bool, dict[bool, float]]:
         """`(predict_one(x), predict_proba_one(x))`, exactly, from one encoding of `x` and, where
-        the label and the probability both come from the raw score (the model overrides neither
-        `_decide` nor `_proba`), one score: a kernel model evaluates its kernel row once instead
-        of twice. The Kafka worker's per-record call."""
+        the label comes from the raw score (the model does not override `_decide`; `_proba`
+        always does), one score: a kernel model evaluates its kernel row once instead of twice.
+        The Kafka worker's per-record call."""
         idx, val = self._features.encode(x, False)
-        cls = type(self)
-        if cls._decide is MarginClassifier._decide and cls._proba is MarginClassifier._proba:
+        if type(self)._decide is MarginClassifier._decide:
             score = self._score(idx, val)
             cal = self._calibration
             label = calibration.decide(cal, score)
