@@ -191,7 +191,7 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
     def _reset(self) -> None:
         super()._reset()
         rows = self.budget + self._extra_rows
-        self._gram = np.zeros((rows, rows))
+        self._gram = self._zeroed("_gram", (rows, rows))
         self._new_scratch_row(rows + 1)
         for slot, value in self._hyper_values().items():
             self._st[slot] = value

@@ -587,8 +587,8 @@ class KernelMPUClassifier(_MPURule, KernelClassifier):
 
     def _reset(self) -> None:
         super()._reset()
-        self._gram = np.zeros((self.budget, self.budget))
-        self._margins = np.zeros(self.budget)
+        self._gram = self._zeroed("_gram", (self.budget, self.budget))
+        self._margins = self._zeroed("_margins", (self.budget,))
 
     @classmethod
     def _extra_array_bytes(cls, params: dict, budget: int, columns: int) -> int:

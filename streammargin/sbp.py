@@ -169,7 +169,7 @@ class SBPClassifier(KernelClassifier):
         super()._reset()
         self._st[sbp_jit.NU], self._st[sbp_jit.STEPS], self._st[sbp_jit.SEED] = self._model_values()
         self._st[sbp_jit.HORIZON] = self.window * self.steps
-        self._gram = np.zeros((self.window, self.window))
+        self._gram = self._zeroed("_gram", (self.window, self.window))
 
     @classmethod
     def _unit_test_params(cls) -> typing.Iterator[dict]:

@@ -279,6 +279,22 @@ class KernelClassifier(SupportCacheClassifier):
     def _kernel_params(self) -> np.ndarray:
         return kjit.kernel_params(self.kernel, self._gamma_now(), self.degree, self.coef0)
 
+    def _zeroed(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """`np.zeros(shape)` for the model's array `name` in `_reset`; during `_relearn`, the
+        model's own `name` array of that shape, with the block learning can have written (its
+        first `_relearning_rows` rows and columns) set back to zero.
+
+        For the Gram matrices (up to budget x budget floats): the warm-up resets the learnt
+        state up to eight times in its first 128 records, and a new 2 MB matrix each time
+        (memory the allocator clears, or pages the first write faults in) was most of an SBP's
+        time on a 178-record stream."""
+        previous = getattr(self, name, None)
+        written = self.__dict__.get("_relearning_rows")
+        if written is None or not isinstance(previous, np.ndarray) or previous.shape != shape:
+            return np.zeros(shape)
+        previous[tuple(slice(0, min(written, side)) for side in shape)] = 0.0
+        return previous
+
     def _reset(self) -> None:
         super()._reset()
         self._st[kjit.ST_KP : kjit.ST_KP + kjit.KP_SIZE] = self._kernel_params()
@@ -350,7 +366,13 @@ class KernelClassifier(SupportCacheClassifier):
         """A fresh learnt state with width `gamma` (the feature space and the warm-up rows kept),
         then the first `n` warm-up records learnt again, in order."""
         features, rows, targets = self._features, self._warmup_x, self._warmup_y
-        self._reset()
+        # The model has learnt n - 1 records: no row or column of its matrices beyond those,
+        # and a working row, was ever written (`_zeroed`).
+        self._relearning_rows = n + 1
+        try:
+            self._reset()
+        finally:
+            del self._relearning_rows
         self._features, self._warmup_x, self._warmup_y = features, rows, targets
         self._st[kjit.ST_KP + kjit.GAMMA] = gamma
         self._reserve(features.n_columns)

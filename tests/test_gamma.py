@@ -223,3 +223,44 @@ def test_the_memory_bound_counts_the_warm_up_rows():
     auto = memory_bound(streammargin.BudgetPerceptron, {"gamma": "auto", "max_features": 16})
     fixed = memory_bound(streammargin.BudgetPerceptron, {"gamma": 1.0, "max_features": 16})
     assert auto - fixed == 8 * support.AUTO_GAMMA_RECORDS * (16 + 1)
+
+
+@pytest.mark.parametrize(
+    ("cls", "params"),
+    [
+        pytest.param(streammargin.BudgetSVMClassifier, {"budget": 40}, id="BudgetSVM"),
+        pytest.param(streammargin.MPUClassifier, {"kernel": "rbf", "C": 1.0, "budget": 40},
+                     id="MPU-rbf"),
+        pytest.param(streammargin.SBPClassifier, {"window": 40}, id="SBP"),
+    ],
+)
+def test_the_warm_ups_resets_reuse_the_matrices_and_leave_them_as_fresh_ones(
+    cls, params, monkeypatch
+):
+    """`_relearn` keeps a model's Gram matrices and zeroes the block learning can have written:
+    after every record every array is exactly what new matrices at each reset give. (An easy
+    stream: after a reset with a new width the SVM and the MPU keep fewer vectors than before,
+    so entries the reset must clear would otherwise stay.)"""
+    rng = np.random.default_rng(2)
+    records = []
+    for _ in range(140):
+        v = rng.normal(size=3) * [5.0, 1.0, 0.1]
+        records.append(({f"f{j}": float(v[j]) for j in range(3)}, bool(v[0] > 0)))
+    reused = cls(**params)
+    gram = reused._gram
+    with monkeypatch.context() as patched:
+        patched.setattr(support.KernelClassifier, "_zeroed",
+                        lambda self, name, shape: np.zeros(shape))
+        fresh = cls(**params)
+    names = [name for name in ("_gram", "_margins", "_support", "_slots", "_st")
+             if hasattr(reused, name)]
+    for x, y in records:
+        reused.learn_one(x, y)
+        with monkeypatch.context() as patched:
+            patched.setattr(support.KernelClassifier, "_zeroed",
+                            lambda self, name, shape: np.zeros(shape))
+            fresh.learn_one(x, y)
+        for name in names:
+            assert np.array_equal(getattr(reused, name), getattr(fresh, name)), name
+    assert reused._gram is gram and fresh._gram is not gram  # the warm-up's resets kept it
+    assert state.dumps(reused.to_state()) == state.dumps(fresh.to_state())
