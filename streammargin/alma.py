@@ -356,12 +356,8 @@ class ALMAClassifier(MarginClassifier):
     def _checked_arrays(self, arrays: typing.Any, n_columns: int, values: dict) -> dict:
         # A state saved before the slot S_PEAK existed (one scalar less): its S is its own peak,
         # as right after a recomputation; the checks below then apply as to any state.
-        saved = arrays.get("_st") if isinstance(arrays, dict) else None
-        if (
-            isinstance(saved, np.ndarray)
-            and saved.dtype == np.float64
-            and saved.shape == (alma_jit.STATE_SIZE - 1,)
-        ):
+        saved = self._state_short_by(arrays, alma_jit.STATE_SIZE, 1)
+        if saved is not None:
             upgraded = np.insert(saved, alma_jit.S_PEAK, saved[alma_jit.SUM_P])
             arrays = {**arrays, "_st": upgraded}
         return super()._checked_arrays(arrays, n_columns, values)

@@ -557,6 +557,20 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
             del model._reset
         return model
 
+    @staticmethod
+    def _state_short_by(arrays: typing.Any, size: int, missing: int) -> np.ndarray | None:
+        """The saved `st` of a state written before the last `missing` of a model's `size` state
+        slots existed (float64, `size - missing` entries), for the model to complete before
+        `_checked_arrays` checks it as any state; None for any other `arrays`."""
+        saved = arrays.get("_st") if isinstance(arrays, dict) else None
+        if (
+            isinstance(saved, np.ndarray)
+            and saved.dtype == np.float64
+            and saved.shape == (size - missing,)
+        ):
+            return saved
+        return None
+
     def _checked_arrays(self, arrays: typing.Any, n_columns: int, values: dict) -> dict:
         """Copies of the saved arrays, after checking each one's dtype (float64), shape
         (`_state_shapes`) and finiteness: the numba loops index without bounds checks and

@@ -210,12 +210,8 @@ class BudgetPerceptron(BudgetKernelClassifier):
         # A state saved before the slots margin and margin_updates (the last two, so its `st` is
         # two scalars short): no margin update happened; the margin slot is written from the
         # params (`_params_of_state`: 0) by `_check_restored`, as in any state.
-        saved = arrays.get("_st") if isinstance(arrays, dict) else None
-        if (
-            isinstance(saved, np.ndarray)
-            and saved.dtype == np.float64
-            and saved.shape == (bp_jit.STATE_SIZE - 2,)
-        ):
+        saved = self._state_short_by(arrays, bp_jit.STATE_SIZE, 2)
+        if saved is not None:
             arrays = {**arrays, "_st": np.append(saved, [0.0, 0.0])}
         return super()._checked_arrays(arrays, n_columns, values)
 

@@ -200,12 +200,8 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
         # A state saved before the slot KERNEL_PEAK existed (the last, one scalar less): its
         # peak becomes its Gram matrix's largest value, as right after a refresh of the gradients,
         # once `_check_restored` has recomputed the matrix.
-        saved = arrays.get("_st") if isinstance(arrays, dict) else None
-        legacy = (
-            isinstance(saved, np.ndarray)
-            and saved.dtype == np.float64
-            and saved.shape == (svm_jit.STATE_SIZE - 1,)
-        )
+        saved = self._state_short_by(arrays, svm_jit.STATE_SIZE, 1)
+        legacy = saved is not None
         if legacy:
             arrays = {**arrays, "_st": np.append(saved, 0.0)}
         self._restoring_legacy_peak = legacy
