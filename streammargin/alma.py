@@ -281,9 +281,8 @@ class ALMAClassifier(MarginClassifier):
     def predict_one(self, x: dict, **kwargs: typing.Any) -> bool:
         return self._signed_proba(x) > 0.0
 
-    def predict_proba_one(self, x: dict, **kwargs: typing.Any) -> dict[bool, float]:
-        p_true = abs(self._signed_proba(x))
-        return {False: 1.0 - p_true, True: p_true}
+    def _p_true(self, x: dict) -> float:
+        return abs(self._signed_proba(x))
 
     def predict_with_proba_one(self, x: dict) -> tuple[bool, dict[bool, float]]:
         signed = self._signed_proba(x)

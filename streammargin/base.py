@@ -636,6 +636,14 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
         occurrences learnt through a hashed column (how often the `max_features` bound acted)."""
         return {"features": len(self._features), "features_hashed": self._features.features_hashed}
 
+    def _predict_then_learn(self, x: dict, y: typing.Any) -> typing.Any:
+        """`predict_one(x)` as it is before learning, then `learn_one(x, y)`: AutoClassifier's
+        call on each member for a labelled record (`OneVsRestClassifier` saves its members'
+        probability dicts in its own)."""
+        label = self.predict_one(x)
+        self.learn_one(x, y)
+        return label
+
 
 class MarginClassifier(FeatureSpaceClassifier):
     """Base class of the binary margin classifiers: labels True/1 and False/0/-1, a raw score whose
@@ -689,9 +697,13 @@ class MarginClassifier(FeatureSpaceClassifier):
         idx, val = self._features.encode(x, False)
         return self._decide(idx, val)
 
-    def predict_proba_one(self, x: dict, **kwargs: typing.Any) -> dict[bool, float]:
+    def _p_true(self, x: dict) -> float:
+        """`predict_proba_one(x)[True]`, without the dict."""
         idx, val = self._features.encode(x, False)
-        p_true = self._proba(idx, val)
+        return self._proba(idx, val)
+
+    def predict_proba_one(self, x: dict, **kwargs: typing.Any) -> dict[bool, float]:
+        p_true = self._p_true(x)
         return {False: 1.0 - p_true, True: p_true}
 
     def predict_with_proba_one(self, x: dict) -> tuple[bool, dict[bool, float]]:
@@ -716,6 +728,15 @@ class MarginClassifier(FeatureSpaceClassifier):
         idx, val = features.encode(x, True)
         self._reserve(features.n_columns)
         self._learn(idx, val, target)
+
+    def _proba_then_learn(self, x: dict, y: typing.Any) -> float:
+        """`predict_proba_one(x)[True]` as it is before learning, then `learn_one(x, y)`: a
+        one-vs-rest member's call on a labelled record, without the probability dict. The first
+        call validates x's values and the second its names before anything changes, as in the
+        two River calls; a kernel model's learning reuses the row of the prediction."""
+        p_true = self._p_true(x)
+        self.learn_one(x, y)
+        return p_true
 
     def learn_many(self, X: typing.Any, y: typing.Any) -> None:
         """Learn from the rows of a DataFrame in order: the same as `learn_one` row by row.

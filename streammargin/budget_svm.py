@@ -8,6 +8,7 @@ import numpy as np
 
 from streammargin import state, validation
 from streammargin.base import (
+    binary_target,
     check_close,
     check_max_features,
     check_range,
@@ -249,6 +250,40 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
                     largest_kernel, high)
         largest = 1.0 + (size + 1) * C * largest_kernel
         check_range("gradients", slots[:size, svm_jit.GRAD], -largest * 1.01, largest * 1.01)
+
+    # A labelled record's prediction and trial in one numba call when x's names are all known
+    # (AutoClassifier's calls; else the base class' two calls). During the warm-up (gamma="auto")
+    # one call predicts and keeps the kernel row, which the warm-up's trial then reuses.
+
+    def _predict_then_learn(self, x: dict, y: typing.Any) -> bool:
+        signed = self._signed_proba_then_learn(x, y)
+        if signed is None:
+            return super()._predict_then_learn(x, y)
+        return signed > 0.0
+
+    def _proba_then_learn(self, x: dict, y: typing.Any) -> float:
+        signed = self._signed_proba_then_learn(x, y)
+        if signed is None:
+            return super()._proba_then_learn(x, y)
+        return abs(signed)
+
+    def _signed_proba_then_learn(self, x: dict, y: typing.Any) -> float | None:
+        """`calibration.signed_proba` of x before the trial, then the trial; None, having changed
+        nothing, if x has a name without a column (learning places it after the prediction)."""
+        target = 1.0 if y is True else -1.0 if y is False else binary_target(y)
+        features = self._features
+        idx, val = features.encode(x, False)  # validates x's values
+        if features.repeat_encoding(x) is None:
+            return None
+        self._reserve(features.n_columns)
+        support, slots, st, row = self._support, self._slots, self._st, self._row
+        if self._warming_up:
+            signed = svm_jit.signed_proba_keep_row(support, slots, st, idx, val, row)
+            self._row_for = (idx, val, st[kjit.ST_TRIALS])  # (`ServedRow`: for the trial)
+            self._warm_up(idx, val, target)
+            return signed
+        self._row_for = None  # (the scratch row becomes x's, then learning clears its flag)
+        return svm_jit.signed_proba_then_learn(support, slots, st, self._gram, idx, val, target, row)
 
     @classmethod
     def _extra_array_bytes(cls, params: dict, budget: int, columns: int) -> int:

@@ -156,25 +156,38 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
             self.classifiers[y] = new
 
     def _positive_probabilities(self, x: dict) -> dict:
-        return {
-            label: member.predict_proba_one(x)[True] for label, member in self.classifiers.items()
-        }
+        """Each member's `predict_proba_one(x)[True]` (`MarginClassifier._p_true`: no dict)."""
+        return {label: member._p_true(x) for label, member in self.classifiers.items()}
 
     def predict_proba_one(self, x: dict, **kwargs: typing.Any) -> dict:
         if not self.classifiers:
             describe_bad_values(x)  # refuse a bad x even before any class exists
             return {}
-        votes = self._positive_probabilities(x)
-        total = 0.0
-        for p in votes.values():
-            total += p
-        if total:
-            return {label: p / total for label, p in votes.items()}
-        return {label: 1.0 / len(votes) for label in votes}
+        return _normalised(self._positive_probabilities(x))
 
     def predict_one(self, x: dict, **kwargs: typing.Any) -> typing.Any:
         proba = self.predict_proba_one(x)
         return max(proba, key=proba.get) if proba else None
+
+    def _predict_then_learn(self, x: dict, y: typing.Any) -> typing.Any:
+        """`predict_one(x)` as it is before learning, then `learn_one(x, y)`: AutoClassifier's
+        call for a labelled record. With a known label each member predicts and learns in one
+        call (`MarginClassifier._proba_then_learn`), and no member's probability dict is built;
+        the first member validates x before anything changes, as in `learn_one`."""
+        if isinstance(y, np.generic):
+            y = y.item()
+        try:
+            known = y in self.classifiers
+        except TypeError:  # unhashable: learn_one refuses it
+            known = False
+        if not known:  # a new class, or a label learn_one refuses: the two calls
+            label = self.predict_one(x)
+            self.learn_one(x, y)
+            return label
+        return _most_probable([
+            (label, member._proba_then_learn(x, y == label))
+            for label, member in self.classifiers.items()
+        ])
 
     def decision_one(self, x: dict, **kwargs: typing.Any) -> dict:
         """Each member's raw score (its sign is that member's "this class or not")."""
@@ -399,6 +412,32 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
                 member_cls, member_state, limit, f"{cls.__name__} state: member {label!r:.80}"
             )
         return model
+
+
+def _normalised(votes: dict) -> dict:
+    """The members' probabilities of True divided by their sum (uniform if they are all 0)."""
+    total = 0.0
+    for p in votes.values():
+        total += p
+    if total:
+        return {label: p / total for label, p in votes.items()}
+    return {label: 1.0 / len(votes) for label in votes}
+
+
+def _most_probable(votes: list[tuple[typing.Any, float]]) -> typing.Any:
+    """`predict_one`'s label from (label, probability of True) in member order, without the
+    dicts: the first label of the highest `_normalised` probability."""
+    total = 0.0  # (summed in the order of `_normalised`: the same bits)
+    for _, p_true in votes:
+        total += p_true
+    if not total:  # uniform: the first label
+        return votes[0][0]
+    best, best_p = votes[0][0], -1.0
+    for label, p_true in votes:
+        p = p_true / total
+        if p > best_p:
+            best, best_p = label, p
+    return best
 
 
 def _check_prototype(classifier: typing.Any) -> None:

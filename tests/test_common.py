@@ -127,6 +127,36 @@ def test_predict_with_proba_one_is_predict_one_and_predict_proba_one(cls, params
     assert state_bytes(combined) == state_bytes(separate)
 
 
+@pytest.mark.parametrize(
+    ("cls", "params"), [case for case in CASES if hasattr(case.values[0], "_predict_then_learn")]
+)
+@FAST
+@given(stream=streams)
+def test_prediction_then_learning_in_one_call_is_the_two_river_calls(cls, params, stream):
+    # AutoClassifier's call on each member for a labelled record (`_predict_then_learn`), and a
+    # one-vs-rest member's (`_proba_then_learn`): the prediction as it was before learning, and
+    # the same state after learning as predict_one or predict_proba_one followed by learn_one.
+    separate, fused = cls(**params), cls(**params)
+    fused_proba = cls(**params) if hasattr(separate, "_proba_then_learn") else None
+    for x, y in stream:
+        label, proba = separate.predict_one(x), separate.predict_proba_one(x)
+        separate.learn_one(x, y)
+        predicted = fused._predict_then_learn(x, y)
+        assert type(predicted) is type(label) and predicted == label
+        if fused_proba is not None:
+            assert fused_proba._proba_then_learn(x, y) == proba[True]
+    assert state_bytes(fused) == state_bytes(separate)
+    if fused_proba is not None:
+        assert state_bytes(fused_proba) == state_bytes(separate)
+
+
+def one_call_trials(model):
+    """The calls that predict and learn a labelled record in one (see the test above)."""
+    for name in ("_predict_then_learn", "_proba_then_learn"):
+        if hasattr(model, name):
+            yield getattr(model, name)
+
+
 BAD_VALUES = [
     float("nan"),
     float("inf"),
@@ -156,6 +186,9 @@ def test_bad_values_raise_naming_the_feature_and_leave_the_model_untouched(cls, 
             model.predict_proba_one(x)
         with pytest.raises(InvalidInput, match=repr(name)):
             model.predict_one(x)
+        for trial in one_call_trials(model):
+            with pytest.raises(InvalidInput, match=repr(name)):
+                trial(x, True)
     assert state_bytes(model) == before
 
 
@@ -169,6 +202,9 @@ def test_unknown_labels_raise_and_leave_the_model_untouched(cls, params, label):
     before = state_bytes(model)
     with pytest.raises(InvalidInput, match="label"):
         model.learn_one({"a": 2.0, "new": 1.0}, label)
+    for trial in one_call_trials(model):
+        with pytest.raises(InvalidInput, match="label"):
+            trial({"a": 1.0}, label)  # (a known dict: the budget SVM's one numba call)
     assert state_bytes(model) == before
 
 

@@ -53,6 +53,48 @@ def test_predictions_equal_rivers_one_vs_rest_of_the_same_model(prototype):
         rivers.learn_one(x, y)
 
 
+@pytest.mark.parametrize(
+    "prototype",
+    [streammargin.ALMAClassifier(), streammargin.BudgetSVMClassifier(budget=30)],
+    ids=["alma", "budgetsvm"],
+)
+def test_a_prediction_then_learning_in_one_call_is_predict_one_then_learn_one(prototype):
+    # AutoClassifier's call: each member predicts and learns in one call (the budget SVM's one
+    # numba call, during its warm-up and after it), the label picked as predict_one picks it.
+    separate = streammargin.OneVsRestClassifier(prototype.clone())
+    fused = streammargin.OneVsRestClassifier(prototype.clone())
+    for x, y in segments(300):
+        expected = separate.predict_one(x)
+        separate.learn_one(x, y)
+        assert fused._predict_then_learn(x, y) == expected
+    assert state_bytes(fused) == state_bytes(separate)
+
+
+@FAST
+@given(votes=st.lists(st.sampled_from([0.0, 1e-300, 0.25, 0.5, 0.5000000000000001, 1.0]),
+                      min_size=1, max_size=6))
+def test_the_one_call_label_is_predict_ones_on_ties_and_zeros(votes):
+    from streammargin.multiclass import _most_probable, _normalised
+
+    labelled = [(f"class {i}", p) for i, p in enumerate(votes)]
+    proba = _normalised(dict(labelled))
+    assert _most_probable(labelled) == max(proba, key=proba.get)
+
+
+@FAST
+@given(labels=st.lists(st.sampled_from(["a", "b", "c", 4, 5.5]), min_size=1, max_size=60))
+def test_one_call_with_classes_that_come_mid_stream_picks_what_predict_one_picks(labels):
+    rng = np.random.default_rng(len(labels))
+    separate = streammargin.OneVsRestClassifier(streammargin.ALMAClassifier())
+    fused = streammargin.OneVsRestClassifier(streammargin.ALMAClassifier())
+    for y in labels:
+        x = {"f": float(rng.integers(-1, 2)), "g": 0.0}
+        expected = separate.predict_one(x)
+        separate.learn_one(x, y)
+        assert fused._predict_then_learn(x, y) == expected
+    assert state_bytes(fused) == state_bytes(separate)
+
+
 def test_progressive_accuracy_on_image_segments_equals_rivers():
     def score(wrapper):
         model = preprocessing.StandardScaler() | wrapper(streammargin.ALMAClassifier())

@@ -386,6 +386,25 @@ def learn(S, slots, st, gram, idx, val, y, krow):
 
 
 @njit(cache=True)
+def signed_proba_keep_row(S, slots, st, idx, val, krow):
+    """`calibration.signed_proba` of x's score, leaving the kernel row in krow (as
+    `score_keep_row`) for the learning step that follows."""
+    return calibration.signed_proba(
+        st[ST_PLATT:ST_MODEL], score_keep_row(S, slots, st, idx, val, krow)
+    )
+
+
+@njit(cache=True)
+def signed_proba_then_learn(S, slots, st, gram, idx, val, y, krow):
+    """`signed_proba_keep_row` as it is before the trial, then `learn` of (x, y) on the same
+    kernel row: a labelled record's prediction and trial in one call (AutoClassifier's
+    members)."""
+    signed = signed_proba_keep_row(S, slots, st, idx, val, krow)
+    learn(S, slots, st, gram, idx, val, y, krow)
+    return signed
+
+
+@njit(cache=True)
 def _refresh_below_the_peak(slots, st, gram):
     """After removals: recompute the gradients if the kernel scale they went through
     (KERNEL_PEAK) is more than PEAK_RATIO times that of the cache left (see the module's
