@@ -37,6 +37,7 @@ BINARY, ONE_VS_REST, RETIRED = "binary", "one-vs-rest", "retired"
 _NATIVE = PORTFOLIO.index("ConvexPolytopeClassifier")  # the member that takes labels as they are
 _ALL_MEMBERS = tuple(range(len(PORTFOLIO)))
 _NATIVE_ALONE = (_NATIVE,)
+_NATIVE_FIRST = (_NATIVE, *(i for i in _ALL_MEMBERS if i != _NATIVE))  # the order of learning
 
 
 @state.register
@@ -75,9 +76,10 @@ class AutoClassifier(base.MiniBatchClassifier):
     - beyond `max_ovr_classes` classes they are dropped (one-vs-rest costs a copy per class in
       time and memory) and the CPM serves alone.
 
-    Cost: every member predicts and learns each labelled record, so a record costs the members'
-    sum; a prediction costs the served member's. The served member's prediction of the record
-    last predicted is reused when that record is learnt.
+    Cost: every member predicts and learns each labelled record, in one call each (a
+    member's `_predict_then_learn`: the budget SVM's is one numba call), so a record costs
+    about the members' sum; a prediction costs the served member's. The served member's
+    prediction of the record last predicted is reused when that very dict is learnt.
 
     Memory: the CPM's bound, `max_ovr_classes` x the bound of each binary member (its
     one-vs-rest bound), the labels, the scores, and (when max_ovr_classes > 2) the records kept
@@ -170,6 +172,7 @@ class AutoClassifier(base.MiniBatchClassifier):
         # Copies of the first records, for the fresh member at the switch to one-vs-rest (None
         # once the switch is done, or when none is to come: max_ovr_classes == 2).
         self._replay = replay.ReplayBuffer() if self.max_ovr_classes > 2 else None
+        self._served = self._best()  # (kept up to date where the scores change)
 
     @property
     def _multiclass(self) -> bool:
@@ -261,7 +264,8 @@ class AutoClassifier(base.MiniBatchClassifier):
             self.members[name] = ovr
 
     def _best(self) -> int:
-        """The member with the highest recent accuracy (the earliest on a tie)."""
+        """The member with the highest recent accuracy (the earliest on a tie): `_served`, which
+        is this after every change of the scores or of the members taking part."""
         best, best_score = -1, -1.0
         scores = self._scores
         for i in self._active():
@@ -273,7 +277,7 @@ class AutoClassifier(base.MiniBatchClassifier):
 
     @property
     def best(self) -> str:
-        return PORTFOLIO[self._best()]
+        return PORTFOLIO[self._served]
 
     @property
     def scores(self) -> dict[str, float | None]:
@@ -289,13 +293,13 @@ class AutoClassifier(base.MiniBatchClassifier):
         if not self._labels:
             describe_bad_values(x)
             return {}
-        return self._member_proba(self._best(), x)
+        return self._member_proba(self._served, x)
 
     def predict_one(self, x: dict, **kwargs: typing.Any) -> typing.Any:
         if not self._labels:
             describe_bad_values(x)
             return None
-        index = self._best()
+        index = self._served
         label = self._member_label(index, self.members[PORTFOLIO[index]].predict_one(x))
         self._last = (dict(x), index, label)
         return label
@@ -306,39 +310,70 @@ class AutoClassifier(base.MiniBatchClassifier):
         if not self._labels:
             describe_bad_values(x)
             return {}
-        return self.members[PORTFOLIO[self._best()]].decision_one(x)
+        return self.members[PORTFOLIO[self._served]].decision_one(x)
 
     def learn_one(self, x: dict, y: typing.Any, **kwargs: typing.Any) -> None:
         label = plain_label(y)
-        new = label not in self._labels
-        if new and len(self._labels) >= self.max_classes:
+        known = label in self._labels
+        if not known and len(self._labels) >= self.max_classes:
             raise InvalidInput(
                 f"label {label!r:.80} would be class {len(self._labels) + 1}, beyond "
                 f"max_classes={self.max_classes}; raise max_classes if the stream has more classes"
             )
-        mode = self._mode(len(self._labels) + new)
-        active = self._active(mode)  # (beyond max_ovr_classes, the CPM alone from this record)
         last, self._last = self._last, None
-        # Progressive validation: each member's prediction, before it learns. The first call
-        # validates x's values (every member validates alike), so a refused record changes
-        # nothing.
-        outcomes = []
-        for i in active:
-            if self._labels:
-                if last is not None and last[1] == i and last[0] == x:
-                    predicted = last[2]
-                else:
-                    predicted = self._member_label(i, self.members[PORTFOLIO[i]].predict_one(x))
-                outcomes.append(1.0 if predicted == label and predicted is not None else 0.0)
-            else:
-                describe_bad_values(x)
-                outcomes.append(0.0)
+        if known:
+            outcomes = self._learn_known_label(x, label, last)
+        else:
+            outcomes = self._learn_new_label(x, label)
+        if self._replay is not None:  # (binary members, a switch to one-vs-rest to come)
+            self._replay.add(x, self._labels.index(label))
+        keep = 1.0 - 1.0 / self.window
+        scores = self._scores
+        for i in self._active():
+            row = scores[i]
+            row[0] = keep * row[0] + outcomes[i]
+            row[1] = keep * row[1] + 1.0
+        self._served = self._best()
+
+    def _learn_known_label(self, x: dict, label: typing.Any, last: tuple | None) -> list[float]:
+        """Progressive validation on a record of a known label (the members keep their form):
+        each member predicts x, then learns it, in one call (`_predict_then_learn`); the served
+        member's prediction of this very dict is reused. Returns each member's 0/1 outcome, by
+        index. The CPM goes first: its calls validate x's values, then its names (what learning
+        can refuse beyond prediction, `features.name_json`, is a property of x alone), and its
+        learn_one is atomic, so a refused x leaves the model as it was, and once the CPM has
+        taken x every member takes it."""
         members = self.members
-        # The CPM learns first, before anything else changes. What else learning can refuse is a
-        # name without a safe state (`features.name_json`), a property of x alone: the CPM's
-        # learn_one is atomic, so a refused x leaves the model as it was, and once the CPM has
-        # taken x every member takes it. (No copy of the model for a rollback: at each new
-        # label that copy cost more than the members' learning of the first records.)
+        mode = self._mode()
+        binary = mode == BINARY
+        target = self._target(label) if binary else label  # (a binary member's)
+        served = last[1] if last is not None and last[0] == x else -1
+        outcomes = [0.0] * len(PORTFOLIO)
+        for i in _NATIVE_ALONE if mode == RETIRED else _NATIVE_FIRST:
+            member = members[PORTFOLIO[i]]
+            member_y = label if i == _NATIVE else target
+            if i == served:
+                predicted = last[2]
+                member.learn_one(x, member_y)
+            elif binary and i != _NATIVE:
+                predicted = self._member_label(i, member._predict_then_learn(x, member_y))
+            else:  # (labels as they are)
+                predicted = member._predict_then_learn(x, member_y)
+            if predicted == label and predicted is not None:
+                outcomes[i] = 1.0
+        return outcomes
+
+    def _learn_new_label(self, x: dict, label: typing.Any) -> list[float]:
+        """Progressive validation on the record of a new label: no member can predict it, so each
+        one's outcome is 0. The binary members may change form (`_mode`), the label is added and
+        the members learn."""
+        mode = self._mode(len(self._labels) + 1)
+        active = self._active(mode)  # (beyond max_ovr_classes, the CPM alone from this record)
+        describe_bad_values(x)  # (every member validates x's values alike)
+        members = self.members
+        # The CPM learns first, before anything else changes (see `_learn_known_label`). (No
+        # copy of the model for a rollback: at each new label that copy cost more than the
+        # members' learning of the first records.)
         members[PORTFOLIO[_NATIVE]].learn_one(x, label)
         if mode != self._mode():  # the binary members change form
             if mode == RETIRED:
@@ -346,20 +381,12 @@ class AutoClassifier(base.MiniBatchClassifier):
                     members[name] = None
             elif mode == ONE_VS_REST:
                 self._to_one_vs_rest()
-        if new:
-            self._labels.append(label)
+        self._labels.append(label)
         target = self._target(label) if mode == BINARY else label  # (a binary member's)
         for i in active:
             if i != _NATIVE:
                 members[PORTFOLIO[i]].learn_one(x, target)
-        if self._replay is not None:  # (binary members, a switch to one-vs-rest to come)
-            self._replay.add(x, self._labels.index(label))
-        keep = 1.0 - 1.0 / self.window
-        scores = self._scores
-        for i, outcome in zip(active, outcomes):
-            row = scores[i]
-            row[0] = keep * row[0] + outcome
-            row[1] = keep * row[1] + 1.0
+        return [0.0] * len(PORTFOLIO)
 
     # Mini-batches: row by row, the same as learn_one -------------------------------------------
 
@@ -400,7 +427,7 @@ class AutoClassifier(base.MiniBatchClassifier):
     def counters(self) -> dict[str, int]:
         """The classes, the served member's index in `PORTFOLIO`, and the members' counters
         prefixed by their short names (the Kafka worker's metrics)."""
-        out = {"classes": len(self._labels), "best": self._best()}
+        out = {"classes": len(self._labels), "best": self._served}
         for name, member in self.members.items():
             if member is None:
                 continue
@@ -571,6 +598,7 @@ class AutoClassifier(base.MiniBatchClassifier):
             )
         model.members = restored
         model._scores = np.array(scores, dtype=np.float64).tolist()
+        model._served = model._best()
         return model
 
     @classmethod

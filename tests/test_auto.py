@@ -7,6 +7,8 @@ specifics (the generic fuzz tests of test_state_fuzz.py expect a flat model stat
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import math
 
@@ -142,6 +144,28 @@ def test_at_the_third_label_the_binary_members_become_one_vs_rest():
         assert state.dumps(fresh.to_state()) == before
         fresh.learn_one({"a": 9.0}, n_known)  # and the model goes on
         assert fresh.predict_one({"a": 9.0}) is not None
+
+
+@pytest.mark.parametrize(("n_known", "max_ovr_classes"), [(2, 10), (3, 10), (4, 3)])
+def test_a_refused_record_of_a_known_label_changes_nothing(n_known, max_ovr_classes):
+    # A known label's path: each member predicts and learns in one call (the budget SVM's is
+    # one numba call past its warm-up), the CPM first; in binary, one-vs-rest and retired mode,
+    # whether or not the served member's prediction of this dict is reused.
+    model = streammargin.AutoClassifier(max_ovr_classes=max_ovr_classes)
+    rng = np.random.default_rng(0)
+    for i in range(200):  # (the budget SVM's warm-up is 128 records)
+        model.learn_one({"a": float(rng.normal()), "b": float(i % n_known)}, i % n_known)
+    before, scores = state.dumps(model.to_state()), model.scores
+    for x in ({"a": float("nan"), "b": 1.0}, {"a": 1.0, b"bytes name": 1.0}):
+        for predicted_first in (False, True):
+            if predicted_first:
+                with contextlib.suppress(InvalidInput):
+                    model.predict_one(x)
+            with pytest.raises(InvalidInput):
+                model.learn_one(x, 1)
+            assert state.dumps(model.to_state()) == before and model.scores == scores
+    model.learn_one({"a": 0.5, "b": 1.0}, 1)  # and the model goes on
+    assert model.scores != scores
 
 
 def image_segments() -> list:
