@@ -950,6 +950,19 @@ class MulticlassMarginClassifier(FeatureSpaceClassifier):
         proba = self._class_probabilities(idx, val)
         return {label: float(p) for label, p in zip(self._labels, proba)}
 
+    def _p_true(self, x: dict) -> float:
+        """`predict_proba_one(x)[True]` in binary mode (a one-vs-rest member's call)."""
+        if self._multiclass:
+            raise TypeError(f"a multiclass {type(self).__name__} has no probability of True")
+        return self.predict_proba_one(x)[True]
+
+    def _proba_then_learn(self, x: dict, y: typing.Any) -> float:
+        """`_p_true(x)` as it is before learning, then `learn_one(x, y)` (binary mode: a
+        one-vs-rest member's call on a labelled record, `MarginClassifier._proba_then_learn`)."""
+        p_true = self._p_true(x)
+        self.learn_one(x, y)
+        return p_true
+
     def predict_with_proba_one(self, x: dict) -> tuple[typing.Any, dict]:
         """`(predict_one(x), predict_proba_one(x))`, exactly, from one encoding of `x`: the Kafka
         worker's per-record call."""

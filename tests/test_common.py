@@ -137,7 +137,8 @@ def test_prediction_then_learning_in_one_call_is_the_two_river_calls(cls, params
     # one-vs-rest member's (`_proba_then_learn`): the prediction as it was before learning, and
     # the same state after learning as predict_one or predict_proba_one followed by learn_one.
     separate, fused = cls(**params), cls(**params)
-    fused_proba = cls(**params) if hasattr(separate, "_proba_then_learn") else None
+    binary = not getattr(separate, "_multiclass", False)
+    fused_proba = cls(**params) if hasattr(separate, "_proba_then_learn") and binary else None
     for x, y in stream:
         label, proba = separate.predict_one(x), separate.predict_proba_one(x)
         separate.learn_one(x, y)
@@ -152,8 +153,9 @@ def test_prediction_then_learning_in_one_call_is_the_two_river_calls(cls, params
 
 def one_call_trials(model):
     """The calls that predict and learn a labelled record in one (see the test above)."""
+    binary = not getattr(model, "_multiclass", False)
     for name in ("_predict_then_learn", "_proba_then_learn"):
-        if hasattr(model, name):
+        if hasattr(model, name) and (binary or name == "_predict_then_learn"):
             yield getattr(model, name)
 
 

@@ -55,8 +55,9 @@ def test_predictions_equal_rivers_one_vs_rest_of_the_same_model(prototype):
 
 @pytest.mark.parametrize(
     "prototype",
-    [streammargin.ALMAClassifier(), streammargin.BudgetSVMClassifier(budget=30)],
-    ids=["alma", "budgetsvm"],
+    [streammargin.ALMAClassifier(), streammargin.BudgetSVMClassifier(budget=30),
+     streammargin.ConvexPolytopeClassifier(polytopes="one")],
+    ids=["alma", "budgetsvm", "cpm-one"],
 )
 def test_a_prediction_then_learning_in_one_call_is_predict_one_then_learn_one(prototype):
     # AutoClassifier's call: each member predicts and learns in one call (the budget SVM's one
