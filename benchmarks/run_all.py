@@ -22,7 +22,6 @@ BENCHMARKS = [
     ("mpu.py", [], ["--quick"]),
     ("kafka_throughput.py", [], ["--records", "20000", "--rounds", "1"]),
     ("cold_start.py", [], ["--models", "alma,budgetsvm"]),
-    ("aot_probe.py", [], []),
     ("feature_bound_accuracy.py", [], ["--quick"]),
     ("memory_ceiling.py", [], ["--quick"]),
     ("drift_detectors.py", [], ["--quick"]),

@@ -51,10 +51,10 @@ import numbers
 import typing
 from json.encoder import encode_basestring
 
-import numba
 import numpy as np
 
 from streammargin.errors import StateError
+from streammargin.jit.dispatch import njit
 
 try:
     import msgspec
@@ -404,7 +404,7 @@ def _crc32c_table() -> np.ndarray:
 _CRC32C_TABLE = _crc32c_table()
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)  # (numba imported only where crc32c is missing)
 def _crc32c_bytes(data: np.ndarray, table: np.ndarray) -> int:
     crc = np.uint32(0xFFFFFFFF)
     n = data.shape[0]

@@ -224,11 +224,10 @@ class ALMAClassifier(MarginClassifier):
         self._pending: tuple[np.ndarray, bytes, float] | None = None
         self._bind()
 
-    _bound_attributes = ("_learn_then_predict",)
-
-    def _bind(self) -> None:
-        """The compiled entry points, for the types of this model's arrays (checked here)."""
-        self._learn_then_predict = _LEARN_THEN_PREDICT.compiled(self._vectors, self._st)
+    _entry_points = {
+        **MarginClassifier._entry_points,
+        "_learn_then_predict": (_LEARN_THEN_PREDICT, ("_vectors", "_st")),
+    }
 
     @property
     def _calibration(self) -> np.ndarray:

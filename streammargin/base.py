@@ -24,6 +24,7 @@ from streammargin import memory, state, validation
 from streammargin.errors import InvalidInput, StateError
 from streammargin.features import MAX_MAX_FEATURES, FeatureSpace, canonical_order, validate_value
 from streammargin.jit import calibration
+from streammargin.jit.entry import EntryPoint
 from streammargin.jit.layout import Layout
 
 __all__ = [
@@ -395,20 +396,25 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
         `streammargin.memory.memory_size`; a model's per-record methods and inspection
         attributes call it themselves where they read the state."""
 
-    # What the per-record path derives from the learnt arrays' types: the attributes `_bind`
-    # sets (compiled numba entry points, `streammargin.jit.entry.EntryPoint`), not pickled.
-    _bound_attributes: tuple[str, ...] = ()
+    # The per-record calls into `streammargin.jit`, through entry points
+    # (`streammargin.jit.entry.EntryPoint`: no dispatch on the argument types per call):
+    # attribute -> (entry point, the names of the model's arrays that are its first arguments).
+    # `_bind` sets each attribute to the compiled function, after checking those arrays' types;
+    # they are derived from the arrays' types, so not pickled.
+    _entry_points: typing.ClassVar[dict[str, tuple[EntryPoint, tuple[str, ...]]]] = {}
 
     def _bind(self) -> None:
-        """Set the `_bound_attributes` from the learnt arrays, checking their types (a model
-        calling numba through entry points binds them here, `EntryPoint.compiled(arrays)`). The
-        model calls it where it makes or replaces those arrays (its `_reset`, a growth); the
-        base class after a restore and after unpickling."""
+        """Set the `_entry_points` attributes, checking the types of the model's arrays they
+        take (`EntryPoint.bind`: compiled, or loaded, at the first call). The model calls it
+        where it makes or replaces those arrays (after its `_reset`, a growth); the base class
+        after a restore and after unpickling."""
+        for attribute, (entry, arrays) in self._entry_points.items():
+            entry.bind(self, attribute, *[getattr(self, name) for name in arrays])
 
     def __getstate__(self) -> dict:
         self._flush()
         data = self.__dict__.copy()
-        for name in self._bound_attributes:
+        for name in self._entry_points:
             data.pop(name, None)
         return data
 
@@ -645,11 +651,22 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
         return label
 
 
+# The calibration's per-record functions: the state is a slice of a model's float64 state array
+# (C-ordered, writable, `_calibration`), the score a float.
+_CALIBRATED_PROBA = EntryPoint(calibration.proba, calibration.new_state(), 0.0)
+_CALIBRATED_LABEL = EntryPoint(calibration.decide, calibration.new_state(), 0.0)
+
+
 class MarginClassifier(FeatureSpaceClassifier):
     """Base class of the binary margin classifiers: labels True/1 and False/0/-1, a raw score whose
     sign is the paper's decision, calibrated probabilities and the decision rule
     (`streammargin.jit.calibration`). A model implements the encoded-instance methods below.
     """
+
+    _entry_points = {
+        "_calibrated_proba": (_CALIBRATED_PROBA, ()),
+        "_calibrated_label": (_CALIBRATED_LABEL, ()),
+    }
 
     # What a binary model implements ---------------------------------------------------------------
 
@@ -667,7 +684,7 @@ class MarginClassifier(FeatureSpaceClassifier):
         A model may fuse the two into one numba call (the MPUs), never compute it otherwise:
         `predict_with_proba_one` takes the probability from the score it computed for the
         label."""
-        return calibration.proba(self._calibration, self._score(idx, val))
+        return self._calibrated_proba(self._calibration, self._score(idx, val))
 
     @abc.abstractmethod
     def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
@@ -689,7 +706,7 @@ class MarginClassifier(FeatureSpaceClassifier):
 
     def _decide(self, idx: np.ndarray, val: np.ndarray) -> bool:
         """The predicted label (models may fuse this into one numba call)."""
-        return calibration.decide(self._calibration, self._score(idx, val))
+        return self._calibrated_label(self._calibration, self._score(idx, val))
 
     def predict_one(self, x: dict, **kwargs: typing.Any) -> bool:
         # Either the sign of the score (the paper's decision) or the calibrated argmax,
@@ -715,8 +732,8 @@ class MarginClassifier(FeatureSpaceClassifier):
         if type(self)._decide is MarginClassifier._decide:
             score = self._score(idx, val)
             cal = self._calibration
-            label = calibration.decide(cal, score)
-            p_true = calibration.proba(cal, score)
+            label = self._calibrated_label(cal, score)
+            p_true = self._calibrated_proba(cal, score)
         else:
             label = self._decide(idx, val)
             p_true = self._proba(idx, val)

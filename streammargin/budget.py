@@ -14,14 +14,26 @@ import typing
 
 import numpy as np
 
-from streammargin import state
-from streammargin import validation
-from streammargin.base import MAX_COUNT, check_range, check_whole, check_zero
+from streammargin import state, validation
+from streammargin.base import MAX_COUNT, MarginClassifier, check_range, check_whole, check_zero
 from streammargin.jit import budget as bjit
 from streammargin.jit import kernels as kjit
-from streammargin.support import MAX_BUDGET, MAX_GRAM_BUDGET, KernelClassifier, validate_kernel
+from streammargin.jit.entry import EntryPoint
+from streammargin.support import (
+    CACHE_ARRAYS,
+    CACHE_EXAMPLES,
+    IDX,
+    MATRIX,
+    MAX_BUDGET,
+    MAX_GRAM_BUDGET,
+    VAL,
+    VECTOR,
+    KernelClassifier,
+    validate_kernel,
+)
 
-__all__ = ["BudgetKernelClassifier", "EVICTIONS", "MAX_SEED", "ServedRow", "validate_budget"]
+__all__ = ["BudgetKernelClassifier", "EVICTIONS", "MAX_SEED", "ServedRow", "validate_budget",
+           "served_row_entry_points"]
 
 EVICTIONS = tuple(bjit.POLICIES)  # ("random", "oldest", "smallest", "merge", "project")
 # Magnitude limits of a restored state's coefficients and margins (see _check_restored).
@@ -59,6 +71,22 @@ def validate_budget(
     validation.optional(validation.integer_in, "seed", seed, 0, MAX_SEED)
 
 
+def served_row_entry_points(jit_module: types.ModuleType, learn_matrix: str) -> dict:
+    """The `_entry_points` of a `ServedRow` model: the calibration's, and its numba module's
+    score_keep_row(S, slots, st, idx, val, row) and learn(S, slots, st, matrix, idx, val, target,
+    row), `matrix` the model's array `learn_matrix` (see `support.CACHE_ARRAYS`)."""
+    return {
+        **MarginClassifier._entry_points,
+        "_score_keep_row_entry": (
+            EntryPoint(jit_module.score_keep_row, *CACHE_EXAMPLES, IDX, VAL, VECTOR), CACHE_ARRAYS
+        ),
+        "_learn_entry": (
+            EntryPoint(jit_module.learn, *CACHE_EXAMPLES, MATRIX, IDX, VAL, 1.0, VECTOR),
+            (*CACHE_ARRAYS, learn_matrix),
+        ),
+    }
+
+
 class ServedRow:
     """Reuse of the kernel row of a prediction by the learning step that follows it.
 
@@ -82,12 +110,12 @@ class ServedRow:
         self._row_for = None
 
     def _score_keep_row(self, idx: np.ndarray, val: np.ndarray, row: np.ndarray) -> float:
-        return self._jit.score_keep_row(self._support, self._slots, self._st, idx, val, row)
+        return self._score_keep_row_entry(self._support, self._slots, self._st, idx, val, row)
 
     def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
         row = self._scratch_row(idx, val)
         matrix = getattr(self, self._learn_matrix)
-        self._jit.learn(self._support, self._slots, self._st, matrix, idx, val, target, row)
+        self._learn_entry(self._support, self._slots, self._st, matrix, idx, val, target, row)
 
     def _score_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
         out = np.empty(X.shape[0])
@@ -169,6 +197,7 @@ class BudgetKernelClassifier(ServedRow, KernelClassifier):
         side = self.budget if self.eviction == "project" else 0
         self._gram_inv = np.zeros((side, side))
         self._new_scratch_row(self.budget + 2)
+        self._bind()
 
     def _state_shapes(self, n_columns: int, values: dict) -> dict[str, tuple]:
         side = self.budget if self.eviction == "project" else 0

@@ -9,7 +9,7 @@ import numpy as np
 
 from streammargin import state, validation
 from streammargin.base import check_max_features, check_range, check_whole
-from streammargin.budget import BudgetKernelClassifier, validate_budget
+from streammargin.budget import BudgetKernelClassifier, served_row_entry_points, validate_budget
 from streammargin.jit import budget as bjit
 from streammargin.jit import budget_perceptron as bp_jit
 from streammargin.jit import kernels as kjit
@@ -165,6 +165,7 @@ class BudgetPerceptron(BudgetKernelClassifier):
 
     _jit = bp_jit
     _layout = bp_jit.LAYOUT
+    _entry_points = served_row_entry_points(bp_jit, "_gram_inv")
 
     def __init__(
         self,

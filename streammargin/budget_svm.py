@@ -15,10 +15,21 @@ from streammargin.base import (
     check_whole,
     check_zero,
 )
-from streammargin.budget import ServedRow
+from streammargin.budget import ServedRow, served_row_entry_points
 from streammargin.jit import budget_svm as svm_jit
 from streammargin.jit import kernels as kjit
-from streammargin.support import MAX_GRAM_BUDGET, KernelClassifier, validate_kernel
+from streammargin.jit.entry import EntryPoint
+from streammargin.support import (
+    CACHE_ARRAYS,
+    CACHE_EXAMPLES,
+    IDX,
+    MATRIX,
+    MAX_GRAM_BUDGET,
+    VAL,
+    VECTOR,
+    KernelClassifier,
+    validate_kernel,
+)
 
 __all__ = ["BudgetSVMClassifier", "budget_svm_dual"]
 
@@ -147,6 +158,18 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
     _extra_rows = 1  # the arriving example's working row
     _jit = svm_jit
     _learn_matrix = "_gram"
+    _entry_points = {
+        **served_row_entry_points(svm_jit, "_gram"),
+        "_signed_proba_keep_row_entry": (
+            EntryPoint(svm_jit.signed_proba_keep_row, *CACHE_EXAMPLES, IDX, VAL, VECTOR),
+            CACHE_ARRAYS,
+        ),
+        "_signed_proba_then_learn_entry": (
+            EntryPoint(svm_jit.signed_proba_then_learn, *CACHE_EXAMPLES, MATRIX, IDX, VAL, 1.0,
+                       VECTOR),
+            (*CACHE_ARRAYS, "_gram"),
+        ),
+    }
 
     def __init__(
         self,
@@ -196,6 +219,7 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
         self._new_scratch_row(rows + 1)
         for slot, value in self._hyper_values().items():
             self._st[slot] = value
+        self._bind()
 
     def _checked_arrays(self, arrays: typing.Any, n_columns: int, values: dict) -> dict:
         # A state saved before the slot KERNEL_PEAK existed (the last, one scalar less): its
@@ -278,12 +302,13 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
         self._reserve(features.n_columns)
         support, slots, st, row = self._support, self._slots, self._st, self._row
         if self._warming_up:
-            signed = svm_jit.signed_proba_keep_row(support, slots, st, idx, val, row)
+            signed = self._signed_proba_keep_row_entry(support, slots, st, idx, val, row)
             self._row_for = (idx, val, st[kjit.ST_TRIALS])  # (`ServedRow`: for the trial)
             self._warm_up(idx, val, target)
             return signed
         self._row_for = None  # (the scratch row becomes x's, then learning clears its flag)
-        return svm_jit.signed_proba_then_learn(support, slots, st, self._gram, idx, val, target, row)
+        return self._signed_proba_then_learn_entry(support, slots, st, self._gram, idx, val, target,
+                                                   row)
 
     @classmethod
     def _extra_array_bytes(cls, params: dict, budget: int, columns: int) -> int:

@@ -48,6 +48,8 @@ _IDX = np.zeros(1, dtype=np.int64)
 _VAL = np.frombuffer(bytes(8))  # read-only, like FeatureSpace.encode's values
 _PREDICT = EntryPoint(cpm_jit.predict, _MATRIX, _VECTOR, _IDX, _VAL)
 _LEARN = EntryPoint(cpm_jit.learn, _MATRIX, _VECTOR, _MATRIX, _IDX, _VAL, 0)
+_PROBABILITIES = EntryPoint(cpm_jit.probabilities, _MATRIX, _VECTOR, _IDX, _VAL, _VECTOR)
+_DECISION = EntryPoint(cpm_jit.decision, _MATRIX, _VECTOR, _IDX, _VAL, _VECTOR)
 
 
 @state.register
@@ -256,14 +258,14 @@ class ConvexPolytopeClassifier(MulticlassMarginClassifier):
             self._st[self._block(p)] = cpm_jit.new_block(self.n_faces)
         self._bind()
 
-    _bound_attributes = ("_predict_entry", "_learn_entry")
-
-    def _bind(self) -> None:
-        """The compiled entry points, for the types of this model's arrays (checked here),
-        compiled at their first call: the Kafka worker predicts through `probabilities`, a model
-        restored to serve may never learn."""
-        _PREDICT.bind(self, "_predict_entry", self._weights, self._st)
-        _LEARN.bind(self, "_learn_entry", self._weights, self._st, self._window)
+    # (Compiled at their first call: the Kafka worker predicts through `probabilities`, a model
+    # restored to serve may never learn.)
+    _entry_points = {
+        "_predict_entry": (_PREDICT, ("_weights", "_st")),
+        "_learn_entry": (_LEARN, ("_weights", "_st", "_window")),
+        "_probabilities_entry": (_PROBABILITIES, ("_weights", "_st")),
+        "_decision_entry": (_DECISION, ("_weights", "_st")),
+    }
 
     @classmethod
     def _unit_test_params(cls) -> typing.Iterator[dict]:
@@ -355,12 +357,12 @@ class ConvexPolytopeClassifier(MulticlassMarginClassifier):
 
     def _code_and_probabilities(self, idx: np.ndarray, val: np.ndarray) -> tuple[int, np.ndarray]:
         out = np.empty(max(len(self._labels), 2))
-        n, code = cpm_jit.probabilities(self._weights, self._st, idx, val, out)
+        n, code = self._probabilities_entry(self._weights, self._st, idx, val, out)
         return code, out[:n]
 
     def _class_scores(self, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
         out = np.empty(max(self._n_polytopes, 1))
-        n = cpm_jit.decision(self._weights, self._st, idx, val, out)
+        n = self._decision_entry(self._weights, self._st, idx, val, out)
         return out[:n]
 
     def _learn_code_rows(self, X: np.ndarray, cols: np.ndarray, codes: np.ndarray) -> None:

@@ -6,7 +6,7 @@ import typing
 
 from streammargin import state, validation
 from streammargin.base import check_max_features
-from streammargin.budget import BudgetKernelClassifier, validate_budget
+from streammargin.budget import BudgetKernelClassifier, served_row_entry_points, validate_budget
 from streammargin.jit import budget as bjit
 from streammargin.jit import kernel_alma as ka_jit
 
@@ -120,6 +120,7 @@ class KernelALMAClassifier(BudgetKernelClassifier):
 
     _layout = ka_jit.LAYOUT
     _jit = ka_jit
+    _entry_points = served_row_entry_points(ka_jit, "_gram_inv")
 
     def __init__(
         self,

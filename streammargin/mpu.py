@@ -52,6 +52,7 @@ import numpy as np
 
 from streammargin import memory, state, validation
 from streammargin.base import (
+    MarginClassifier,
     check_close,
     check_max_features,
     check_range,
@@ -60,10 +61,17 @@ from streammargin.base import (
 )
 from streammargin.jit import kernels as kjit
 from streammargin.jit import mpu as mpu_jit
+from streammargin.jit.entry import EntryPoint
 from streammargin.mpu_batch import dual_objective, fit_batch, objective
 from streammargin.support import (
+    CACHE_ARRAYS,
+    CACHE_EXAMPLES,
+    IDX,
+    MATRIX,
     MAX_BUDGET,
     MAX_GRAM_BUDGET,
+    VAL,
+    VECTOR,
     KernelClassifier,
     SupportCacheClassifier,
     grown_columns,
@@ -382,6 +390,20 @@ class LinearMPUClassifier(_MPURule, SupportCacheClassifier):
         self.max_features = int(max_features)
         self._reset()
 
+    # primal_score / primal_proba(weights, st, idx, val), learn_primal(S, slots, st, weights, idx,
+    # val, target).
+    _entry_points = {
+        **MarginClassifier._entry_points,
+        "_primal_score_entry": (EntryPoint(mpu_jit.primal_score, VECTOR, VECTOR, IDX, VAL),
+                                ("_weights", "_st")),
+        "_primal_proba_entry": (EntryPoint(mpu_jit.primal_proba, VECTOR, VECTOR, IDX, VAL),
+                                ("_weights", "_st")),
+        "_learn_primal_entry": (
+            EntryPoint(mpu_jit.learn_primal, *CACHE_EXAMPLES, VECTOR, IDX, VAL, 1.0),
+            (*CACHE_ARRAYS, "_weights"),
+        ),
+    }
+
     @classmethod
     def _unit_test_params(cls) -> typing.Iterator[dict]:
         yield {}
@@ -390,6 +412,7 @@ class LinearMPUClassifier(_MPURule, SupportCacheClassifier):
     def _reset(self) -> None:
         super()._reset()
         self._weights = np.zeros(self._support.shape[1])
+        self._bind()
 
     def _reserve(self, n_columns: int) -> None:
         if n_columns > self._support.shape[1]:
@@ -398,6 +421,7 @@ class LinearMPUClassifier(_MPURule, SupportCacheClassifier):
             weights = np.zeros(self._support.shape[1])
             weights[: self._weights.shape[0]] = self._weights
             self._weights = weights
+            self._bind()
 
     @classmethod
     def _extra_array_bytes(cls, params: dict, budget: int, columns: int) -> int:
@@ -426,13 +450,14 @@ class LinearMPUClassifier(_MPURule, SupportCacheClassifier):
     # Numeric core ---------------------------------------------------------------------------------
 
     def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
-        return mpu_jit.primal_score(self._weights, self._st, idx, val)
+        return self._primal_score_entry(self._weights, self._st, idx, val)
 
     def _proba(self, idx: np.ndarray, val: np.ndarray) -> float:
-        return mpu_jit.primal_proba(self._weights, self._st, idx, val)
+        return self._primal_proba_entry(self._weights, self._st, idx, val)
 
     def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
-        mpu_jit.learn_primal(self._support, self._slots, self._st, self._weights, idx, val, target)
+        self._learn_primal_entry(self._support, self._slots, self._st, self._weights, idx, val,
+                                 target)
 
     def _score_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
         out = np.empty(X.shape[0])
@@ -580,6 +605,20 @@ class KernelMPUClassifier(_MPURule, KernelClassifier):
         self.max_features = int(max_features)
         self._reset()
 
+    # dual_score / dual_proba(S, slots, st, idx, val), learn_dual(S, slots, st, gram, margins,
+    # idx, val, target).
+    _entry_points = {
+        **MarginClassifier._entry_points,
+        "_dual_score_entry": (EntryPoint(mpu_jit.dual_score, *CACHE_EXAMPLES, IDX, VAL),
+                              CACHE_ARRAYS),
+        "_dual_proba_entry": (EntryPoint(mpu_jit.dual_proba, *CACHE_EXAMPLES, IDX, VAL),
+                              CACHE_ARRAYS),
+        "_learn_dual_entry": (
+            EntryPoint(mpu_jit.learn_dual, *CACHE_EXAMPLES, MATRIX, VECTOR, IDX, VAL, 1.0),
+            (*CACHE_ARRAYS, "_gram", "_margins"),
+        ),
+    }
+
     @classmethod
     def _unit_test_params(cls) -> typing.Iterator[dict]:
         yield {"kernel": "rbf", "gamma": 0.5, "budget": 30}
@@ -589,6 +628,7 @@ class KernelMPUClassifier(_MPURule, KernelClassifier):
         super()._reset()
         self._gram = self._zeroed("_gram", (self.budget, self.budget))
         self._margins = self._zeroed("_margins", (self.budget,))
+        self._bind()
 
     @classmethod
     def _extra_array_bytes(cls, params: dict, budget: int, columns: int) -> int:
@@ -615,13 +655,13 @@ class KernelMPUClassifier(_MPURule, KernelClassifier):
     # Numeric core ---------------------------------------------------------------------------------
 
     def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
-        return mpu_jit.dual_score(self._support, self._slots, self._st, idx, val)
+        return self._dual_score_entry(self._support, self._slots, self._st, idx, val)
 
     def _proba(self, idx: np.ndarray, val: np.ndarray) -> float:
-        return mpu_jit.dual_proba(self._support, self._slots, self._st, idx, val)
+        return self._dual_proba_entry(self._support, self._slots, self._st, idx, val)
 
     def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
-        mpu_jit.learn_dual(
+        self._learn_dual_entry(
             self._support, self._slots, self._st, self._gram, self._margins, idx, val, target
         )
 

@@ -7,10 +7,20 @@ import typing
 import numpy as np
 
 from streammargin import state, validation
-from streammargin.base import check_max_features, check_range, check_whole
+from streammargin.base import MarginClassifier, check_max_features, check_range, check_whole
 from streammargin.jit import kernels as kjit
 from streammargin.jit import sbp as sbp_jit
-from streammargin.support import MAX_GRAM_BUDGET, KernelClassifier, validate_kernel
+from streammargin.jit.entry import EntryPoint
+from streammargin.support import (
+    CACHE_ARRAYS,
+    CACHE_EXAMPLES,
+    IDX,
+    MATRIX,
+    MAX_GRAM_BUDGET,
+    VAL,
+    KernelClassifier,
+    validate_kernel,
+)
 
 __all__ = ["SBPClassifier"]
 
@@ -121,6 +131,15 @@ class SBPClassifier(KernelClassifier):
 
     _n_fields = sbp_jit.N_FIELDS
     _layout = sbp_jit.LAYOUT
+    # decision(S, slots, st, idx, val) and learn(S, slots, gram, st, idx, val, target).
+    _entry_points = {
+        **MarginClassifier._entry_points,
+        "_decision_entry": (EntryPoint(sbp_jit.decision, *CACHE_EXAMPLES, IDX, VAL), CACHE_ARRAYS),
+        "_learn_entry": (
+            EntryPoint(sbp_jit.learn, MATRIX, MATRIX, MATRIX, CACHE_EXAMPLES[2], IDX, VAL, 1.0),
+            ("_support", "_slots", "_gram", "_st"),
+        ),
+    }
 
     def __init__(
         self,
@@ -170,6 +189,7 @@ class SBPClassifier(KernelClassifier):
         self._st[sbp_jit.NU], self._st[sbp_jit.STEPS], self._st[sbp_jit.SEED] = self._model_values()
         self._st[sbp_jit.HORIZON] = self.window * self.steps
         self._gram = self._zeroed("_gram", (self.window, self.window))
+        self._bind()
 
     @classmethod
     def _unit_test_params(cls) -> typing.Iterator[dict]:
@@ -181,10 +201,10 @@ class SBPClassifier(KernelClassifier):
     # Numeric core ---------------------------------------------------------------------------------
 
     def _score(self, idx: np.ndarray, val: np.ndarray) -> float:
-        return sbp_jit.decision(self._support, self._slots, self._st, idx, val)
+        return self._decision_entry(self._support, self._slots, self._st, idx, val)
 
     def _learn(self, idx: np.ndarray, val: np.ndarray, target: float) -> None:
-        sbp_jit.learn(self._support, self._slots, self._gram, self._st, idx, val, target)
+        self._learn_entry(self._support, self._slots, self._gram, self._st, idx, val, target)
 
     def _score_rows(self, X: np.ndarray, cols: np.ndarray) -> np.ndarray:
         out = np.empty(X.shape[0])

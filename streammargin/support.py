@@ -148,6 +148,18 @@ def grown_columns(array: np.ndarray, n_columns: int, limit: int) -> np.ndarray:
     return bigger
 
 
+# The arguments of a cache model's per-record numba calls (`_entry_points`), as the model makes
+# them: S, the slots and st, float64 arrays made by the model (C-ordered, writable; grown by
+# `grown_columns`, restored as such by `from_state`), like its other matrices and vectors; x's
+# columns (int64) and read-only values from `FeatureSpace.encode`.
+MATRIX = np.zeros((1, 1))
+VECTOR = np.zeros(1)
+IDX = np.zeros(1, dtype=np.int64)
+VAL = np.frombuffer(bytes(8))
+CACHE_ARRAYS = ("_support", "_slots", "_st")
+CACHE_EXAMPLES = (MATRIX, MATRIX, VECTOR)
+
+
 class SupportCacheClassifier(MarginClassifier):
     """Shared plumbing of the classifiers that keep a bounded cache of examples (support vectors,
     or the MPU's replay cache): dense rows of the feature columns, per-row slots and the state
@@ -187,6 +199,7 @@ class SupportCacheClassifier(MarginClassifier):
     def _reserve(self, n_columns: int) -> None:
         if n_columns > self._support.shape[1]:
             self._support = grown_columns(self._support, n_columns, self._max_columns)
+            self._bind()
 
     # The memory bound (`streammargin.memory`): the param that sets the cache's rows, the
     # entries of `st`, and the model's own arrays.

@@ -1,4 +1,5 @@
-"""`streammargin warmup`: the models' numba code compiled ahead into numba's cache."""
+"""`streammargin warmup`: the models' code compiled ahead of time (the compiled modules,
+`tests/test_aot.py`; or numba's cache with --jit-cache)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 import pathlib
 import subprocess
 import sys
+
+import pytest
 
 from connectors import cli
 from connectors.warmup_command import warm
@@ -28,10 +31,10 @@ def test_bad_models_and_parameters_are_two_lines(capsys):
 
 
 def test_a_warmed_cache_serves_a_fresh_process_without_compiling(tmp_path):
-    # The image-building recipe: warm into NUMBA_CACHE_DIR, then a fresh process with the same
-    # cache runs the worker's path without writing any compiled code.
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    command = [sys.executable, "-m", "connectors.cli", "warmup", "--model", "alma"]
+    # The image-building recipe without the compiled modules: warm into NUMBA_CACHE_DIR, then a
+    # fresh process with the same cache runs the worker's path without writing compiled code.
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "STREAMMARGIN_AOT": "0"}
+    command = [sys.executable, "-m", "connectors.cli", "warmup", "--jit-cache", "--model", "alma"]
     subprocess.run(command, env=env, check=True, capture_output=True)
     compiled = {p: p.stat().st_mtime_ns for p in pathlib.Path(tmp_path).rglob("*.nbc")}
     assert compiled  # the per-record functions are in the cache
@@ -40,22 +43,39 @@ def test_a_warmed_cache_serves_a_fresh_process_without_compiling(tmp_path):
     assert again == compiled
 
 
-def test_the_worker_warms_its_model_up_on_a_task_of_its_own():
-    # Worker.run starts this in a thread while it connects and joins: in a fresh process, the
-    # model's compiled per-record code is loaded before any record, and the worker's own state
-    # (tasks, throughput) is untouched.
-    out = subprocess.run([sys.executable, "-c", """
-import numba
+WARM_UP = """
+import sys
 from connectors.worker import Worker, WorkerConfig
+from streammargin.jit import aot, dispatch
 import streammargin.jit.alma as jit_alma
 
 def loaded():
-    return sum(len(f.signatures) for f in vars(jit_alma).values()
-               if isinstance(f, numba.core.dispatcher.Dispatcher))
+    jitted = sum(len(f._dispatcher.signatures) for f in vars(jit_alma).values()
+                 if isinstance(f, dispatch.JitFunction) and f._dispatcher is not None)
+    return jitted + len(aot.loaded_modules())
 
 worker = Worker(WorkerConfig(topics=["t"], scale=True))
 before = loaded()
 worker._warm_up()
-print(before, loaded() > before, worker.tasks, worker.throughput.count)
-"""], capture_output=True, text=True, check=True).stdout.split(maxsplit=1)
-    assert out == ["0", "True {} 0\n"]
+print(before, loaded() > before, "numba" in sys.modules, worker.tasks, worker.throughput.count)
+"""
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled modules", "jit"])
+def test_the_worker_warms_its_model_up_on_a_task_of_its_own(compiled):
+    # Worker.run starts this in a thread while it connects and joins: in a fresh process, the
+    # model's compiled per-record code is loaded before any record (from the compiled modules,
+    # or numba's), and the worker's own state (tasks, throughput) is untouched.
+    env = {**os.environ, "STREAMMARGIN_AOT": "1" if compiled else "0"}
+    out = subprocess.run([sys.executable, "-c", WARM_UP], capture_output=True, text=True,
+                         check=True, env=env).stdout.split(maxsplit=2)
+    assert out == ["0", "True", f"{not compiled} {{}} 0\n"]
+
+
+def test_a_build_that_cannot_write_is_two_lines(capsys, tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    assert cli.main(["warmup", "--model", "alma", "--output", str(blocked / "modules")]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert "cannot write the compiled modules" in lines[-2]
+    assert lines[-1].strip().startswith("fix:") and "STREAMMARGIN_AOT_DIR" in lines[-1]

@@ -1,7 +1,10 @@
 """Numba hot loops of every model, kept in one place (`njit(cache=True)`, float64 arrays).
 
 Model modules in `streammargin` hold the River plumbing; the arithmetic of each update rule lives
-here, one module per algorithm family, working on contiguous arrays owned by the model.
+here, one module per algorithm family, working on contiguous arrays owned by the model. Their
+`njit` is `streammargin.jit.dispatch.njit`: compiled ahead of time where `streammargin warmup`
+built the package's module (`streammargin.jit.aot`), by numba just in time where not; numba is
+imported only for the latter (`install_package_stamp` then runs first).
 """
 
 from __future__ import annotations
@@ -9,8 +12,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import pathlib
-
-from numba.core import caching
 
 _JIT_DIR = pathlib.Path(__file__).resolve().parent
 
@@ -23,9 +24,14 @@ def _hash_sources(stats: tuple) -> bytes:
     return digest.digest()
 
 
+# The modules that compile nothing and whose code no compiled function reads: the machinery.
+_MACHINERY = frozenset(("__init__.py", "aot.py", "dispatch.py", "entry.py"))
+
+
 def sources_stamp() -> bytes:
-    """SHA-256 of every module of this package (names and contents): the stamp of each of their
-    functions' numba caches.
+    """SHA-256 of every module of this package but the machinery (names and contents): the stamp
+    of each of their functions' numba caches, and of the ahead-of-time modules
+    (`streammargin.jit.aot`).
 
     numba stamps a cached function with its own file's hash only, yet the modules here call (and
     inline) each other's functions: a cache built before a change to `budget.py` would keep
@@ -35,7 +41,8 @@ def sources_stamp() -> bytes:
     """
     stats = tuple(sorted(
         (path.name, stat.st_mtime_ns, stat.st_size)
-        for path in _JIT_DIR.glob("*.py") for stat in [path.stat()]
+        for path in _JIT_DIR.glob("*.py") if path.name not in _MACHINERY
+        for stat in [path.stat()]
     ))
     return _hash_sources(stats)
 
@@ -54,7 +61,11 @@ class _PackageStamp:
         return super().from_function(py_func, py_file)
 
 
-def _install_package_stamp() -> None:
+def install_package_stamp() -> None:
+    """Put the package's stamp into numba's cache (`sources_stamp`), once, before numba compiles
+    or loads anything of the package (`streammargin.jit.dispatch.numba_module` calls it)."""
+    from numba.core import caching
+
     # numba's locators, in its order (NUMBA_CACHE_DIR first, then __pycache__, then the user-wide
     # directory), each with the package's stamp, ahead of numba's own.
     locators = [
@@ -72,5 +83,3 @@ def _install_package_stamp() -> None:
     ):
         existing[:0] = locators
 
-
-_install_package_stamp()

@@ -46,9 +46,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from streammargin.jit import calibration
+from streammargin.jit.dispatch import njit
 from streammargin.jit.layout import CALIBRATION, COUNTER, HYPER, LEARNT, Layout, Slot
 from streammargin.jit.rows import largest_abs, row_entries
 
@@ -444,7 +444,7 @@ def learn_then_predict(vectors, st, idx, packed, y, new_idx, new_packed):
     return calibration.signed_proba(st[PLATT:], margin)
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def learn_rows(vectors, st, X, cols, y):
     """`learn` over the rows of X (NaN = absent feature). Returns -1, or r * X.shape[1] + c for
     the first infinite entry (r, c): rows before r were learnt, the caller restores its state."""
@@ -459,7 +459,7 @@ def learn_rows(vectors, st, X, cols, y):
     return -1
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def margin_rows(vectors, st, X, cols, out):
     """`margin` of every row of X into `out`; returns -1, or r * X.shape[1] + c for the first
     infinite entry (r, c)."""

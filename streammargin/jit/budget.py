@@ -52,11 +52,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from streammargin.jit import kernels as kjit
 from streammargin.jit import rng
-from streammargin.jit.layout import COUNTER, HYPER, LEARNT, Slot
+from streammargin.jit.dispatch import njit
 from streammargin.jit.kernels import (
     BORN,
     COEF,
@@ -67,6 +66,7 @@ from streammargin.jit.kernels import (
     ST_SIZE,
     ST_TRIALS,
 )
+from streammargin.jit.layout import COUNTER, HYPER, LEARNT, Slot
 
 # Slot fields after the common ones.
 MARGIN = kjit.N_COMMON_FIELDS  # unscaled f(s_i), kept when st[TRACK] is set

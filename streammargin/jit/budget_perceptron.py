@@ -15,7 +15,6 @@ margin) and gram_inv (budget x budget, the Projectron's inverse Gram matrix; 0 x
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from streammargin.jit import budget as bjit
 from streammargin.jit import calibration
@@ -31,6 +30,7 @@ from streammargin.jit.budget import (
     SCALE,
     UPDATES,
 )
+from streammargin.jit.dispatch import njit
 from streammargin.jit.kernels import ST_MODEL, ST_PLATT, ST_SIZE
 from streammargin.jit.layout import COUNTER, HYPER, Slot
 from streammargin.jit.rows import row_entries
@@ -128,7 +128,7 @@ def learn(S, slots, st, gram_inv, idx, val, y, krow):
     return 1
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def learn_rows(S, slots, st, gram_inv, X, cols, y):
     """`learn` over the rows of X (NaN = absent feature). Returns the number of updates."""
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
@@ -141,7 +141,7 @@ def learn_rows(S, slots, st, gram_inv, X, cols, y):
     return updates
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def score_rows(S, slots, st, X, cols, out):
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)

@@ -54,11 +54,11 @@ the stored vectors with the later-born one as the query (`kernels.stored_query_r
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from streammargin.jit import budget as bjit
 from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
+from streammargin.jit.dispatch import njit
 from streammargin.jit.kernels import BORN, COEF, LABEL, ST_MODEL, ST_PLATT, ST_SIZE, ST_TRIALS
 from streammargin.jit.layout import COUNTER, HYPER, LEARNT, Slot
 from streammargin.jit.rows import row_entries
@@ -455,7 +455,7 @@ def _keep_budget(S, slots, st, gram):
     _remove(S, slots, st, gram, r)
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def learn_rows(S, slots, st, gram, X, cols, y):
     """`learn` over the rows of X (NaN = absent feature). Returns the number of examples added."""
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
@@ -468,7 +468,7 @@ def learn_rows(S, slots, st, gram, X, cols, y):
     return added
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def score_rows(S, slots, st, X, cols, out):
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)

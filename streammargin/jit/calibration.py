@@ -30,8 +30,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
+from streammargin.jit.dispatch import njit
 from streammargin.jit.layout import CALIBRATION, Layout, Slot
 
 LAYOUT = Layout(

@@ -66,10 +66,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
-from streammargin.jit import calibration
-from streammargin.jit import rng
+from streammargin.jit import calibration, rng
+from streammargin.jit.dispatch import njit
 from streammargin.jit.layout import CALIBRATION, COUNTER, HYPER, LEARNT, Layout, Slot
 from streammargin.jit.rows import row_entries
 
@@ -636,7 +635,7 @@ def predict(W, st, idx, val):
 # Mini-batches: the same per-example functions over the rows of a frame (NaN = absent feature).
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def learn_rows(W, st, window, X, cols, codes):
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)
@@ -647,7 +646,7 @@ def learn_rows(W, st, window, X, cols, codes):
     return updated
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def predict_rows(W, st, X, cols, out):
     """out[r] = `predict` of row r."""
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
@@ -657,7 +656,7 @@ def predict_rows(W, st, X, cols, out):
         out[r] = predict(W, st, idx_buf[:n], val_buf[:n])
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def decision_rows(W, st, X, cols, out):
     """out[r, p] = f_p(row r)."""
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
@@ -667,7 +666,7 @@ def decision_rows(W, st, X, cols, out):
         decision(W, st, idx_buf[:n], val_buf[:n], out[r])
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def probability_rows(W, st, X, cols, out):
     """out[r] = `probabilities` of row r."""
     idx_buf = np.empty(X.shape[1], dtype=np.int64)

@@ -20,12 +20,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from streammargin.jit import budget as bjit
 from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
 from streammargin.jit.budget import SCALE, UPDATES
+from streammargin.jit.dispatch import njit
 from streammargin.jit.kernels import ST_MODEL, ST_PLATT, ST_SIZE
 from streammargin.jit.layout import COUNTER, HYPER, Slot
 from streammargin.jit.rows import row_entries
@@ -93,7 +93,7 @@ def learn(S, slots, st, gram_inv, idx, val, y, krow):
     return 1
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def learn_rows(S, slots, st, gram_inv, X, cols, y):
     """`learn` over the rows of X (NaN = absent feature). Returns the number of corrections."""
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
@@ -106,7 +106,7 @@ def learn_rows(S, slots, st, gram_inv, X, cols, y):
     return corrections
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def score_rows(S, slots, st, X, cols, out):
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)

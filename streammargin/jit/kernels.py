@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from streammargin.jit import calibration
+from streammargin.jit.dispatch import njit
 from streammargin.jit.layout import CALIBRATION, COUNTER, HYPER, Layout, Slot
 
 LINEAR, RBF, POLY = 0, 1, 2

@@ -57,10 +57,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from streammargin.jit import calibration
 from streammargin.jit import kernels as kjit
+from streammargin.jit.dispatch import njit
 from streammargin.jit.layout import COUNTER, HYPER, LEARNT, Slot
 from streammargin.jit.rows import largest_abs, row_entries
 
@@ -662,7 +662,7 @@ def learn_dual(S, slots, st, gram, margins, idx, val, y):
 # Mini-batches: the same per-example functions over the rows of a frame ----------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def learn_rows_primal(S, slots, st, weights, X, cols, y):
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)
@@ -671,7 +671,7 @@ def learn_rows_primal(S, slots, st, weights, X, cols, y):
         learn_primal(S, slots, st, weights, idx_buf[:n], val_buf[:n], y[r])
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def learn_rows_dual(S, slots, st, gram, margins, X, cols, y):
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)
@@ -680,7 +680,7 @@ def learn_rows_dual(S, slots, st, gram, margins, X, cols, y):
         learn_dual(S, slots, st, gram, margins, idx_buf[:n], val_buf[:n], y[r])
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def score_rows_primal(weights, st, X, cols, out):
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)
@@ -689,7 +689,7 @@ def score_rows_primal(weights, st, X, cols, out):
         out[r] = primal_score(weights, st, idx_buf[:n], val_buf[:n])
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def score_rows_dual(S, slots, st, X, cols, out):
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)
@@ -707,7 +707,7 @@ RUN_SIZE = 6
 COLLECT_NONE, COLLECT_FIRST_LEVEL, COLLECT_SECOND_LEVEL = 0, 1, 2
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def batch_pass(X, y, sq, a, counts, run, order, collect, out):
     """Present the patterns z_k = y_k X[k] for k in `order`, in order, with multiple updates.
 

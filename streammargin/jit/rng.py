@@ -8,7 +8,8 @@ learn_one and learn_many draw the same numbers.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from streammargin.jit.dispatch import njit
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)

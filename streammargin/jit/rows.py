@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
+from streammargin.jit.dispatch import njit
 
 
 @njit(cache=True)

@@ -43,11 +43,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
-from streammargin.jit import calibration
+from streammargin.jit import calibration, rng
 from streammargin.jit import kernels as kjit
-from streammargin.jit import rng
+from streammargin.jit.dispatch import njit
 from streammargin.jit.layout import COUNTER, HYPER, LEARNT, Slot
 from streammargin.jit.rows import row_entries
 
@@ -339,7 +338,7 @@ def rebuild_gram(S, slots, st, gram):
 # Mini-batches: the same per-example functions over the rows of a frame (NaN = absent feature).
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def learn_rows(S, slots, gram, st, X, cols, y):
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)
@@ -348,7 +347,7 @@ def learn_rows(S, slots, gram, st, X, cols, y):
         learn(S, slots, gram, st, idx_buf[:n], val_buf[:n], y[r])
 
 
-@njit(cache=True)
+@njit(cache=True, any_layout=("X",))
 def decision_rows(S, slots, st, X, cols, out):
     idx_buf = np.empty(X.shape[1], dtype=np.int64)
     val_buf = np.empty(X.shape[1], dtype=np.float64)

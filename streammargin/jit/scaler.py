@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import sys
 
-import numba
 import numpy as np
-from numba import types
+
+from streammargin.jit.dispatch import ExternalFunction, njit
 
 __all__ = ["apply_update", "scale_record", "BEFORE", "AFTER", "LEARNS", "MEAN", "VAR", "ROWS"]
 
@@ -42,10 +42,10 @@ _MAX_FLOAT = sys.float_info.max
 _MAX_COUNT = np.iinfo(np.int64).max
 
 # The C library's pow, the function CPython's float ** float calls.
-_c_pow = types.ExternalFunction("pow", types.float64(types.float64, types.float64))
+_c_pow = ExternalFunction("pow", 2)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def scale_record(counts, means, variances, columns, packed, work, half):
     """Fill `work` (ROWS x n) for the record whose values are the n float64 of `packed`, the
     feature of value j having the statistics of column `columns[j]`; returns how many features
@@ -81,7 +81,7 @@ def scale_record(counts, means, variances, columns, packed, work, half):
     return overflow
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def apply_update(counts, means, variances, columns, work):
     """Write the update `scale_record` put in `work` into the statistics."""
     for j in range(columns.shape[0]):
