@@ -1,20 +1,20 @@
 """The Kafka worker's resident memory before its first record, and where it goes.
 
-1. Worker: `streammargin kafka --model alma --scale` (and with `--no-warm-up`) on an empty topic
-   of the embedded broker: it connects, joins its group, warms its model up (loads the compiled
-   code) and waits. After `--seconds` its VmRSS and VmHWM (peak) from /proc.
-2. Imports: in fresh processes, the RSS after each step of what the worker loads, cumulative
-   (python + numpy, kafka-python, numba/llvmlite, numba's CPU target as loading cached code
-   initialises it (it imports scipy.linalg for BLAS), River's modules, the model built and run).
+1. Worker: `streammargin kafka --model alma --scale` on an empty topic of the embedded broker: it
+   connects, joins its group, warms its model up (loads the compiled code) and waits. After
+   `--seconds` its VmRSS and VmHWM (peak) from /proc. On the ahead-of-time compiled modules
+   (`streammargin warmup`, the default once built) and on numba's JIT (`STREAMMARGIN_AOT=0`,
+   numba's cache warm), each also with `--warm-up false`.
+2. Imports: in a fresh process, the RSS after each step of what the worker loads, cumulative
+   (python + numpy, kafka-python, the connector, the model built and run on the compiled
+   modules, River's preprocessing, the worker's task), then numba's import and its CPU target
+   (what the JIT adds).
 
-Measured on the development VM (numba 0.68.1, cached code): the worker sits at ~186 MB before its
-first record (~183 MB with `--warm-up false`: the task built at assignment loads the model's
-code anyway). Of that, numba is ~125 MB: importing it maps LLVM (libllvmlite, +64 MB with its
-Python modules), and loading any cached function runs `target_context.refresh()`, which imports
-and registers numba's whole lowering library (numba.np, scipy.linalg for BLAS: +19 MB) and
-initialises the code generator and the loaded objects (+41 MB). Python + numpy are ~25 MB,
-kafka-python ~19 MB. So 150 MB is out of reach while the model's numba code is loaded; without
-numba before the first record the process would sit near 60 MB, and reach the same after it.
+Without the compiled modules the worker sat at ~186-231 MB before its first record, ~125 MB of
+it numba: importing it maps LLVM (libllvmlite, +64 MB with its Python modules), and loading any
+cached function runs `target_context.refresh()`, which imports numba's whole lowering library
+(numba.np, scipy.linalg for BLAS) and initialises the code generator (+60 MB). The compiled
+modules are plain extension modules (~8 MB for all ten, each loaded when first used).
 
 Run: .venv/bin/python benchmarks/worker_rss.py [--seconds 15]
 """
@@ -35,11 +35,13 @@ STEPS = [
     ("python + numpy", "import numpy"),
     ("+ kafka-python", "import kafka"),
     ("+ connectors.worker", "import connectors.worker, connectors.kafka_command"),
-    ("+ numba CPU target", "import numba.np.arraymath"),
-    ("+ ALMA built (cached code)", "import streammargin; m = streammargin.ALMAClassifier()"),
-    ("+ ALMA predict/learn", "m.predict_one({'a': 1.0}); m.learn_one({'a': 1.0}, True)"),
+    ("+ ALMA built", "import streammargin; m = streammargin.ALMAClassifier()"),
+    ("+ ALMA predict/learn (compiled)", "m.predict_one({'a': 1.0}); m.learn_one({'a': 1.0}, True)"),
     ("+ river.preprocessing", "import river.preprocessing"),
     ("+ the worker task (--scale)", "from connectors.warmup_command import warm; warm('alma')"),
+    ("  (numba imported so far?)", "print('numba' in sys.modules)"),
+    ("+ numba (the JIT's import)", "import numba"),
+    ("+ numba CPU target", "import numba.np.arraymath"),
 ]
 
 
@@ -64,7 +66,7 @@ def imports() -> None:
     subprocess.run([sys.executable, "-c", "\n".join(code)], check=True)
 
 
-def worker(bootstrap: str, topic: str, seconds: float, extra: list[str]) -> dict:
+def worker(bootstrap: str, topic: str, seconds: float, extra: list[str], env: dict) -> dict:
     script = os.path.join(os.path.dirname(sys.executable), "streammargin")
     group = f"rss-{uuid.uuid4().hex[:8]}"
     command = [script, "kafka", "--bootstrap-servers", bootstrap, "--topic", topic,
@@ -73,7 +75,7 @@ def worker(bootstrap: str, topic: str, seconds: float, extra: list[str]) -> dict
                "--checkpoint-topic", f"{group}.checkpoints", "--model", "alma", "--scale",
                "--session-timeout-ms", "6000", "--heartbeat-interval-ms", "1000",
                "--log-level", "WARNING", *extra]
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, env={**os.environ, **env})
     try:
         time.sleep(seconds)
         if process.poll() is not None:
@@ -96,9 +98,18 @@ def main() -> None:
     with EmbeddedBroker() as broker:
         topic = f"rss-{uuid.uuid4().hex[:8]}"
         create_topics(broker.bootstrap_servers, [topic], partitions=2)
-        for label, extra in (("worker, warm-up on (default)", []),
-                             ("worker --warm-up false", ["--warm-up", "false"])):
-            found = worker(broker.bootstrap_servers, topic, args.seconds, extra)
+        from streammargin.jit import aot
+
+        if not aot.built():
+            print("(the compiled modules are not built for these sources: run `streammargin "
+                  "warmup` first, or the first rows measure the JIT too)")
+        for label, extra, env in (
+            ("compiled modules (default)", [], {}),
+            ("compiled, --warm-up false", ["--warm-up", "false"], {}),
+            ("JIT (STREAMMARGIN_AOT=0)", [], {"STREAMMARGIN_AOT": "0"}),
+            ("JIT, --warm-up false", ["--warm-up", "false"], {"STREAMMARGIN_AOT": "0"}),
+        ):
+            found = worker(broker.bootstrap_servers, topic, args.seconds, extra, env)
             print(f"{label:<30} before the first record: RSS {found['VmRSS']:6.1f} MB, "
                   f"peak {found['VmHWM']:6.1f} MB (after {args.seconds:.0f} s idle)")
 
