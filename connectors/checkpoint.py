@@ -824,7 +824,9 @@ class CheckpointStore:
         latest: dict[bytes, tuple[int, bytes | None]] = {}
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
-            batch = reader.poll(timeout_ms=200, max_records=10_000).get(tp, [])
+            # Short polls: the scan ends at the first fetch that shows the end (an empty or
+            # fully read partition), not when a longer poll gives up waiting for records.
+            batch = reader.poll(timeout_ms=20, max_records=10_000).get(tp, [])
             if batch:
                 deadline = time.monotonic() + self.timeout
             for record in batch:
