@@ -12,6 +12,7 @@ TESTS = pathlib.Path(__file__).parent.resolve()
 def pytest_collection_modifyitems(session, config, items):
     if not items:
         raise pytest.UsageError("the selection collected no tests")
+    _start_early(items)
     # On a run over the whole tests folder, every test_*.py module must contribute tests: a
     # module that silently collects nothing (misnamed functions, say) fails the run.
     root = config.invocation_params.dir
@@ -25,6 +26,28 @@ def pytest_collection_modifyitems(session, config, items):
     empty = sorted(p.name for p in TESTS.glob("test_*.py") if p.name not in collected)
     if empty:
         raise pytest.UsageError(f"test modules that collected no tests: {empty}")
+
+
+_stop_at_finish: list = []
+
+
+def _start_early(items: list) -> None:
+    """A test marked `started_early(start, stop)` waits on a slow process of its own
+    (tests/test_aot.py: numba's JIT compiling every model, ~70 s on CI): `start` launches it
+    now, while the rest of the suite runs (mostly waiting on Kafka, a core idle), and the test
+    runs last; `stop` ends it after the session if the test did not (-x, an interrupt)."""
+    early = [item for item in items if item.get_closest_marker("started_early")]
+    for item in early:
+        items.remove(item)
+        items.append(item)
+        marker = item.get_closest_marker("started_early")
+        marker.kwargs["start"]()
+        _stop_at_finish.append(marker.kwargs["stop"])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for stop in _stop_at_finish:
+        stop()
 
 
 @pytest.fixture(scope="session")
