@@ -133,8 +133,6 @@ def warm(model: str, params: dict | None = None, one_vs_rest: bool = False) -> f
 
 
 def run(args: argparse.Namespace) -> int:
-    from connectors.codec import install_fast_crc32c
-
     names = args.model or list(models.model_names())
     try:
         params = models.parse_params(args.param)
@@ -144,15 +142,26 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise CommandError(str(error), "give model names of `streammargin kafka --list-models` "
                            "and parameters they take (key=value)") from None
+    from streammargin.jit import aot
+
     if args.jit_cache:
         where = os.environ.get("NUMBA_CACHE_DIR") or "__pycache__ beside the sources"
         print(f"numba cache: {where}", file=sys.stderr)
-    else:
-        _build(args)
-    crc = install_fast_crc32c()  # the worker's CRC-32C: numba's unless crc32c is installed
-    print(f"CRC-32C for kafka-python: {crc}", file=sys.stderr)
+        return _check(args, names, params)
+    output = args.output if args.output is not None else aot.directory()
+    with aot.looking_in(output):  # (the models checked then use what was built there)
+        _build(args, output)
+        return _check(args, names, params)
+
+
+def _check(args: argparse.Namespace, names: list[str], params: dict) -> int:
+    """Run each model's per-record path; with the compiled modules, fail if one lacks a
+    function the models called."""
+    from connectors.codec import install_fast_crc32c
     from streammargin.jit import aot, dispatch
 
+    crc = install_fast_crc32c()  # the worker's CRC-32C: numba's unless crc32c is installed
+    print(f"CRC-32C for kafka-python: {crc}", file=sys.stderr)
     total = 0.0
     with dispatch.recording() as calls:
         for name in names:
@@ -182,13 +191,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build(args: argparse.Namespace) -> None:
-    """Build the compiled modules (see the module's doc)."""
+def _build(args: argparse.Namespace, output: pathlib.Path) -> None:
+    """Build the compiled modules into `output` (see the module's doc)."""
     from streammargin.jit import aot
 
-    output = args.output if args.output is not None else aot.directory()
-    if args.output is not None:
-        os.environ[aot.DIRECTORY_VARIABLE] = str(args.output)  # this process checks them
     expected = len(aot.read_exports())
     present = aot.built()
     if len(present) == expected and not args.force:

@@ -75,7 +75,9 @@ def test_the_worker_warms_its_model_up_on_a_task_of_its_own(compiled):
 def test_a_build_that_cannot_write_is_two_lines(capsys, tmp_path):
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
+    environment = dict(os.environ)
     assert cli.main(["warmup", "--model", "alma", "--output", str(blocked / "modules")]) == 1
+    assert dict(os.environ) == environment  # (--output changes nothing for later code)
     lines = capsys.readouterr().err.strip().splitlines()
     assert "cannot write the compiled modules" in lines[-2]
     assert lines[-1].strip().startswith("fix:") and "STREAMMARGIN_AOT_DIR" in lines[-1]

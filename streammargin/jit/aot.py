@@ -18,6 +18,7 @@ Where the modules are looked for: `$STREAMMARGIN_AOT_DIR` if set, else `_aot/` b
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -32,7 +33,8 @@ import typing
 
 from streammargin.jit import sources_stamp
 
-__all__ = ["BuildError", "build", "built", "directory", "enabled", "export_symbol", "loaded_modules", "lookup",
+__all__ = ["BuildError", "build", "built", "directory", "enabled", "export_symbol", "loaded_modules",
+           "looking_in", "lookup",
            "module_name", "read_exports", "stamp", "write_exports"]
 
 EXPORTS_FILE = pathlib.Path(__file__).with_name("exports.json")
@@ -41,7 +43,9 @@ DIRECTORY_VARIABLE = "STREAMMARGIN_AOT_DIR"
 SWITCH_VARIABLE = "STREAMMARGIN_AOT"
 
 _lock = threading.Lock()
-_extensions: dict[str, typing.Any] = {}  # short module name -> extension module or None
+# (directory, short module name) -> the extension module found there, or None
+_extensions: dict[tuple[str, str], typing.Any] = {}
+_directories: list[pathlib.Path] = []  # `looking_in`'s, innermost last
 
 
 def enabled() -> bool:
@@ -50,9 +54,23 @@ def enabled() -> bool:
 
 
 def directory() -> pathlib.Path:
-    """Where the modules are looked for and built: $STREAMMARGIN_AOT_DIR, else `_aot/` here."""
+    """Where the modules are looked for and built: `looking_in`'s folder within it, else
+    $STREAMMARGIN_AOT_DIR, else `_aot/` here."""
+    if _directories:
+        return _directories[-1]
     configured = os.environ.get(DIRECTORY_VARIABLE, "").strip()
     return pathlib.Path(configured) if configured else DEFAULT_DIRECTORY
+
+
+@contextlib.contextmanager
+def looking_in(folder: pathlib.Path) -> typing.Iterator[None]:
+    """Within this block, this process looks for (and builds) the modules in `folder`
+    (`streammargin warmup --output`: the models it then checks use what it built)."""
+    _directories.append(pathlib.Path(folder))
+    try:
+        yield
+    finally:
+        _directories.pop()
 
 
 def stamp() -> str:
@@ -75,19 +93,20 @@ def export_symbol(function: str, signature: tuple[str, ...]) -> str:
 
 def _extension(short: str) -> typing.Any:
     """The built module of `streammargin.jit.<short>`, or None (not built for these sources)."""
+    key = (str(directory()), short)
     try:
-        return _extensions[short]
+        return _extensions[key]
     except KeyError:
         pass
     with _lock:
-        if short not in _extensions:
-            _extensions[short] = _load(module_name(short))
-    return _extensions[short]
+        if key not in _extensions:
+            _extensions[key] = _load(pathlib.Path(key[0]), module_name(short))
+    return _extensions[key]
 
 
-def _load(name: str) -> typing.Any:
+def _load(folder: pathlib.Path, name: str) -> typing.Any:
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = directory() / f"{name}{suffix}"
+        path = folder / f"{name}{suffix}"
         if path.is_file():
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
