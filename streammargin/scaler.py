@@ -34,6 +34,7 @@ from river import base
 
 from streammargin.errors import StateError
 from streammargin.features import _packer, validate_value
+from streammargin.jit import dispatch
 from streammargin.jit import scaler as scaler_jit
 from streammargin.jit.entry import EntryPoint
 from streammargin.state import encode_name
@@ -78,7 +79,7 @@ def _compiled_functions() -> tuple:
     this module's arrays by construction: int64 counts, float64 means and variances (grown by
     concatenation, restored with `astype(copy=True)`), int64 columns, bytes from `_packer`."""
     global _compiled
-    if _compiled is None:
+    if _compiled is None or dispatch.is_recording():  # (each call is recorded, see there)
         _compiled = (_SCALE_RECORD.compiled(), _APPLY_UPDATE.compiled())
     return _compiled
 

@@ -179,6 +179,12 @@ def _forget_resolutions() -> None:
         function._by_key.clear()
 
 
+def is_recording() -> bool:
+    """Whether a `recording()` block is open (code that keeps a compiled function beyond its
+    entry point's `compiled()` asks it again then, so that the call is recorded)."""
+    return _recorded is not None
+
+
 def record(module: str, function: str, signature: tuple[str, ...]) -> None:
     calls = _recorded
     if calls is not None:
