@@ -527,12 +527,6 @@ class CheckpointStore:
         self._n_partitions: int | None = None
         self._live: dict[bytes, _Live] = {}
 
-    def prepare(self) -> None:
-        """Connect the reader and learn the topic's partitions before the first `load` (the
-        worker does it while the broker holds its group join)."""
-        self._reader_consumer()
-        self.n_partitions()
-
     def n_partitions(self) -> int:
         if self._n_partitions is None:
             partitions = self.producer.partitions_for(self.topic)

@@ -126,12 +126,6 @@ class Transport(abc.ABC):
     def subscribe(self, topics: typing.Sequence[str], callbacks: RebalanceCallbacks) -> None:
         """Join the group for `topics`; `callbacks` run inside `poll`."""
 
-    def begin_join(self) -> dict[typing.Any, list]:
-        """Send the group join now, and return without waiting for its answer (the broker may
-        hold it for seconds): what a `poll` returned meanwhile (usually nothing). A client
-        that joins in a background thread once subscribed has nothing to do."""
-        return {}
-
     @abc.abstractmethod
     def poll(self, timeout_ms: int, max_records: int) -> dict[typing.Any, list]:
         """Records by partition, each partition's in offset order (may be empty)."""
@@ -283,15 +277,6 @@ class KafkaPythonTransport(Transport):
 
     def subscribe(self, topics: typing.Sequence[str], callbacks: RebalanceCallbacks) -> None:
         self.consumer.subscribe(list(topics), listener=_listener(callbacks))
-
-    def begin_join(self) -> dict[typing.Any, list]:
-        # kafka-python joins inside poll: a short one finds the coordinator and sends the
-        # JoinGroup (and the second one KIP-394 asks for), whose answer a later poll reads. The
-        # topics' partitions first: a leader that joined before it knew them finds the metadata
-        # changed when it assigns, and joins again (another hold of the broker's).
-        for topic in self.consumer.subscription() or ():
-            self.consumer.partitions_for_topic(topic)
-        return self.poll(timeout_ms=100, max_records=1)
 
     def poll(self, timeout_ms: int, max_records: int) -> dict[typing.Any, list]:
         return self.consumer.poll(timeout_ms=timeout_ms, max_records=max_records)

@@ -591,23 +591,17 @@ class Worker:
         settings = client_settings(config, self.client_id)
         check_tls_files(settings)
         transport = self._transport = make_transport(config.transport, settings)
-        client = "consumer"
+        client = "producer"
         # kafka-python's bootstrap failure says only "Unable to bootstrap": the tail keeps the
         # last connection error it logged (refused, DNS, TLS handshake, ...) for the message.
         with ClientLogTail() as tail:
             try:
-                # The group join goes first: the broker holds a new member's join (Tansu for
-                # half the session timeout, 3 s at 6 s; Kafka for group.initial.rebalance.
-                # delay.ms in a new group), and the rest of the start-up runs meanwhile. Until
-                # the main loop restores them, assigned partitions are only paused.
-                transport.start_consumer()
-                transport.subscribe(config.topics, _Callbacks(self))
-                self._not_yet_restored(transport.begin_join())
-                client = "producer"
                 transport.start_producer()
                 if config.create_topics:
                     client = "admin"
                     self._create_topics(transport)
+                client = "consumer"
+                transport.start_consumer()
             except KafkaError as error:
                 raise _connect_failure(config.bootstrap_servers, client, settings[client], error,
                                        tail.last_error) from error
@@ -620,7 +614,7 @@ class Worker:
         if config.predictions_topic:
             partitions = transport.partitions_for(config.predictions_topic)
             self._prediction_partitions = max(1, len(partitions or ()))
-        self._store.prepare()
+        transport.subscribe(config.topics, _Callbacks(self))
 
     def _create_topics(self, transport: Transport) -> None:
         """Create the missing output topics (as many partitions as the inputs have)."""
@@ -663,10 +657,7 @@ class Worker:
             if self._unrestored:
                 self._restore_assigned()
             try:
-                # Short polls while joining: the assignment arrives inside a poll, which would
-                # otherwise go on waiting for records of the partitions it just paused.
-                timeout_ms = 200 if self._member else 20
-                batches = consumer.poll(timeout_ms=timeout_ms, max_records=config.max_poll_records)
+                batches = consumer.poll(timeout_ms=200, max_records=config.max_poll_records)
             except UndecodableBatch as error:
                 self._raise_callback_error()
                 self._undecodable(error)
@@ -678,7 +669,10 @@ class Worker:
                 for tp, records in batches.items():
                     task = self.tasks.get(tp)
                     if task is None:
-                        self._not_yet_restored({tp: records})
+                        # Not restored yet (should have been paused): fetch these again later.
+                        consumer.seek(tp, records[0].offset)
+                        self._unrestored.add(tp)
+                        self.status.assigned([tp])
                         continue
                     self._run_task(task, records)
                     if stop.is_set():
@@ -699,14 +693,6 @@ class Worker:
                 next_metrics = now + config.metrics_interval  # type: ignore[operator]
             self.status.loop_turned()
         self.exit_reason = "stopped"
-
-    def _not_yet_restored(self, batches: dict) -> None:
-        """Records of partitions without a task (not restored yet; they should have been
-        paused): fetched again once restored."""
-        for tp, records in batches.items():
-            self._transport.seek(tp, records[0].offset)
-            self._unrestored.add(tp)
-            self.status.assigned([tp])
 
     def _run_task(self, task: PartitionTask, records: list) -> None:
         """Feed a partition's records to its task and send what comes out."""

@@ -519,14 +519,14 @@ def test_an_unreachable_broker_is_one_line_naming_servers_timeout_cause_and_fix(
     servers = f"127.0.0.1:{free_port()}"
     argv = [sys.executable, "-m", "connectors.cli", "kafka", "--topic", "t",
             "--bootstrap-servers", servers, "--idle-timeout", "5",
-            "--consumer-config", "bootstrap_timeout_ms=1500"]
+            "--producer-config", "bootstrap_timeout_ms=1500"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120,
                           cwd=observability.__file__.rsplit("/connectors/", 1)[0])
     assert done.returncode == 1
     [line] = done.stderr.splitlines()
     assert line.endswith(
         f"ERROR streammargin.kafka: worker failed: cannot connect to the Kafka brokers at "
-        f"{servers}: no broker answered within 1.5 s (the consumer's bootstrap_timeout_ms=1500); "
+        f"{servers}: no broker answered within 1.5 s (the producer's bootstrap_timeout_ms=1500); "
         "last error: KafkaConnectionError: 111 ECONNREFUSED. Fix: check --bootstrap-servers "
         "(host:port of a broker listener), that the brokers are up and reachable from this "
         "host, and the security settings that listener expects (--security-protocol, --ssl-*, "
