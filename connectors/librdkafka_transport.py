@@ -428,6 +428,9 @@ class LibrdkafkaTransport(_Fetching, Transport):
         self._max_poll_records = settings["consumer"].get("max_poll_records", 500)
         self._auto_offset_reset = settings["consumer"].get("auto_offset_reset", "latest")
         self._callbacks: RebalanceCallbacks | None = None
+        # The partitions assigned and those of them paused (see `poll`).
+        self._assigned: set = set()
+        self._paused: set = set()
         # What CheckpointStore reads of a producer: its request limit.
         self.config = {"max_request_size": settings["producer"].get("max_request_size",
                                                                     1_000_000)}
@@ -534,21 +537,32 @@ class LibrdkafkaTransport(_Fetching, Transport):
     def _on_assign(self, consumer: typing.Any, partitions: list) -> None:
         # Assigned before the worker sees them, so that it can pause them at once.
         consumer.assign(partitions)
-        self._callbacks.assigned([self._tp(p.topic, p.partition) for p in partitions])
+        tps = [self._tp(p.topic, p.partition) for p in partitions]
+        self._assigned.update(tps)
+        self._callbacks.assigned(tps)
 
     def _on_revoke(self, consumer: typing.Any, partitions: list) -> None:
         tps = [self._tp(p.topic, p.partition) for p in partitions]
         self._callbacks.revoked(tps)
-        for tp in tps:
-            self._next.pop(tp, None)
+        self._forget(tps)
 
     def _on_lost(self, consumer: typing.Any, partitions: list) -> None:
         tps = [self._tp(p.topic, p.partition) for p in partitions]
         self._callbacks.lost(tps)
+        self._forget(tps)
+
+    def _forget(self, tps: list) -> None:
         for tp in tps:
             self._next.pop(tp, None)
+        self._assigned.difference_update(tps)
+        self._paused.difference_update(tps)
 
     def poll(self, timeout_ms: int, max_records: int) -> dict[typing.Any, list]:
+        if not self._assigned - self._paused:
+            # Nothing to fetch (joining, or every partition paused until restored): consume
+            # waits out its whole timeout unless max_records arrive, so a short one, that the
+            # assignment callback (run inside it) is followed by the restore at once.
+            timeout_ms = min(timeout_ms, 20)
         batches = super().poll(timeout_ms, max_records)
         if self.producer is not None:
             self.producer.poll(0)  # delivery reports of what was sent meanwhile
@@ -559,9 +573,11 @@ class LibrdkafkaTransport(_Fetching, Transport):
 
     def pause(self, *partitions: typing.Any) -> None:
         self._consumer.pause([self._lib(tp) for tp in partitions])
+        self._paused.update(partitions)
 
     def resume(self, *partitions: typing.Any) -> None:
         self._consumer.resume([self._lib(tp) for tp in partitions])
+        self._paused.difference_update(partitions)
 
     def seek(self, partition: typing.Any, offset: int) -> None:
         from confluent_kafka import KafkaException
