@@ -8,7 +8,8 @@ Prints three tables:
    the models take turns on chunks of 1,000 records and the median of the repetitions is
    reported, so load on the machine hits every model alike.
 2. learn_many / predict_many rows/s on pandas DataFrames (d = 100).
-3. numba's first-call cost: a fresh process compiling from scratch, then one loading the cache.
+3. first-call cost: a fresh process on the compiled modules, then on numba's JIT compiling from
+   scratch, then one loading that cache.
 
 Run: .venv/bin/python benchmarks/alma_throughput.py [--quick]
 """
@@ -174,10 +175,10 @@ def batch_table(n: int) -> None:
 
 
 def compile_table() -> None:
-    print("numba first-call cost (seconds; fresh processes, a private numba cache directory)")
-    print(f"{'':<26}{'import':>8}{'learn_one+predict':>19}{'learn_many+predict':>20}")
+    print("first-call cost (seconds; fresh processes, a private numba cache directory)")
+    print(f"{'':<30}{'import':>8}{'learn_one+predict':>19}{'learn_many+predict':>20}")
     for label, (imported, one, many) in first_call_costs("ALMAClassifier()").items():
-        print(f"{label:<26}{imported:>8.2f}{one:>19.2f}{many:>20.2f}")
+        print(f"{label:<30}{imported:>8.2f}{one:>19.2f}{many:>20.2f}")
     print()
 
 

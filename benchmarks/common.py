@@ -51,11 +51,13 @@ def interleaved_rates(models: dict, data, chunk: int = 1000) -> dict[str, float]
 def first_call_costs(model: str) -> dict[str, tuple[float, float, float]]:
     """Seconds of (import, first learn_one + predict, first learn_many + predict) for the model
     expression `model` (e.g. "ALMAClassifier()") in fresh processes with a private numba cache:
+    on the compiled modules (`streammargin warmup`), then on numba's JIT (STREAMMARGIN_AOT=0)
     compiling ("cold"), then loading that cache ("warm")."""
     costs = {}
     with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
-        for label in ("cold (compiles)", "warm (loads the cache)"):
+        for label, switch in (("compiled modules", "1"), ("JIT, cold (compiles)", "0"),
+                              ("JIT, warm (loads the cache)", "0")):
+            env = {**os.environ, "NUMBA_CACHE_DIR": cache, "STREAMMARGIN_AOT": switch}
             out = subprocess.run(
                 [sys.executable, "-c", FIRST_CALL.format(model=model)],
                 env=env, capture_output=True, text=True, check=True,

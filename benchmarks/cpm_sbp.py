@@ -230,7 +230,7 @@ def throughput(quick: bool) -> None:
 
 
 def first_call(quick: bool) -> None:
-    print("6. numba first-call cost (seconds; fresh processes, a private numba cache directory)")
+    print("6. first-call cost (seconds; fresh processes, a private numba cache directory)")
     print(f"{'':<62}{'import':>8}{'learn_one+predict':>19}{'learn_many+predict':>20}")
     models = ["ConvexPolytopeClassifier()", 'ConvexPolytopeClassifier(polytopes="one")',
               "SBPClassifier()"]
