@@ -136,13 +136,17 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
 
     # River API ----------------------------------------------------------------------------------
 
-    def learn_one(self, x: dict, y: typing.Any, **kwargs: typing.Any) -> None:
+    def _known(self, y: typing.Any) -> tuple[typing.Any, bool]:
+        """`y` as a plain Python value (a numpy scalar's item), and whether it is a class."""
         if isinstance(y, np.generic):
             y = y.item()
         try:
-            known = y in self.classifiers
+            return y, y in self.classifiers
         except TypeError:  # unhashable: _new_label refuses it
-            known = False
+            return y, False
+
+    def learn_one(self, x: dict, y: typing.Any, **kwargs: typing.Any) -> None:
+        y, known = self._known(y)
         new = None
         if not known:
             y = self._new_label(y)
@@ -174,12 +178,7 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
         call for a labelled record. With a known label each member predicts and learns in one
         call (`MarginClassifier._proba_then_learn`), and no member's probability dict is built;
         the first member validates x before anything changes, as in `learn_one`."""
-        if isinstance(y, np.generic):
-            y = y.item()
-        try:
-            known = y in self.classifiers
-        except TypeError:  # unhashable: learn_one refuses it
-            known = False
+        y, known = self._known(y)
         if not known:  # a new class, or a label learn_one refuses: the two calls
             label = self.predict_one(x)
             self.learn_one(x, y)
