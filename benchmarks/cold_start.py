@@ -108,7 +108,7 @@ def main() -> int:
     from streammargin.jit import aot
 
     built = aot.built()
-    print(f"compiled modules: {len(built)} of {len(aot.read_exports())} built for these sources "
+    print(f"compiled modules: {len(built)} of {len(aot.module_names())} built for these sources "
           f"in {aot.directory()}" + ("" if built else " (run `streammargin warmup`)"))
     print(f"{'model':<18}{'compiled: first pred. s':>24}{'warm-up s':>10}{'numba?':>8}"
           f"{'JIT empty cache: first pred. s':>32}{'warm-up s':>10}"

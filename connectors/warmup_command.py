@@ -195,7 +195,7 @@ def _build(args: argparse.Namespace, output: pathlib.Path) -> None:
     """Build the compiled modules into `output` (see the module's doc)."""
     from streammargin.jit import aot
 
-    expected = len(aot.read_exports())
+    expected = len(aot.module_names())
     present = aot.built()
     if len(present) == expected and not args.force:
         print(f"compiled modules: {expected} already built for these sources in {output}",

@@ -176,6 +176,25 @@ def _packer(n: int) -> struct.Struct:
 _frombuffer = np.frombuffer
 
 
+def _python_only(x: dict, index: dict) -> None:
+    """The stand-in for the C encoder where it is not built: every record takes Python's path."""
+    return None
+
+
+def _sorted_known(x: dict, index: dict) -> tuple | None:
+    """`records.sorted_known` of the C module (`streammargin/jit/records.c`): `(names, values,
+    columns as int64 bytes, values as float64 bytes)` of a record whose names all have columns
+    of their own and whose values are finite floats, ints or bools, in column order; None for
+    any other record. Looked up at the first call, which then rebinds this name: to the C
+    function where `streammargin warmup` built it, else to `_python_only`."""
+    global _sorted_known
+    from streammargin.jit import aot
+
+    module = aot.native("records")
+    _sorted_known = module.sorted_known if module is not None else _python_only
+    return _sorted_known(x, index)
+
+
 # The cache of the last dict a FeatureSpace encoded, one plain tuple (one store per encoding; a
 # NamedTuple costs more to build than the rest of a cache hit): its number of features n (-1:
 # fewer than 2, not cached), an `itemgetter` of its names, the names, their columns (-1: unknown),
@@ -473,6 +492,18 @@ class FeatureSpace:
 
     def _encode_in_order(self, x: dict, grow: bool, check_finite: bool) -> tuple[np.ndarray, bytes]:
         """`encode_packed` of a dict with other names than the last one, in `canonical_order`."""
+        # Names all known, each in its own column, values plain and finite (a sparse stream's
+        # record, usually): the C encoder gives what the code below would, to the byte, in about
+        # a fifth of the time. Anything else: None, and the code below.
+        found = _sorted_known(x, self.index)
+        if found is not None:
+            keys, values, columns, packed = found
+            n = len(keys)
+            idx = _frombuffer(columns, np.int64)  # (writable: the buffer is a bytearray)
+            getter = operator.itemgetter(*keys) if n >= 2 else None
+            self._cache = (n if n >= 2 else -1, getter, keys, idx, True, values, packed, _packer(n))
+            self._cached_val = None
+            return idx, packed
         keys = tuple(x)
         cols = list(map(self.index.get, keys))
         all_known = None not in cols

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streammargin import features
 from streammargin.features import FeatureSpace
 
 
@@ -88,3 +89,110 @@ def test_a_full_space_hashes_and_then_repeats_nothing_new(max_features):
         x = {f"n{i}": 1.0}
         space.encode_packed(x, grow=True)
         assert space.repeat_encoding(x) is None or f"n{i}" in space.index
+
+
+# The C encoder (`streammargin/jit/records.c`) ------------------------------------------------------
+
+
+def sorted_known():
+    from streammargin.jit import aot
+
+    module = aot.native("records")
+    assert module is not None, (
+        "the C encoder is not built for these sources: run `make test` (or `streammargin warmup`)"
+    )
+    return module.sorted_known
+
+
+def test_feature_spaces_encode_with_the_c_encoder_where_it_is_built():
+    FeatureSpace().encode_packed({"a": 1.0}, grow=True)  # (the first call looks it up)
+    assert features._sorted_known is sorted_known()
+
+
+class Name(str):
+    """A str subclass: its hash and equality could be Python code, so C leaves it to Python."""
+
+
+def test_the_c_encoder_takes_only_known_str_names_with_plain_finite_values():
+    encode = sorted_known()
+    index = {"a": 3, "b": 1, "c": 2, 7: 0}
+    names, values, columns, packed = encode({"a": 1.5, "b": True, "c": 7}, index)
+    assert names == ("b", "c", "a") and values == (True, 7, 1.5)
+    assert type(columns) is bytearray and np.frombuffer(columns, np.int64).tolist() == [1, 2, 3]
+    assert np.frombuffer(packed).tolist() == [1.0, 7.0, 1.5]
+    for refused in (
+        {},
+        {"a": 1.0, "z": 1.0},  # a name without a column
+        {7: 1.0},  # not a str
+        {Name("a"): 1.0},
+        {"a": float("nan")},
+        {"a": float("-inf")},
+        {"a": 10**400},  # beyond float64
+        {"a": np.float64(1.0)},  # not exactly float: Python's path checks it
+        {"a": "1.0"},
+        {"a": None},
+        collections.OrderedDict(a=1.0),
+    ):
+        assert encode(refused, index) is None, refused
+    assert encode({"a": 1.0, "b": 2.0}, {"a": 1, "b": 1}) is None  # one column, two names
+    assert encode({"a": 1.0}, {"a": -1}) is None
+    assert encode({"a": 1.0}, {"a": 1.0}) is None  # not a column number
+    assert encode({"a": 1.0}, collections.OrderedDict(a=1)) is None
+    with pytest.raises(TypeError):
+        encode({"a": 1.0})
+
+
+pool = ["a", "b", "c", "d", "f", "g", 7, ("t", 1), Name("e")]
+# Records that the C encoder takes when their names are known (str names, plain finite values),
+# with a few entries of anything else now and then.
+plain_records = st.dictionaries(st.sampled_from(["a", "b", "c", "d", "f", "g"]), values, max_size=6)
+other_entries = st.dictionaries(
+    st.sampled_from(pool) | st.text(max_size=2),
+    values
+    | st.sampled_from([float("nan"), float("inf"), 10**400, -(2**70), "1.0", None, -0.0])
+    | st.floats(-10, 10).map(np.float64),
+    max_size=2,
+)
+records_strategy = st.lists(
+    st.tuples(plain_records, st.just({}) | other_entries, st.booleans()), min_size=1, max_size=6
+)
+
+
+def encoding_of(space: FeatureSpace, x: dict, grow: bool, encoder) -> tuple:
+    """What `encode_packed` returns (or raises) with `encoder` as the C encoder, and the space
+    after it."""
+    saved = features._sorted_known
+    features._sorted_known = encoder
+    try:
+        idx, packed = space.encode_packed(x, grow)
+        assert idx.dtype == np.int64 and idx.flags.c_contiguous and idx.flags.writeable
+        result = ("encoded", idx.tolist(), packed)
+    except Exception as error:  # the same refusal, word for word
+        result = ("raised", type(error).__name__, str(error))
+    finally:
+        features._sorted_known = saved
+    n, _, keys, idx, all_known, values_, packed_, packer = space._cache
+    cache = (n, keys, None if idx is None else idx.tolist(), all_known, values_, packed_, packer)
+    return result, cache, snapshot(space)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # (np.float64 inf)
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    known=st.lists(st.sampled_from(pool), unique=True, max_size=len(pool)),
+    max_features=st.sampled_from([3, 64]),
+    records=records_strategy,
+)
+def test_the_c_encoder_encodes_exactly_as_python_does(known, max_features, records):
+    encoder = sorted_known()
+    with_c = FeatureSpace(first_column=1, max_features=max_features)
+    python = FeatureSpace(first_column=1, max_features=max_features)
+    for space in (with_c, python):
+        for name in known:
+            space.encode_packed({name: 1.0}, grow=True)
+    for plain, other, grow in records:
+        x = {**plain, **other}
+        keys_before = list(x)
+        assert (encoding_of(with_c, x, grow, encoder)
+                == encoding_of(python, x, grow, features._python_only))
+        assert list(x) == keys_before

@@ -11,6 +11,10 @@ changed source means another name, so a stale module is never used, and the JIT 
 the next build. The code is compiled for the architecture's generic CPU unless `build(cpu="host")`,
 so an image built on one machine runs on another.
 
+Beside them the build compiles the package's C (`NATIVE_SOURCES`: `records.c`, the per-record
+encoding of a feature dict, which numba cannot compile) with the C compiler Python was built
+with, under the same stamp; `native` gives such a module, or None.
+
 Where the modules are looked for: `$STREAMMARGIN_AOT_DIR` if set, else `_aot/` beside this file
 (where `build` writes by default). `STREAMMARGIN_AOT=0` turns them off (numba compiles all).
 """
@@ -33,12 +37,14 @@ import typing
 
 from streammargin.jit import sources_stamp
 
-__all__ = ["BuildError", "build", "built", "directory", "enabled", "export_symbol", "loaded_modules",
-           "looking_in", "lookup",
-           "module_name", "read_exports", "stamp", "write_exports"]
+__all__ = ["BuildError", "NATIVE_SOURCES", "build", "built", "directory", "enabled", "export_symbol",
+           "loaded_modules", "looking_in", "lookup", "module_name", "module_names", "native",
+           "read_exports", "stamp", "write_exports"]
 
 EXPORTS_FILE = pathlib.Path(__file__).with_name("exports.json")
 DEFAULT_DIRECTORY = pathlib.Path(__file__).with_name("_aot")
+#: The package's C modules (short name -> source), built beside the numba ones.
+NATIVE_SOURCES = {"records": pathlib.Path(__file__).with_name("records.c")}
 DIRECTORY_VARIABLE = "STREAMMARGIN_AOT_DIR"
 SWITCH_VARIABLE = "STREAMMARGIN_AOT"
 
@@ -77,12 +83,27 @@ def stamp() -> str:
     """The stamp of the modules built from the package's current sources and `exports.json`."""
     digest = hashlib.sha256(sources_stamp())
     digest.update(EXPORTS_FILE.read_bytes())
+    for source in NATIVE_SOURCES.values():
+        digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
 
 
 def module_name(short: str) -> str:
     """The extension module of `streammargin.jit.<short>` for the package's current sources."""
     return f"streammargin_aot_{stamp()}_{short}"
+
+
+def module_names() -> list[str]:
+    """The short names of every module a build makes: those of `exports.json`, then the C ones."""
+    return [*read_exports(), *NATIVE_SOURCES]
+
+
+def native(short: str) -> typing.Any:
+    """The built C module `short` of `NATIVE_SOURCES`, or None (not built for these sources, or
+    STREAMMARGIN_AOT=0)."""
+    if not enabled():
+        return None
+    return _extension(short)
 
 
 def export_symbol(function: str, signature: tuple[str, ...]) -> str:
@@ -182,11 +203,11 @@ def build(output: pathlib.Path | None = None, cpu: str = "generic", jobs: int | 
     `directory()`), each module in its own process, `jobs` at a time (default: the CPUs);
     remove the modules of other sources there. Returns the paths built. Raises `BuildError`
     naming the module whose build failed."""
-    exports = read_exports()
-    names = list(modules) if modules is not None else list(exports)
-    unknown = [name for name in names if name not in exports]
+    every = module_names()
+    names = list(modules) if modules is not None else every
+    unknown = [name for name in names if name not in every]
     if unknown:
-        raise ValueError(f"no exports for {unknown}: the modules are {sorted(exports)}")
+        raise ValueError(f"no module {unknown}: the modules are {sorted(every)}")
     output = pathlib.Path(output) if output is not None else directory()
     output.mkdir(parents=True, exist_ok=True)
     jobs = jobs or os.cpu_count() or 1
@@ -225,8 +246,35 @@ def _build_one(short: str, output: pathlib.Path, cpu: str, cache: str
     return pathlib.Path(path), float(seconds)
 
 
+def _compile_native(short: str, output: pathlib.Path, cpu: str) -> pathlib.Path:
+    """Compile `NATIVE_SOURCES[short]` with the compiler and flags Python was built with."""
+    import shlex
+    import sysconfig
+
+    name = module_name(short)
+    final = output / f"{name}{sysconfig.get_config_var('EXT_SUFFIX')}"
+    building = output / f".building-{os.getpid()}-{final.name}"
+    command = [
+        *shlex.split(sysconfig.get_config_var("LDSHARED") or "cc -shared"),
+        *shlex.split(sysconfig.get_config_var("CCSHARED") or "-fPIC"),
+        "-O2", *(["-march=native"] if cpu == "host" else []),
+        "-I", sysconfig.get_paths()["include"], f"-DMODULE={name}",
+        str(NATIVE_SOURCES[short]), "-o", str(building),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        building.unlink(missing_ok=True)
+        sys.stderr.write(done.stdout + done.stderr)
+        raise SystemExit(f"{shlex.join(command)} failed with exit code {done.returncode}")
+    os.replace(building, final)
+    return final
+
+
 def _compile_module(short: str, output: pathlib.Path, cpu: str) -> pathlib.Path:
-    """Compile the exports of `streammargin.jit.<short>` with numba.pycc (in this process)."""
+    """Compile the exports of `streammargin.jit.<short>` with numba.pycc (in this process), or
+    the C module `short` (`NATIVE_SOURCES`)."""
+    if short in NATIVE_SOURCES:
+        return _compile_native(short, output, cpu)
     import importlib
     import warnings
 
