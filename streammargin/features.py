@@ -176,32 +176,69 @@ def _packer(n: int) -> struct.Struct:
 _frombuffer = np.frombuffer
 
 
-def _python_only(x: dict, index: dict) -> None:
+def _python_only(*args: typing.Any) -> None:
     """The stand-in for the C encoder where it is not built: every record takes Python's path."""
     return None
 
 
-def _sorted_known(x: dict, index: dict) -> tuple | None:
-    """`records.sorted_known` of the C module (`streammargin/jit/records.c`): `(names, values,
-    columns as int64 bytes, values as float64 bytes)` of a record whose names all have columns
-    of their own and whose values are finite floats, ints or bools, in column order; None for
-    any other record. Looked up at the first call, which then rebinds this name: to the C
-    function where `streammargin warmup` built it, else to `_python_only`."""
-    global _sorted_known
+def _bind_native() -> None:
+    """Bind `_sorted_known` and `_pack_as` to the C module's functions where `streammargin
+    warmup` built it (`streammargin/jit/records.c`), else to `_python_only`."""
+    global _sorted_known, _pack_as
     from streammargin.jit import aot
 
     module = aot.native("records")
     _sorted_known = module.sorted_known if module is not None else _python_only
+    _pack_as = module.pack_as if module is not None else _python_only
+
+
+def _sorted_known(x: dict, index: dict) -> tuple | None:
+    """`(names, values, columns as int64 bytes, values as float64 bytes, dict_names, ranks)` of
+    a record whose names are all str with a column of their own and whose values are finite
+    floats, ints or bools: the first four in column order, then the names in the dict's order
+    and each one's position in column order; None for any other record (the Python path).
+    (The first call binds the name: `_bind_native`.)"""
+    _bind_native()
     return _sorted_known(x, index)
+
+
+def _pack_as(x: dict, dict_names: tuple, ranks: tuple) -> tuple | None:
+    """`(values, values as float64 bytes)` in column order of a dict whose keys are
+    `dict_names`, in that order, with finite float, int or bool values (name i's value goes to
+    position `ranks[i]`); None for any other (the Python path). (See `_sorted_known`.)"""
+    _bind_native()
+    return _pack_as(x, dict_names, ranks)
+
+
+def _ranks(positions: typing.Sequence[int]) -> tuple:
+    """Where each entry of a dict goes in column order, given the dict positions in that order."""
+    ranks = [0] * len(positions)
+    for rank, position in enumerate(positions):
+        ranks[position] = rank
+    return tuple(ranks)
+
+
+_IDENTITY: dict[int, tuple] = {}
+
+
+def _identity(n: int) -> tuple:
+    """tuple(range(n)): the ranks of a dict already in column order (cached like `_packer`)."""
+    ranks = _IDENTITY.get(n)
+    if ranks is None:
+        ranks = tuple(range(n))
+        if n <= _MAX_CACHED_PACKER:
+            _IDENTITY[n] = ranks
+    return ranks
 
 
 # The cache of the last dict a FeatureSpace encoded, one plain tuple (one store per encoding; a
 # NamedTuple costs more to build than the rest of a cache hit): its number of features n (-1:
 # fewer than 2, not cached), an `itemgetter` of its names, the names, their columns (-1: unknown),
 # whether all are known, the values the getter read, those values as native float64 bytes, and
-# the struct that packs n values. A record with a hashed name is never cached (its columns are not
-# one per name, and learning it must count it).
-_NO_ENCODING: tuple = (-1, None, None, None, False, None, None, None)
+# the struct that packs n values, then the names in the dict's own order and each one's position in
+# the column order (for `_pack_as`). A record with a hashed name is never cached (its columns are
+# not one per name, and learning it must count it).
+_NO_ENCODING: tuple = (-1, None, None, None, False, None, None, None, None, None)
 
 
 # The keys of a saved space (`FeatureSpace.to_state`), and those of a space saved before spaces had
@@ -442,8 +479,11 @@ class FeatureSpace:
         missing name, a value that does not compare) is a miss. `idx` is int64, C-contiguous;
         `packed` is bytes (see `encode_packed`).
         """
-        n, getter, _, idx, all_known, values, packed, _ = self._cache
+        n, getter, _, idx, all_known, values, packed, _, dict_names, ranks = self._cache
         if type(x) is dict and len(x) == n and all_known:
+            found = _pack_as(x, dict_names, ranks)  # (C: x's values, without a lookup)
+            if found is not None:
+                return (idx, packed) if found[0] == values else None
             try:
                 if getter(x) == values:
                     return idx, packed
@@ -461,7 +501,23 @@ class FeatureSpace:
         values (in numba, where it costs nothing) and call `forget_bad` if they are not finite:
         the cache must only hold finite values. Strings, None and containers still raise here.
         """
-        n, getter, keys, idx, all_known, cached_values, cached_packed, packer = self._cache
+        (n, getter, keys, idx, all_known, cached_values, cached_packed, packer, dict_names,
+         ranks) = self._cache
+        if len(x) == n and type(x) is dict:
+            # The last dict's names in its order, values plain and finite (a dense stream's next
+            # record): C reads x's values into the cached column order without a lookup; what
+            # follows is the getter's path below, with those values.
+            found = _pack_as(x, dict_names, ranks)
+            if found is not None:
+                values, packed = found
+                if values == cached_values and (all_known or not grow):
+                    return idx, cached_packed
+                if grow and not all_known:
+                    return self._encode_in_order(x, grow, check_finite)
+                self._cache = (n, getter, keys, idx, all_known, values, packed, packer,
+                               dict_names, ranks)
+                self._cached_val = None
+                return idx, packed
         if len(x) == n and type(x) is dict and keys[0] in x:
             # As many features as the last dict, its first name among them (a sparse stream's
             # next record usually lacks it: no KeyError to raise and catch, ~1 us): if the
@@ -485,7 +541,8 @@ class FeatureSpace:
                 # A prediction left names unknown: learning places them (this may hash), and
                 # their columns give the entries another order.
                 return self._encode_in_order(x, grow, check_finite)
-            self._cache = (n, getter, keys, idx, all_known, values, packed, packer)
+            self._cache = (n, getter, keys, idx, all_known, values, packed, packer, dict_names,
+                           ranks)
             self._cached_val = None
             return idx, packed
         return self._encode_in_order(x, grow, check_finite)
@@ -497,14 +554,16 @@ class FeatureSpace:
         # a fifth of the time. Anything else: None, and the code below.
         found = _sorted_known(x, self.index)
         if found is not None:
-            keys, values, columns, packed = found
+            keys, values, columns, packed, dict_names, ranks = found
             n = len(keys)
             idx = _frombuffer(columns, np.int64)  # (writable: the buffer is a bytearray)
             getter = operator.itemgetter(*keys) if n >= 2 else None
-            self._cache = (n if n >= 2 else -1, getter, keys, idx, True, values, packed, _packer(n))
+            self._cache = (n if n >= 2 else -1, getter, keys, idx, True, values, packed, _packer(n),
+                           dict_names, ranks)
             self._cached_val = None
             return idx, packed
-        keys = tuple(x)
+        keys = dict_names = tuple(x)
+        ranks = None  # (None: in the dict's order)
         cols = list(map(self.index.get, keys))
         all_known = None not in cols
         if not all_known:
@@ -543,9 +602,11 @@ class FeatureSpace:
             # order (the common case of a sparse stream whose names came in another order).
             if n >= 2 and any(map(operator.gt, cols, itertools.islice(cols, 1, None))):
                 # (one itemgetter of the sorted positions takes all three in C)
-                take = operator.itemgetter(*sorted(range(n), key=cols.__getitem__))
+                positions = sorted(range(n), key=cols.__getitem__)
+                take = operator.itemgetter(*positions)
                 keys, values, cols = take(keys), take(values), list(take(cols))
                 packed = packer.pack(*values)
+                ranks = _ranks(positions)
             order = None
         else:
             order = canonical_order(keys, cols)
@@ -554,9 +615,11 @@ class FeatureSpace:
             cols = [cols[j] for j in order]
             values = tuple([values[j] for j in order])
             packed = packer.pack(*values)
+            ranks = _ranks(order)
         idx = np.fromiter(cols, np.int64, n)
         getter = operator.itemgetter(*keys) if n >= 2 else None  # (returns a tuple for n >= 2)
-        self._cache = (n if n >= 2 else -1, getter, keys, idx, all_known, values, packed, packer)
+        self._cache = (n if n >= 2 else -1, getter, keys, idx, all_known, values, packed, packer,
+                       dict_names, _identity(n) if ranks is None else ranks)
         self._cached_val = None
         return idx, packed
 

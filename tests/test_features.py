@@ -94,19 +94,49 @@ def test_a_full_space_hashes_and_then_repeats_nothing_new(max_features):
 # The C encoder (`streammargin/jit/records.c`) ------------------------------------------------------
 
 
-def sorted_known():
+def c_encoder():
     from streammargin.jit import aot
 
     module = aot.native("records")
     assert module is not None, (
         "the C encoder is not built for these sources: run `make test` (or `streammargin warmup`)"
     )
-    return module.sorted_known
+    return module
+
+
+def sorted_known():
+    return c_encoder().sorted_known
 
 
 def test_feature_spaces_encode_with_the_c_encoder_where_it_is_built():
     FeatureSpace().encode_packed({"a": 1.0}, grow=True)  # (the first call looks it up)
-    assert features._sorted_known is sorted_known()
+    assert features._sorted_known is c_encoder().sorted_known
+    assert features._pack_as is c_encoder().pack_as
+
+
+def test_the_c_encoder_packs_a_dict_with_the_last_dicts_names_in_its_order():
+    module = c_encoder()
+    index = {"a": 3, "b": 1, "c": 2}
+    *_, dict_names, ranks = module.sorted_known({"a": 1.5, "b": True, "c": 7}, index)
+    assert dict_names == ("a", "b", "c") and ranks == (2, 0, 1)  # columns b, c, a
+    values, packed = module.pack_as({"a": 2.5, "b": 3, "c": False}, dict_names, ranks)
+    assert values == (3, False, 2.5) and np.frombuffer(packed).tolist() == [3.0, 0.0, 2.5]
+    same_names = {"".join(["a"]): 1.0, "b": 2.0, "c": 3.0}  # an equal str, another object
+    assert module.pack_as(same_names, dict_names, ranks)[0] == (2.0, 3.0, 1.0)
+    for refused in (
+        {"b": 3.0, "a": 2.5, "c": 1.0},  # another order
+        {"a": 2.5, "b": 3.0},
+        {"a": 2.5, "b": 3.0, "d": 1.0},
+        {"a": 2.5, "b": 3.0, "c": float("nan")},
+        {"a": 2.5, "b": 3.0, "c": "1"},
+        {"a": 2.5, "b": 3.0, Name("c"): 1.0},
+        collections.OrderedDict(a=2.5, b=3.0, c=1.0),
+    ):
+        assert module.pack_as(refused, dict_names, ranks) is None, refused
+    x = {"a": 2.5, "b": 3.0, "c": 1.0}
+    for bad_ranks in ((0, 0, 1), (0, 1, 3), (0, 1, -1), (0, 1), (0, 1, 2.0), [2, 0, 1]):
+        assert module.pack_as(x, dict_names, bad_ranks) is None, bad_ranks
+    assert module.pack_as(x, list(dict_names), ranks) is None
 
 
 class Name(str):
@@ -116,7 +146,7 @@ class Name(str):
 def test_the_c_encoder_takes_only_known_str_names_with_plain_finite_values():
     encode = sorted_known()
     index = {"a": 3, "b": 1, "c": 2, 7: 0}
-    names, values, columns, packed = encode({"a": 1.5, "b": True, "c": 7}, index)
+    names, values, columns, packed, _, _ = encode({"a": 1.5, "b": True, "c": 7}, index)
     assert names == ("b", "c", "a") and values == (True, 7, 1.5)
     assert type(columns) is bytearray and np.frombuffer(columns, np.int64).tolist() == [1, 2, 3]
     assert np.frombuffer(packed).tolist() == [1.0, 7.0, 1.5]
@@ -161,8 +191,11 @@ records_strategy = st.lists(
 def encoding_of(space: FeatureSpace, x: dict, grow: bool, encoder) -> tuple:
     """What `encode_packed` returns (or raises) with `encoder` as the C encoder, and the space
     after it."""
-    saved = features._sorted_known
-    features._sorted_known = encoder
+    saved = features._sorted_known, features._pack_as
+    if encoder is None:
+        features._sorted_known = features._pack_as = features._python_only
+    else:
+        features._sorted_known, features._pack_as = encoder.sorted_known, encoder.pack_as
     try:
         idx, packed = space.encode_packed(x, grow)
         assert idx.dtype == np.int64 and idx.flags.c_contiguous and idx.flags.writeable
@@ -170,9 +203,10 @@ def encoding_of(space: FeatureSpace, x: dict, grow: bool, encoder) -> tuple:
     except Exception as error:  # the same refusal, word for word
         result = ("raised", type(error).__name__, str(error))
     finally:
-        features._sorted_known = saved
-    n, _, keys, idx, all_known, values_, packed_, packer = space._cache
-    cache = (n, keys, None if idx is None else idx.tolist(), all_known, values_, packed_, packer)
+        features._sorted_known, features._pack_as = saved
+    n, _, keys, idx, all_known, values_, packed_, packer, dict_names, ranks = space._cache
+    cache = (n, keys, None if idx is None else idx.tolist(), all_known, values_, packed_, packer,
+             dict_names, ranks)
     return result, cache, snapshot(space)
 
 
@@ -184,7 +218,7 @@ def encoding_of(space: FeatureSpace, x: dict, grow: bool, encoder) -> tuple:
     records=records_strategy,
 )
 def test_the_c_encoder_encodes_exactly_as_python_does(known, max_features, records):
-    encoder = sorted_known()
+    encoder = c_encoder()
     with_c = FeatureSpace(first_column=1, max_features=max_features)
     python = FeatureSpace(first_column=1, max_features=max_features)
     for space in (with_c, python):
@@ -193,6 +227,18 @@ def test_the_c_encoder_encodes_exactly_as_python_does(known, max_features, recor
     for plain, other, grow in records:
         x = {**plain, **other}
         keys_before = list(x)
-        assert (encoding_of(with_c, x, grow, encoder)
-                == encoding_of(python, x, grow, features._python_only))
+        assert encoding_of(with_c, x, grow, encoder) == encoding_of(python, x, grow, None)
         assert list(x) == keys_before
+        for space, encoder_used in ((with_c, encoder), (python, None)):  # learn_one's check
+            saved = features._sorted_known, features._pack_as
+            if encoder_used is None:
+                features._sorted_known = features._pack_as = features._python_only
+            try:
+                repeats = [space.repeat_encoding(again) for again in (x, dict(x), {**x, 0: 1})]
+            finally:
+                features._sorted_known, features._pack_as = saved
+            if encoder_used is None:
+                assert [None if r is None else (r[0].tolist(), r[1]) for r in repeats] == [
+                    None if r is None else (r[0].tolist(), r[1]) for r in repeats_with_c]
+            else:
+                repeats_with_c = repeats

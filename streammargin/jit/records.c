@@ -9,7 +9,9 @@
  * int beyond float64, a value that is not finite. It never raises on what a record holds and
  * runs no Python code: names are exact str (their hash and equality are C), the index's own
  * names are the types a FeatureSpace accepts (str, int, float, bool, None, tuples of these), so
- * nothing can change x while it is read.
+ * nothing can change x while it is read. It also returns the names in x's order and where each
+ * goes in column order, which the cache keeps for `pack_as`: the values of the next dict with
+ * the same names in the same order (a dense stream's next record), without a lookup per name.
  *
  * Built by `streammargin.jit.aot` (`streammargin warmup`) beside the numba modules, under the
  * same stamp; `streammargin.features` uses it when it is there.
@@ -26,6 +28,7 @@ typedef struct {
     double value;
     PyObject *name;  /* borrowed from x */
     PyObject *raw;   /* borrowed from x */
+    Py_ssize_t at;   /* its position in x's order */
 } Entry;
 
 /* Below this many entries an insertion sort; from it on qsort (columns are distinct, so
@@ -53,6 +56,8 @@ static void sort_by_column(Entry *entries, Py_ssize_t n) {
     }
 }
 
+static int plain_value(PyObject *raw, double *value);
+
 /* 1: read into *entry; 0: not a known name with a plain finite value (the Python path);
  * -1: an error is set (out of memory, say). */
 static int read_entry(PyObject *index, PyObject *name, PyObject *raw, Entry *entry) {
@@ -73,21 +78,8 @@ static int read_entry(PyObject *index, PyObject *name, PyObject *raw, Entry *ent
         }
         return 0;
     }
-    double value;
-    if (PyFloat_CheckExact(raw)) {
-        value = PyFloat_AS_DOUBLE(raw);
-    } else if (PyBool_Check(raw)) {
-        value = raw == Py_True ? 1.0 : 0.0;
-    } else if (PyLong_CheckExact(raw)) {
-        value = PyLong_AsDouble(raw); /* correctly rounded, as struct's "d" packs an int */
-        if (value == -1.0 && PyErr_Occurred()) {
-            PyErr_Clear(); /* beyond float64: the Python path says so */
-            return 0;
-        }
-    } else {
-        return 0;
-    }
-    if (!isfinite(value)) {
+    double value; /* an int correctly rounded, as struct's "d" packs it; beyond float64: 0 */
+    if (!plain_value(raw, &value)) {
         return 0;
     }
     entry->column = (int64_t)column_number;
@@ -97,17 +89,43 @@ static int read_entry(PyObject *index, PyObject *name, PyObject *raw, Entry *ent
     return 1;
 }
 
+/* A value as float64: 1; 0 when it is not a finite float, int or bool (no error set). */
+static int plain_value(PyObject *raw, double *value) {
+    if (PyFloat_CheckExact(raw)) {
+        *value = PyFloat_AS_DOUBLE(raw);
+    } else if (PyBool_Check(raw)) {
+        *value = raw == Py_True ? 1.0 : 0.0;
+    } else if (PyLong_CheckExact(raw)) {
+        *value = PyLong_AsDouble(raw);
+        if (*value == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+    } else {
+        return 0;
+    }
+    return isfinite(*value);
+}
+
 static PyObject *build_result(const Entry *entries, Py_ssize_t n) {
     PyObject *names = PyTuple_New(n);
     PyObject *values = PyTuple_New(n);
     PyObject *columns = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
     PyObject *packed = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
-    if (names == NULL || values == NULL || columns == NULL || packed == NULL) {
-        Py_XDECREF(names);
-        Py_XDECREF(values);
-        Py_XDECREF(columns);
-        Py_XDECREF(packed);
-        return NULL;
+    PyObject *dict_names = PyTuple_New(n);
+    PyObject *ranks = PyTuple_New(n);
+    if (names == NULL || values == NULL || columns == NULL || packed == NULL
+            || dict_names == NULL || ranks == NULL) {
+        goto failed;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rank = PyLong_FromSsize_t(i);
+        if (rank == NULL) {
+            goto failed;
+        }
+        PyTuple_SET_ITEM(ranks, entries[i].at, rank);
+        Py_INCREF(entries[i].name);
+        PyTuple_SET_ITEM(dict_names, entries[i].at, entries[i].name);
     }
     int64_t *column_out = (int64_t *)PyByteArray_AS_STRING(columns);
     double *value_out = (double *)PyBytes_AS_STRING(packed);
@@ -119,7 +137,15 @@ static PyObject *build_result(const Entry *entries, Py_ssize_t n) {
         memcpy(column_out + i, &entries[i].column, sizeof(int64_t));
         memcpy(value_out + i, &entries[i].value, sizeof(double));
     }
-    return Py_BuildValue("(NNNN)", names, values, columns, packed);
+    return Py_BuildValue("(NNNNNN)", names, values, columns, packed, dict_names, ranks);
+failed:
+    Py_XDECREF(names);
+    Py_XDECREF(values);
+    Py_XDECREF(columns);
+    Py_XDECREF(packed);
+    Py_XDECREF(dict_names);
+    Py_XDECREF(ranks);
+    return NULL;
 }
 
 static PyObject *sorted_known(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -149,6 +175,7 @@ static PyObject *sorted_known(PyObject *module, PyObject *const *args, Py_ssize_
             goto miss;
         }
         int read = read_entry(index, name, raw, &entries[i]);
+        entries[i].at = i;
         if (read < 0) {
             goto done;
         }
@@ -181,9 +208,77 @@ done:
     return result;
 }
 
+/* `pack_as(x, names, ranks)`: `(values, packed)` of a dict whose keys are `names` in that order
+ * (the same objects, or equal exact str), its values in column order: value i goes to position
+ * ranks[i]. `names` and `ranks` are what `sorted_known` returned for an earlier dict (or the
+ * Python path's same), so values are what `operator.itemgetter(*column_ordered_names)(x)`
+ * gives. None for any other dict, or a value that is not a finite float, int or bool. */
+static PyObject *pack_as(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "pack_as(x, names, ranks) takes three arguments");
+        return NULL;
+    }
+    PyObject *x = args[0], *names = args[1], *ranks = args[2];
+    if (!PyDict_CheckExact(x) || !PyTuple_CheckExact(names) || !PyTuple_CheckExact(ranks)) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (n < 1 || PyDict_GET_SIZE(x) != n || PyTuple_GET_SIZE(ranks) != n) {
+        Py_RETURN_NONE;
+    }
+    PyObject *values = PyTuple_New(n);
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
+    if (values == NULL || packed == NULL) {
+        Py_XDECREF(values);
+        Py_XDECREF(packed);
+        return NULL;
+    }
+    double *out = (double *)PyBytes_AS_STRING(packed);
+    Py_ssize_t position = 0, i = 0;
+    PyObject *name, *raw;
+    while (PyDict_Next(x, &position, &name, &raw)) {
+        if (i >= n) {
+            goto miss;
+        }
+        PyObject *expected = PyTuple_GET_ITEM(names, i);
+        if (name != expected) {
+            /* str == str is C; anything else must be the very object */
+            if (!PyUnicode_CheckExact(name) || !PyUnicode_CheckExact(expected)
+                    || PyUnicode_Compare(name, expected) != 0) {
+                goto miss;
+            }
+        }
+        PyObject *rank = PyTuple_GET_ITEM(ranks, i);
+        Py_ssize_t at = PyLong_CheckExact(rank) ? PyLong_AsSsize_t(rank) : -1;
+        if (at < 0 || at >= n || PyTuple_GET_ITEM(values, at) != NULL) {
+            PyErr_Clear();
+            goto miss; /* not a permutation: not ours */
+        }
+        double value;
+        if (!plain_value(raw, &value)) {
+            goto miss;
+        }
+        Py_INCREF(raw);
+        PyTuple_SET_ITEM(values, at, raw);
+        out[at] = value;
+        i++;
+    }
+    if (i != n) {
+        goto miss;
+    }
+    return Py_BuildValue("(NN)", values, packed);
+miss:
+    Py_DECREF(values); /* (a tuple with empty slots deallocates fine) */
+    Py_DECREF(packed);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"sorted_known", (PyCFunction)(void (*)(void))sorted_known, METH_FASTCALL,
-     "sorted_known(x, index) -> (names, values, columns, packed) or None"},
+     "sorted_known(x, index) -> (names, values, columns, packed, dict_names, ranks) or None"},
+    {"pack_as", (PyCFunction)(void (*)(void))pack_as, METH_FASTCALL,
+     "pack_as(x, dict_names, ranks) -> (values, packed) or None"},
     {NULL, NULL, 0, NULL},
 };
 
