@@ -487,11 +487,12 @@ class CheckpointStore:
                              f"{chunk_bytes!r}")
         if max_checkpoint_bytes < 1:
             raise ValueError(f"max_checkpoint_bytes must be >= 1, got {max_checkpoint_bytes!r}")
-        from connectors.codec import install_fast_crc32c
+        if reader_factory is None:  # kafka-python's clients (librdkafka's checksum in C)
+            from connectors.codec import install_fast_crc32c
 
-        # kafka-python checksums every record batch, in pure Python (~85 ms per MB) unless
-        # told otherwise: a 1 GiB checkpoint would take minutes each way.
-        install_fast_crc32c()
+            # kafka-python checksums every record batch, in pure Python (~85 ms per MB) unless
+            # told otherwise: a 1 GiB checkpoint would take minutes each way.
+            install_fast_crc32c()
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.group_id = group_id

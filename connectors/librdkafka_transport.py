@@ -263,11 +263,9 @@ class _Fetching:
 
     def __init__(self, consumer: typing.Any, timeout_ms: int):
         from confluent_kafka import TopicPartition as LibPartition
-        from kafka import TopicPartition
 
         self._consumer = consumer
         self._timeout = timeout_ms / 1000
-        self._partition = TopicPartition
         self._lib_partition = LibPartition
         self._partitions: dict[tuple[str, int], typing.Any] = {}
         # The next offset of each partition as the worker saw it (consumed or seeked).
@@ -277,7 +275,10 @@ class _Fetching:
         key = (topic, partition)
         tp = self._partitions.get(key)
         if tp is None:
-            tp = self._partitions[key] = self._partition(topic, partition)
+            # (imported here, once per partition: the worker starts before kafka-python loads)
+            from kafka import TopicPartition
+
+            tp = self._partitions[key] = TopicPartition(topic, partition)
         return tp
 
     def _lib(self, tp: typing.Any, offset: int | None = None) -> typing.Any:
@@ -452,7 +453,6 @@ class LibrdkafkaTransport(_Fetching, Transport):
 
     def start_producer(self) -> None:
         from confluent_kafka import KafkaException, Producer
-        from kafka.errors import KafkaTimeoutError
 
         properties = self._client_properties("producer")
         # Room for the worker's output between flushes (librdkafka's default: 100,000 records).
@@ -462,6 +462,8 @@ class LibrdkafkaTransport(_Fetching, Transport):
         try:
             self.producer.list_topics(timeout=self._timeout_ms / 1000)
         except KafkaException as error:
+            from kafka.errors import KafkaTimeoutError
+
             self.producer = None
             raise KafkaTimeoutError(f"no broker answered: {error}") from error
 

@@ -36,12 +36,15 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import importlib
 import json
 import logging
 import os
 import socket
+import sys
 import threading
 import time
+import types
 import typing
 
 from connectors import checkpoint as checkpoint_module
@@ -284,7 +287,10 @@ def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> di
     >>> settings["admin"]["security_protocol"], "fetch_min_bytes" in settings["checkpoint_reader"]
     ('SSL', False)
     """
-    connection = connection_settings()
+    # (kafka-python's classes name the connection settings: imported only when some are given,
+    # so that a worker on librdkafka starts without importing kafka-python, ~0.15 s)
+    given = bool(config.consumer_config or config.producer_config)
+    connection = connection_settings() if given else frozenset()
     base = {"bootstrap_servers": config.bootstrap_servers, "client_id": client_id,
             **config.client_config}
     from_consumer = {k: v for k, v in config.consumer_config.items() if k in connection}
@@ -328,6 +334,30 @@ def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> di
         "admin": {**base, **from_consumer, **from_producer},
         "checkpoint_reader": {**base, "client_id": f"{client_id}-checkpoints", **from_consumer},
     }
+
+
+def _kafka_errors() -> types.ModuleType:
+    """kafka-python's errors, the worker's vocabulary of client failures on both transports
+    (`librdkafka_transport.client_error`), imported when an `except` clause first matches an
+    exception against them: a worker on librdkafka starts without importing kafka-python."""
+    from kafka import errors
+
+    return errors
+
+
+def _import_in_background(name: str) -> None:
+    """Import the module `name` on a daemon thread, unless it is imported already. An import
+    that fails there is left to the code that needs the module, which then raises it."""
+    if name not in sys.modules:
+        threading.Thread(target=_import_quietly, args=(name,), name=f"import {name}",
+                         daemon=True).start()
+
+
+def _import_quietly(name: str) -> None:
+    try:
+        importlib.import_module(name)
+    except Exception:  # noqa: BLE001 (see _import_in_background)
+        log.debug("importing %s in the background failed", name, exc_info=True)
 
 
 def _send_failure(what: str, error: BaseException) -> WorkerError:
@@ -585,8 +615,6 @@ class Worker:
         }
 
     def _connect(self) -> None:
-        from kafka.errors import KafkaError
-
         config = self.config
         settings = client_settings(config, self.client_id)
         check_tls_files(settings)
@@ -602,7 +630,7 @@ class Worker:
                     self._create_topics(transport)
                 client = "consumer"
                 transport.start_consumer()
-            except KafkaError as error:
+            except _kafka_errors().KafkaError as error:
                 raise _connect_failure(config.bootstrap_servers, client, settings[client], error,
                                        tail.last_error) from error
         self._store = transport.checkpoint_store(
@@ -615,11 +643,13 @@ class Worker:
             partitions = transport.partitions_for(config.predictions_topic)
             self._prediction_partitions = max(1, len(partitions or ()))
         transport.subscribe(config.topics, _Callbacks(self))
+        # The group join takes seconds, spent in the client's C code (librdkafka) or its socket
+        # waits, without the GIL: kafka-python's modules, which the first records need (the
+        # partitions' type, the errors), load meanwhile if the transport has not loaded them.
+        _import_in_background("kafka")
 
     def _create_topics(self, transport: Transport) -> None:
         """Create the missing output topics (as many partitions as the inputs have)."""
-        from kafka.errors import KafkaError, TopicAlreadyExistsError
-
         config = self.config
         try:
             existing = transport.list_topics()
@@ -636,9 +666,9 @@ class Worker:
             for name, partitions, configs in wanted:
                 try:
                     transport.create_topic(name, partitions, configs)
-                except TopicAlreadyExistsError:
+                except _kafka_errors().TopicAlreadyExistsError:
                     pass
-                except KafkaError as error:
+                except _kafka_errors().KafkaError as error:
                     log.warning("could not create topic %s: %s", name, error)
         finally:
             transport.close_admin()

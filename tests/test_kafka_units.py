@@ -816,3 +816,35 @@ def test_librdkafka_errors_become_the_workers_kafka_python_errors():
     assert type(client_error(code(code._FAIL))) is errors.KafkaError
     message = str(_send_failure("outputs", client_error(code(code.TOPIC_AUTHORIZATION_FAILED))))
     assert "TopicAuthorizationFailedError" in message and "grant this client's principal" in message
+
+
+LIBRDKAFKA_START_SCRIPT = """
+import sys
+from connectors.checkpoint import CheckpointStore
+from connectors.librdkafka_transport import CheckpointReader, LibrdkafkaTransport
+from connectors.worker import WorkerConfig, client_settings, _import_in_background
+settings = client_settings(WorkerConfig(topics=["t"], transport="librdkafka"))
+transport = LibrdkafkaTransport(settings)
+CheckpointStore("127.0.0.1:1", "checkpoints", "g", producer=transport, reader_config={},
+                reader_factory=CheckpointReader)
+before = "kafka" in sys.modules
+_import_in_background("kafka")  # what the worker does once it has subscribed
+import threading
+for thread in threading.enumerate():
+    if thread.name == "import kafka":
+        thread.join(60)
+print(before, "kafka" in sys.modules)
+"""
+
+
+def test_a_worker_on_librdkafka_loads_kafka_python_only_once_it_waits_for_its_group():
+    # kafka-python is the worker's vocabulary of partitions and errors, ~0.15 s of imports: on
+    # librdkafka the worker imports it on a thread while the group join holds the main thread.
+    pytest.importorskip("confluent_kafka")
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", LIBRDKAFKA_START_SCRIPT], capture_output=True,
+                          text=True, timeout=120, cwd=pathlib.Path(__file__).parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
