@@ -503,49 +503,44 @@ class FeatureSpace:
         """
         (n, getter, keys, idx, all_known, cached_values, cached_packed, packer, dict_names,
          ranks) = self._cache
-        if len(x) == n and type(x) is dict:
-            # The last dict's names in its order, values plain and finite (a dense stream's next
-            # record): C reads x's values into the cached column order without a lookup; what
-            # follows is the getter's path below, with those values.
+        if len(x) != n or type(x) is not dict:
+            return self._encode_in_order(x, grow, check_finite)
+        # As many features as the last dict: it may have the same names. Its values in the
+        # cached column order come from C when it has them in the same order too and they are
+        # plain and finite (a dense stream's next record; no lookup per name), else from the
+        # getter when it has the last dict's first name (a sparse stream's next record usually
+        # lacks it: no KeyError to raise and catch, ~1 us), which reads x's values in the
+        # cached order whatever the order of x's keys. Usually x is the very same dict
+        # (learn_one right after predict_one) and nothing needs converting: values that compare
+        # equal (1 == 1.0 == True) pack to the same float64.
+        try:
             found = _pack_as(x, dict_names, ranks)
             if found is not None:
                 values, packed = found
-                if values == cached_values and (all_known or not grow):
-                    return idx, cached_packed
-                if grow and not all_known:
-                    return self._encode_in_order(x, grow, check_finite)
-                self._cache = (n, getter, keys, idx, all_known, values, packed, packer,
-                               dict_names, ranks)
-                self._cached_val = None
-                return idx, packed
-        if len(x) == n and type(x) is dict and keys[0] in x:
-            # As many features as the last dict, its first name among them (a sparse stream's
-            # next record usually lacks it: no KeyError to raise and catch, ~1 us): if the
-            # getter finds all of its names, x has the same names, and the getter reads x's
-            # values in the cached order, that of the cached columns (x's own key order does not
-            # matter). Usually x is the very same dict (learn_one right after predict_one) and
-            # nothing needs converting: values that compare equal (1 == 1.0 == True) pack to the
-            # same float64.
-            try:
+                same = values == cached_values
+            elif keys[0] in x:
                 values = getter(x)
-                if values == cached_values and (all_known or not grow):
-                    return idx, cached_packed
-                packed = packer.pack(*values)  # raises for strings, None, containers, huge ints
-                if check_finite:
-                    total = sum(values)
-                    if total - total != 0:  # NaN or inf (or an overflowing sum): the slow path
-                        raise ValueError
-            except Exception:  # a missing name (KeyError) or a bad value
+                same = values == cached_values
+                if not same:
+                    # (raises for strings, None, containers and ints beyond float64)
+                    packed = packer.pack(*values)
+                    if check_finite:
+                        total = sum(values)
+                        if total - total != 0:  # NaN or inf (or an overflowing sum): slow path
+                            raise ValueError
+            else:
                 return self._encode_in_order(x, grow, check_finite)
-            if grow and not all_known:
-                # A prediction left names unknown: learning places them (this may hash), and
-                # their columns give the entries another order.
-                return self._encode_in_order(x, grow, check_finite)
-            self._cache = (n, getter, keys, idx, all_known, values, packed, packer, dict_names,
-                           ranks)
-            self._cached_val = None
-            return idx, packed
-        return self._encode_in_order(x, grow, check_finite)
+        except Exception:  # a missing name (KeyError) or a bad value
+            return self._encode_in_order(x, grow, check_finite)
+        if same and (all_known or not grow):
+            return idx, cached_packed
+        if grow and not all_known:
+            # A prediction left names unknown: learning places them (this may hash), and their
+            # columns give the entries another order.
+            return self._encode_in_order(x, grow, check_finite)
+        self._cache = (n, getter, keys, idx, all_known, values, packed, packer, dict_names, ranks)
+        self._cached_val = None
+        return idx, packed
 
     def _encode_in_order(self, x: dict, grow: bool, check_finite: bool) -> tuple[np.ndarray, bytes]:
         """`encode_packed` of a dict with other names than the last one, in `canonical_order`."""
