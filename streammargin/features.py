@@ -196,7 +196,8 @@ def _sorted_known(x: dict, index: dict) -> tuple | None:
     """`(names, values, columns as int64 bytes, values as float64 bytes, dict_names, ranks)` of
     a record whose names are all str with a column of their own and whose values are finite
     floats, ints or bools: the first four in column order, then the names in the dict's order
-    and each one's position in column order; None for any other record (the Python path).
+    and each one's position in column order (None: the dict was in column order); None for any
+    other record (the Python path).
     (The first call binds the name: `_bind_native`.)"""
     _bind_native()
     return _sorted_known(x, index)
@@ -205,7 +206,8 @@ def _sorted_known(x: dict, index: dict) -> tuple | None:
 def _pack_as(x: dict, dict_names: tuple, ranks: tuple) -> tuple | None:
     """`(values, values as float64 bytes)` in column order of a dict whose keys are
     `dict_names`, in that order, with finite float, int or bool values (name i's value goes to
-    position `ranks[i]`); None for any other (the Python path). (See `_sorted_known`.)"""
+    position `ranks[i]`, or i when `ranks` is None); None for any other (the Python path).
+    (See `_sorted_known`.)"""
     _bind_native()
     return _pack_as(x, dict_names, ranks)
 
@@ -218,25 +220,12 @@ def _ranks(positions: typing.Sequence[int]) -> tuple:
     return tuple(ranks)
 
 
-_IDENTITY: dict[int, tuple] = {}
-
-
-def _identity(n: int) -> tuple:
-    """tuple(range(n)): the ranks of a dict already in column order (cached like `_packer`)."""
-    ranks = _IDENTITY.get(n)
-    if ranks is None:
-        ranks = tuple(range(n))
-        if n <= _MAX_CACHED_PACKER:
-            _IDENTITY[n] = ranks
-    return ranks
-
-
 # The cache of the last dict a FeatureSpace encoded, one plain tuple (one store per encoding; a
 # NamedTuple costs more to build than the rest of a cache hit): its number of features n (-1:
 # fewer than 2, not cached), an `itemgetter` of its names, the names, their columns (-1: unknown),
 # whether all are known, the values the getter read, those values as native float64 bytes, and
 # the struct that packs n values, then the names in the dict's own order and each one's position in
-# the column order (for `_pack_as`). A record with a hashed name is never cached (its columns are
+# the column order (None: the same order), for `_pack_as`. A record with a hashed name is never cached (its columns are
 # not one per name, and learning it must count it).
 _NO_ENCODING: tuple = (-1, None, None, None, False, None, None, None, None, None)
 
@@ -614,7 +603,7 @@ class FeatureSpace:
         idx = np.fromiter(cols, np.int64, n)
         getter = operator.itemgetter(*keys) if n >= 2 else None  # (returns a tuple for n >= 2)
         self._cache = (n if n >= 2 else -1, getter, keys, idx, all_known, values, packed, packer,
-                       dict_names, _identity(n) if ranks is None else ranks)
+                       dict_names, ranks)
         self._cached_val = None
         return idx, packed
 

@@ -119,6 +119,9 @@ def test_the_c_encoder_packs_a_dict_with_the_last_dicts_names_in_its_order():
     index = {"a": 3, "b": 1, "c": 2}
     *_, dict_names, ranks = module.sorted_known({"a": 1.5, "b": True, "c": 7}, index)
     assert dict_names == ("a", "b", "c") and ranks == (2, 0, 1)  # columns b, c, a
+    in_order = module.sorted_known({"b": 1.0, "c": 2.0, "a": 3.0}, index)
+    assert in_order[4] is in_order[0] and in_order[5] is None  # each name stays where it is
+    assert module.pack_as({"b": 4, "c": 5.0, "a": True}, in_order[4], None)[0] == (4, 5.0, True)
     values, packed = module.pack_as({"a": 2.5, "b": 3, "c": False}, dict_names, ranks)
     assert values == (3, False, 2.5) and np.frombuffer(packed).tolist() == [3.0, 0.0, 2.5]
     same_names = {"".join(["a"]): 1.0, "b": 2.0, "c": 3.0}  # an equal str, another object
@@ -134,7 +137,7 @@ def test_the_c_encoder_packs_a_dict_with_the_last_dicts_names_in_its_order():
     ):
         assert module.pack_as(refused, dict_names, ranks) is None, refused
     x = {"a": 2.5, "b": 3.0, "c": 1.0}
-    for bad_ranks in ((0, 0, 1), (0, 1, 3), (0, 1, -1), (0, 1), (0, 1, 2.0), [2, 0, 1]):
+    for bad_ranks in ((0, 0, 1), (0, 1, 3), (0, 1, -1), (0, 1), (0, 1, 2.0), [2, 0, 1], False):
         assert module.pack_as(x, dict_names, bad_ranks) is None, bad_ranks
     assert module.pack_as(x, list(dict_names), ranks) is None
 

@@ -107,18 +107,28 @@ static int plain_value(PyObject *raw, double *value) {
     return isfinite(*value);
 }
 
-static PyObject *build_result(const Entry *entries, Py_ssize_t n) {
+/* The result of `sorted_known`; entries in column order. A dict that was in column order
+ * already has its names once and None for ranks (each name stays where it is). */
+static PyObject *build_result(const Entry *entries, Py_ssize_t n, int in_order) {
     PyObject *names = PyTuple_New(n);
     PyObject *values = PyTuple_New(n);
     PyObject *columns = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
     PyObject *packed = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
-    PyObject *dict_names = PyTuple_New(n);
-    PyObject *ranks = PyTuple_New(n);
+    PyObject *dict_names, *ranks;
+    if (in_order) {
+        dict_names = names;
+        Py_XINCREF(dict_names);
+        ranks = Py_None;
+        Py_INCREF(ranks);
+    } else {
+        dict_names = PyTuple_New(n);
+        ranks = PyTuple_New(n);
+    }
     if (names == NULL || values == NULL || columns == NULL || packed == NULL
             || dict_names == NULL || ranks == NULL) {
         goto failed;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; !in_order && i < n; i++) {
         PyObject *rank = PyLong_FromSsize_t(i);
         if (rank == NULL) {
             goto failed;
@@ -198,7 +208,7 @@ static PyObject *sorted_known(PyObject *module, PyObject *const *args, Py_ssize_
             goto miss;
         }
     }
-    result = build_result(entries, n);
+    result = build_result(entries, n, in_order);
     goto done;
 miss:
     result = Py_None;
@@ -210,9 +220,10 @@ done:
 
 /* `pack_as(x, names, ranks)`: `(values, packed)` of a dict whose keys are `names` in that order
  * (the same objects, or equal exact str), its values in column order: value i goes to position
- * ranks[i]. `names` and `ranks` are what `sorted_known` returned for an earlier dict (or the
- * Python path's same), so values are what `operator.itemgetter(*column_ordered_names)(x)`
- * gives. None for any other dict, or a value that is not a finite float, int or bool. */
+ * ranks[i] (ranks None: to position i). `names` and `ranks` are what `sorted_known` returned for
+ * an earlier dict (or the Python path's same), so values are what
+ * `operator.itemgetter(*column_ordered_names)(x)` gives. None for any other dict, or a value
+ * that is not a finite float, int or bool. */
 static PyObject *pack_as(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 3) {
@@ -220,11 +231,13 @@ static PyObject *pack_as(PyObject *module, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     PyObject *x = args[0], *names = args[1], *ranks = args[2];
-    if (!PyDict_CheckExact(x) || !PyTuple_CheckExact(names) || !PyTuple_CheckExact(ranks)) {
+    int in_order = ranks == Py_None;
+    if (!PyDict_CheckExact(x) || !PyTuple_CheckExact(names)
+            || !(in_order || PyTuple_CheckExact(ranks))) {
         Py_RETURN_NONE;
     }
     Py_ssize_t n = PyTuple_GET_SIZE(names);
-    if (n < 1 || PyDict_GET_SIZE(x) != n || PyTuple_GET_SIZE(ranks) != n) {
+    if (n < 1 || PyDict_GET_SIZE(x) != n || !(in_order || PyTuple_GET_SIZE(ranks) == n)) {
         Py_RETURN_NONE;
     }
     PyObject *values = PyTuple_New(n);
@@ -249,8 +262,11 @@ static PyObject *pack_as(PyObject *module, PyObject *const *args, Py_ssize_t nar
                 goto miss;
             }
         }
-        PyObject *rank = PyTuple_GET_ITEM(ranks, i);
-        Py_ssize_t at = PyLong_CheckExact(rank) ? PyLong_AsSsize_t(rank) : -1;
+        Py_ssize_t at = i;
+        if (!in_order) {
+            PyObject *rank = PyTuple_GET_ITEM(ranks, i);
+            at = PyLong_CheckExact(rank) ? PyLong_AsSsize_t(rank) : -1;
+        }
         if (at < 0 || at >= n || PyTuple_GET_ITEM(values, at) != NULL) {
             PyErr_Clear();
             goto miss; /* not a permutation: not ours */
