@@ -419,6 +419,11 @@ class LibrdkafkaTransport(_Fetching, Transport):
                 "--transport librdkafka needs confluent-kafka: pip install "
                 "'streammargin[librdkafka]' (or use --transport kafka-python)"
             ) from None
+        # How long each client waits for a broker to answer: its own bootstrap_timeout_ms (the
+        # worker's connection failure names the client and quotes its setting).
+        self._timeouts_s = {role: kwargs.get("bootstrap_timeout_ms",
+                                             _DEFAULT_BOOTSTRAP_TIMEOUT_MS) / 1000
+                            for role, kwargs in settings.items()}
         self._timeout_ms = settings["consumer"].get("bootstrap_timeout_ms",
                                                     _DEFAULT_BOOTSTRAP_TIMEOUT_MS)
         # Checked before connecting (WorkerConfig does too): a setting librdkafka lacks.
@@ -460,7 +465,7 @@ class LibrdkafkaTransport(_Fetching, Transport):
         self.producer = Producer(properties)
         # librdkafka connects lazily: a metadata request shows whether a broker answers.
         try:
-            self.producer.list_topics(timeout=self._timeout_ms / 1000)
+            self.producer.list_topics(timeout=self._timeouts_s["producer"])
         except KafkaException as error:
             from kafka.errors import KafkaTimeoutError
 
@@ -495,7 +500,7 @@ class LibrdkafkaTransport(_Fetching, Transport):
         from confluent_kafka import KafkaException
 
         try:
-            metadata = self._admin_client().list_topics(timeout=self._timeout_ms / 1000)
+            metadata = self._admin_client().list_topics(timeout=self._timeouts_s["admin"])
         except KafkaException as error:
             raise client_error(error) from error
         return set(metadata.topics)
@@ -507,10 +512,10 @@ class LibrdkafkaTransport(_Fetching, Transport):
         futures = self._admin_client().create_topics(
             [NewTopic(name, num_partitions=partitions, replication_factor=1,
                       config=dict(configs or {}))],
-            operation_timeout=self._timeout_ms / 1000,
+            operation_timeout=self._timeouts_s["admin"],
         )
         try:
-            futures[name].result(timeout=self._timeout_ms / 1000)
+            futures[name].result(timeout=self._timeouts_s["admin"])
         except KafkaException as error:
             raise client_error(error) from error
 
@@ -521,7 +526,7 @@ class LibrdkafkaTransport(_Fetching, Transport):
         from confluent_kafka import KafkaException
 
         try:
-            metadata = self.producer.list_topics(topic, timeout=self._timeout_ms / 1000)
+            metadata = self.producer.list_topics(topic, timeout=self._timeouts_s["producer"])
         except KafkaException as error:
             raise client_error(error) from error
         found = metadata.topics.get(topic)

@@ -12,6 +12,7 @@ import math
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -531,6 +532,29 @@ def test_an_unreachable_broker_is_one_line_naming_servers_timeout_cause_and_fix(
         "(host:port of a broker listener), that the brokers are up and reachable from this "
         "host, and the security settings that listener expects (--security-protocol, --ssl-*, "
         "--sasl-*) (--log-level DEBUG shows the traceback)")
+    assert done.stdout == ""
+
+
+def test_an_unreachable_broker_is_one_line_on_librdkafka_too():
+    # The producer waits its own bootstrap_timeout_ms, which the line quotes (not the consumer's
+    # 30 s default).
+    pytest.importorskip("confluent_kafka")
+    servers = f"127.0.0.1:{free_port()}"
+    argv = [sys.executable, "-m", "connectors.cli", "kafka", "--topic", "t",
+            "--bootstrap-servers", servers, "--transport", "librdkafka",
+            "--producer-config", "bootstrap_timeout_ms=1500"]
+    started = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                          cwd=observability.__file__.rsplit("/connectors/", 1)[0])
+    assert time.monotonic() - started < 20  # 1.5 s and start-up, far from 30 s
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.endswith(
+        f"ERROR streammargin.kafka: worker failed: cannot connect to the Kafka brokers at "
+        f"{servers}: no broker answered within 1.5 s (the producer's bootstrap_timeout_ms=1500). "
+        "Fix: check --bootstrap-servers (host:port of a broker listener), that the brokers are up "
+        "and reachable from this host, and the security settings that listener expects "
+        "(--security-protocol, --ssl-*, --sasl-*) (--log-level DEBUG shows the traceback)")
     assert done.stdout == ""
 
 
