@@ -34,7 +34,8 @@ printed.
 After the rounds, one more worker run with `--profile-stages` prints where its main thread spent
 its time (poll, decode, scale, model, metrics, encode, produce, checkpoint), its start-up (process
 start to the first poll) and RSS; then two workers in one group against one (CPU seconds per
-record while processing and for the whole processes, throughput ratio). The checkpoint section
+record while processing and for the whole processes, throughput ratio; `--scale-out-contender`
+picks which of ours, ``worker`` by default). The checkpoint section
 times checkpoint + commit of an ALMA model with 1000 features.
 
 Run: .venv/bin/python benchmarks/kafka_throughput.py [--records 50000] [--rounds 3]
@@ -388,6 +389,8 @@ def main() -> None:
                         "fresh container without `streammargin warmup` (see 'first pred. s')")
     parser.add_argument("--skip-profile", action="store_true")
     parser.add_argument("--skip-scale-out", action="store_true")
+    parser.add_argument("--scale-out-contender", choices=OURS, default="worker",
+                        help="which of ours runs the scale-out section (default: worker)")
     parser.add_argument("--skip-checkpoint", action="store_true")
     # Internal: run one contender in this process.
     parser.add_argument("--contender", help=argparse.SUPPRESS)
@@ -488,12 +491,13 @@ def main() -> None:
                     print_profile(json.load(handle), run)
 
         if not args.skip_scale_out:
-            one = run_contender("worker", bootstrap, topic, n, partitions, "scale-1")
-            two = run_contender("worker", bootstrap, topic, n, partitions, "scale-2", members=2)
+            name = args.scale_out_contender
+            one = run_contender(name, bootstrap, topic, n, partitions, "scale-1")
+            two = run_contender(name, bootstrap, topic, n, partitions, "scale-2", members=2)
             print()
             per_record = {key: run["processing_cpu_us_per_record"] for key, run in
                           (("one", one), ("two", two))}
-            print(f"scale-out, {partitions} partitions: two workers in one group use "
+            print(f"scale-out ({name}), {partitions} partitions: two workers in one group use "
                   f"{per_record['two']:.1f} CPU us/record from the first to the last prediction "
                   f"against one worker's {per_record['one']:.1f} "
                   f"({per_record['two'] / max(per_record['one'], 1e-9):.2f}x; whole processes, "
