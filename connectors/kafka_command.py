@@ -416,7 +416,9 @@ def run(args: argparse.Namespace) -> int:
     worker: typing.Any = None
 
     def connected() -> bool:
-        return worker is not None and worker.status.phase != "starting"
+        # (Not the phase: a worker that fails to connect goes from "starting" to "failed", and
+        # closing a librdkafka consumer then delivers the connection errors it logged.)
+        return worker is not None and worker.status.was_connected
 
     with _LogSetup(level, args.log_format, connected):
         if args.list_models:

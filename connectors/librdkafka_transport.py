@@ -409,6 +409,7 @@ class LibrdkafkaTransport(_Fetching, Transport):
     """confluent-kafka's `Producer`, `Consumer` and `AdminClient` behind the worker's interface."""
 
     name = "librdkafka"
+    joins_in_background = True
 
     def __init__(self, settings: dict[str, dict]):
         Transport.__init__(self, settings)

@@ -254,6 +254,8 @@ class WorkerStatus:
         self._clock = clock
         self._lock = threading.Lock()
         self.phase = "starting"
+        # Whether the clients came up (`connected`): what the client log filter waits for.
+        self.was_connected = False
         self.error: str | None = None
         self.member = False
         self._unrestored: set[tuple[str, int]] = set()
@@ -276,6 +278,7 @@ class WorkerStatus:
         with self._lock:
             self._highwater = highwater
             self.phase = "running"
+            self.was_connected = True
             self._last_turn = self._clock()
 
     def assigned(self, partitions: typing.Iterable[typing.Any]) -> None:

@@ -126,6 +126,11 @@ class Transport(abc.ABC):
     def subscribe(self, topics: typing.Sequence[str], callbacks: RebalanceCallbacks) -> None:
         """Join the group for `topics`; `callbacks` run inside `poll`."""
 
+    #: Whether the client sends the group join from a thread of its own once subscribed, without
+    #: a `poll` (librdkafka), so that a worker can subscribe before its other clients start: the
+    #: broker's hold of a new member's join then overlaps them. kafka-python joins inside poll.
+    joins_in_background: typing.ClassVar[bool] = False
+
     @abc.abstractmethod
     def poll(self, timeout_ms: int, max_records: int) -> dict[typing.Any, list]:
         """Records by partition, each partition's in offset order (may be empty)."""

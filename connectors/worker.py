@@ -619,6 +619,17 @@ class Worker:
         settings = client_settings(config, self.client_id)
         check_tls_files(settings)
         transport = self._transport = make_transport(config.transport, settings)
+        # A client that joins in a thread of its own is subscribed first: the broker holds a new
+        # member's join (Tansu for half the session timeout, Kafka for group.initial.rebalance.
+        # delay.ms in a new group) while the producer, the topics and the checkpoint store are
+        # set up. Its rebalance callbacks run only inside `poll`, once all of that exists.
+        # kafka-python joins inside poll, and keeps the order below: subscribed last, two
+        # workers started together joined again and again on Tansu when it polled early
+        # (a9eca5b).
+        subscribe_first = transport.joins_in_background
+        if subscribe_first:
+            transport.start_consumer()
+            transport.subscribe(config.topics, _Callbacks(self))
         client = "producer"
         # kafka-python's bootstrap failure says only "Unable to bootstrap": the tail keeps the
         # last connection error it logged (refused, DNS, TLS handshake, ...) for the message.
@@ -628,8 +639,9 @@ class Worker:
                 if config.create_topics:
                     client = "admin"
                     self._create_topics(transport)
-                client = "consumer"
-                transport.start_consumer()
+                if not subscribe_first:
+                    client = "consumer"
+                    transport.start_consumer()
             except _kafka_errors().KafkaError as error:
                 raise _connect_failure(config.bootstrap_servers, client, settings[client], error,
                                        tail.last_error) from error
@@ -642,7 +654,8 @@ class Worker:
         if config.predictions_topic:
             partitions = transport.partitions_for(config.predictions_topic)
             self._prediction_partitions = max(1, len(partitions or ()))
-        transport.subscribe(config.topics, _Callbacks(self))
+        if not subscribe_first:
+            transport.subscribe(config.topics, _Callbacks(self))
         # The group join takes seconds, spent in the client's C code (librdkafka) or its socket
         # waits, without the GIL: kafka-python's modules, which the first records need (the
         # partitions' type, the errors), load meanwhile if the transport has not loaded them.

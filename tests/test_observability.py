@@ -537,7 +537,8 @@ def test_an_unreachable_broker_is_one_line_naming_servers_timeout_cause_and_fix(
 
 def test_an_unreachable_broker_is_one_line_on_librdkafka_too():
     # The producer waits its own bootstrap_timeout_ms, which the line quotes (not the consumer's
-    # 30 s default).
+    # 30 s default); the consumer, subscribed before the producer starts on librdkafka, logs
+    # connection errors that are delivered when it is closed: they stay off stderr.
     pytest.importorskip("confluent_kafka")
     servers = f"127.0.0.1:{free_port()}"
     argv = [sys.executable, "-m", "connectors.cli", "kafka", "--topic", "t",
