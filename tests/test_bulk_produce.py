@@ -79,6 +79,42 @@ def test_send_many_refuses_a_record_beyond_max_request_size_before_appending(kaf
     producer.close()
 
 
+@pytest.mark.kafka
+def test_librdkafka_send_many_writes_what_send_writes_through_a_full_queue(kafka_broker):
+    # A local queue of 2 records: most records of the 60 meet a full queue and wait for room;
+    # some have headers (one without a value), some no key, some no timestamp.
+    pytest.importorskip("confluent_kafka")
+    from connectors.librdkafka_transport import LibrdkafkaTransport
+
+    bootstrap = kafka_broker.bootstrap_servers
+    bulk, single = f"bulk-{next(_names)}", f"single-{next(_names)}"
+    create_topics(bootstrap, [bulk, single])
+    settings = {role: {"bootstrap_servers": bootstrap}
+                for role in ("producer", "consumer", "admin", "checkpoint_reader")}
+    settings["producer"].update({"queue.buffering.max.messages": 2, "linger_ms": 5})
+    transport = LibrdkafkaTransport(settings)
+    transport.start_producer()
+    n = 60
+    values = [b'{"i": %d}' % i + b"x" * (i % 13) for i in range(n)]
+    keys = [None if i % 4 == 0 else b"k%d" % i for i in range(n)]
+    headers = [None if i % 3 else [("trace", b"t%d" % i), ("empty", None)] for i in range(n)]
+    timestamps = [None if i % 5 == 0 else 1_700_000_000_000 + i for i in range(n)]
+    [delivery] = transport.send_many(bulk, 0, values, keys, headers, timestamps)
+    singles = [transport.send(single, value, key, hdrs, ts, 0)
+               for value, key, hdrs, ts in zip(values, keys, headers, timestamps)]
+    transport.flush()
+    assert delivery.is_done and delivery.succeeded()
+    assert all(d.is_done and d.succeeded() for d in singles)
+    mine, theirs = read(bootstrap, bulk, n), read(bootstrap, single, n)
+    assert [r[2] for r in mine] == values
+    # Records without a timestamp get the producer's clock: compare the others exactly.
+    strip = [(o, k, v, h, t if i % 5 else None) for i, (o, k, v, h, t) in enumerate(mine)]
+    same = [(o, k, v, h, t if i % 5 else None) for i, (o, k, v, h, t) in enumerate(theirs)]
+    assert strip == same
+    assert mine[3][3] == [("trace", b"t3"), ("empty", b"")]
+    transport.close_producer(10)
+
+
 def bulk_batch(n: int):
     records = MemoryRecordsBuilder(2, 0, 1 << 20)
     for i in range(n):
