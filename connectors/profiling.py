@@ -4,7 +4,8 @@
 (`sys._current_frames()`) every `interval` seconds and counts each sample in one stage:
 
     poll        kafka-python's `KafkaConsumer.poll` (fetching, parsing batches, CRC, group
-                protocol, waiting for the broker)
+                protocol, waiting for the broker), or the librdkafka transport's (consume,
+                and the records built from its messages)
     decode      the codec (`JSONCodec.decode`)
     scale       the StandardScaler (`streammargin/scaler.py`)
     model       the model (every other `streammargin/` module, River's linear models)
@@ -59,6 +60,7 @@ _RULES: list[tuple[str, str | None, str]] = [
     (f"connectors{_SEP}worker.py", "_flush", "checkpoint"),
     (f"connectors{_SEP}worker.py", "_restore_assigned", "restore"),
     (f"kafka{_SEP}consumer{_SEP}group.py", "poll", "poll"),
+    (f"connectors{_SEP}librdkafka_transport.py", "poll", "poll"),
     (f"kafka{_SEP}producer{_SEP}", None, "produce"),
     (f"connectors{_SEP}codec.py", "decode", "decode"),
     (f"connectors{_SEP}codec.py", "label_json", "encode"),

@@ -60,6 +60,17 @@ def test_a_sampled_task_spends_its_time_in_record_stages():
         assert seconds[stage] > 0.0, stage
 
 
+def test_either_clients_poll_is_the_poll_stage():
+    from kafka import KafkaConsumer
+
+    from connectors.librdkafka_transport import LibrdkafkaTransport
+
+    profiler = StageProfiler()
+    assert profiler._stage_of(KafkaConsumer.poll.__code__) == "poll"
+    assert profiler._stage_of(LibrdkafkaTransport.poll.__code__) == "poll"
+    assert profiler._stage_of(LibrdkafkaTransport.send_many.__code__) is None
+
+
 def test_rss_bytes():
     rss = rss_bytes()
     if sys.platform.startswith("linux"):
