@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -405,6 +406,35 @@ class _LogSetup(contextlib.AbstractContextManager):
         client.setLevel(self._saved[1])
 
 
+# Young objects allowed before CPython's first-generation collection (default 700): above the
+# ~2 objects a record a poll holds for one batch (10,000 at the default --max-poll-records).
+GC_YOUNG_THRESHOLD = 50_000
+
+
+@contextlib.contextmanager
+def _collector_for_a_worker() -> typing.Iterator[None]:
+    """CPython's collector set for running a worker, and set back afterwards (the command's
+    choice for its process; `Worker.run` leaves the host process's collector alone).
+
+    A poll hands the main thread up to --max-poll-records records, each with two objects the
+    collector tracks, that live until their batch is processed. At the default thresholds they
+    survive young collections in every poll and soon trigger full ones, each a walk of every
+    object the start-up made (tens of thousands: modules, the model's classes). So the start-up
+    heap is collected once and frozen (`gc.freeze`: later collections skip it), and young
+    collections wait for `GC_YOUNG_THRESHOLD` objects, more than a batch holds. Cyclic garbage
+    is still collected, at most that many objects late.
+    """
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+
+
 def run(args: argparse.Namespace) -> int:
     level_name = str(args.log_level).upper()
     if level_name not in LOG_LEVELS or args.log_format not in LOG_FORMATS:
@@ -484,7 +514,8 @@ def run(args: argparse.Namespace) -> int:
 
             profiler = StageProfiler().start()
         try:
-            summary = worker.run(on_metrics=_log_metrics)
+            with _collector_for_a_worker():
+                summary = worker.run(on_metrics=_log_metrics)
         except Exception as error:
             # The worker's errors name the cause and the fix; a traceback helps only to debug.
             return fail(f"worker failed: {_failure_message(error)}", 1, error,

@@ -750,6 +750,20 @@ def test_command_exit_codes(monkeypatch, capsys):
     assert "--on-undecodable must be one of ('fail', 'skip')" in capsys.readouterr().err
 
 
+def test_the_command_runs_its_worker_with_the_start_up_heap_frozen_and_sets_it_back():
+    import gc
+
+    before = gc.get_threshold(), gc.get_freeze_count()
+    with kafka_command._collector_for_a_worker():
+        assert gc.get_threshold() == (kafka_command.GC_YOUNG_THRESHOLD, *before[0][1:])
+        assert gc.get_freeze_count() > 0
+        garbage = []
+        garbage.append(garbage)  # a cycle made while running is still collected
+        del garbage
+        assert gc.collect() > 0
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+
 def test_checkpoint_size_options_reach_the_worker_config(monkeypatch):
     config = parse_command(["--topic", "t", "--max-checkpoint-bytes", "1000000"], monkeypatch,
                            env={"STREAMMARGIN_CHECKPOINT_CHUNK_BYTES": "65536"})
