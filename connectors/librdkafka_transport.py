@@ -425,11 +425,9 @@ class LibrdkafkaTransport(_Fetching, Transport):
         self._timeouts_s = {role: kwargs.get("bootstrap_timeout_ms",
                                              _DEFAULT_BOOTSTRAP_TIMEOUT_MS) / 1000
                             for role, kwargs in settings.items()}
-        self._timeout_ms = settings["consumer"].get("bootstrap_timeout_ms",
-                                                    _DEFAULT_BOOTSTRAP_TIMEOUT_MS)
         # Checked before connecting (WorkerConfig does too): a setting librdkafka lacks.
         self._properties = {role: translate(kwargs, role) for role, kwargs in settings.items()}
-        _Fetching.__init__(self, None, self._timeout_ms)
+        _Fetching.__init__(self, None, 1000 * self._timeouts_s["consumer"])
         self.producer: typing.Any = None
         self._admin: typing.Any = None
         self._max_poll_records = settings["consumer"].get("max_poll_records", 500)
@@ -612,8 +610,7 @@ class LibrdkafkaTransport(_Fetching, Transport):
         from confluent_kafka import KafkaException
 
         try:
-            [found] = self._consumer.committed([self._lib(partition)],
-                                           timeout=self._timeout_ms / 1000)
+            [found] = self._consumer.committed([self._lib(partition)], timeout=self._timeout)
         except KafkaException as error:
             raise client_error(error) from error
         return found.offset if found.offset >= 0 else None

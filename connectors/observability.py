@@ -254,8 +254,6 @@ class WorkerStatus:
         self._clock = clock
         self._lock = threading.Lock()
         self.phase = "starting"
-        # Whether the clients came up (`connected`): what the client log filter waits for.
-        self.was_connected = False
         self.error: str | None = None
         self.member = False
         self._unrestored: set[tuple[str, int]] = set()
@@ -278,8 +276,13 @@ class WorkerStatus:
         with self._lock:
             self._highwater = highwater
             self.phase = "running"
-            self.was_connected = True
             self._last_turn = self._clock()
+
+    @property
+    def was_connected(self) -> bool:
+        """Whether the clients came up (`connected` was called): what the client log filter
+        waits for."""
+        return self._highwater is not None
 
     def assigned(self, partitions: typing.Iterable[typing.Any]) -> None:
         """The group gave the worker these partitions (not ready until they are restored)."""
