@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test bench compiled clean
+.PHONY: demo test bench compiled apache-kafka clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,16 @@ $(STAMP): pyproject.toml constraints.txt
 compiled: $(STAMP)
 	$(VENV)/bin/streammargin warmup
 
+# Apache Kafka's jars (connectors/apache_kafka/pom.xml) from Maven Central into .cache/, once:
+# the broker the Kafka tests run on. Without Java or Maven it says so and the tests use Tansu;
+# under CI=true it fails instead.
+apache-kafka: $(STAMP)
+	$(PY) -m connectors.broker fetch
+
 demo: compiled
 	$(VENV)/bin/streammargin demo
 
-test: compiled
+test: compiled apache-kafka
 	$(PY) -m pytest
 
 # The benchmarks also need the bench extra (Quix Streams, for benchmarks/kafka_throughput.py).
@@ -34,5 +40,5 @@ bench: $(BENCH_STAMP) compiled
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info streammargin/jit/_aot
+	rm -rf $(VENV) build *.egg-info streammargin/jit/_aot .cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

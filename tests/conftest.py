@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import pathlib
 
 import pytest
@@ -50,12 +52,64 @@ def pytest_sessionfinish(session, exitstatus):
         stop()
 
 
-@pytest.fixture(scope="session")
-def kafka_broker():
-    """An embedded Tansu broker (in-memory) on a free port for the whole session; torn down after.
+# The broker under the Kafka tests ----------------------------------------------------------------
+#
+# Apache Kafka (connectors.broker.ApacheKafkaBroker: the broker users run) whenever this machine
+# has Java and the jars (or Maven to fetch them); otherwise, on a developer's machine, the embedded
+# Tansu, said in one line of the report header. Under CI (CI=true) Apache Kafka is required: a
+# missing JVM or Maven stops the run. STREAMMARGIN_TEST_BROKER=tansu|apache-kafka forces one.
 
-    Its memory storage is shared by the tests: each test uses fresh topic and group names.
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@functools.cache
+def test_broker_kind() -> tuple[str, str]:
+    """The broker kind of the Kafka tests and the line saying why."""
+    from connectors.broker import KAFKA_VERSION, apache_kafka_unavailable
+
+    forced = os.environ.get("STREAMMARGIN_TEST_BROKER")
+    if forced:
+        if forced not in ("tansu", "apache-kafka"):
+            raise pytest.UsageError(f"STREAMMARGIN_TEST_BROKER={forced!r}: tansu or apache-kafka")
+        return forced, f"Kafka tests on {forced} (STREAMMARGIN_TEST_BROKER)"
+    missing = apache_kafka_unavailable()
+    if missing is None:
+        return "apache-kafka", f"Kafka tests on Apache Kafka {KAFKA_VERSION}"
+    if _ci():
+        raise pytest.UsageError(
+            f"CI=true needs Apache Kafka {KAFKA_VERSION} under the Kafka tests, and {missing}. "
+            "Fix: install OpenJDK 17+ and Maven 3.8+ on the CI machine"
+        )
+    return "tansu", (f"Kafka tests on the embedded Tansu: Apache Kafka {KAFKA_VERSION} is not "
+                     f"available ({missing})")
+
+
+def pytest_report_header(config):
+    return [test_broker_kind()[1]]
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """The session's broker (see `test_broker_kind`) on free loopback ports; torn down after.
+
+    Its storage is shared by the tests: each test uses fresh topic and group names.
     """
+    from connectors.broker import make_broker
+
+    kind = test_broker_kind()[0]
+    options = {}
+    if kind == "apache-kafka":
+        options["log_path"] = tmp_path_factory.mktemp("apache-kafka") / "broker.log"
+    with make_broker(kind, **options) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def tansu_broker():
+    """The embedded Tansu broker, for the conformance subset that the demo's default broker
+    must pass (tests/test_tansu_conformance.py)."""
     from connectors.broker import EmbeddedBroker
 
     with EmbeddedBroker() as broker:

@@ -23,7 +23,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ("README.md", "docs/ARCHITECTURE.md")
 PACKAGES = ("streammargin", "streammargin/jit", "connectors")
-EXTENSIONS = (".py", ".md", ".toml", ".txt", ".json", ".cfg", ".yml", ".yaml", ".sh", ".csv", ".c")
+EXTENSIONS = (".py", ".md", ".toml", ".txt", ".json", ".cfg", ".yml", ".yaml", ".sh", ".csv", ".c", ".xml")
 
 BACKTICKED = re.compile(r"(?<!`)`([^`]+)`(?!`)")
 DOTTED = re.compile(r"^((?:streammargin|connectors)(?:\.[A-Za-z_][\w-]*)*)")
