@@ -465,6 +465,10 @@ class CheckpointStore:
         `KafkaConsumer` calls the store reads with (assign, seek, poll, position, highwater,
         beginning_offsets, end_offsets, close). Default: `KafkaConsumer`
         (`connectors.librdkafka_transport.CheckpointReader` reads with librdkafka).
+    transactional
+        The producer is transactional (exactly-once): writes belong to the worker's open
+        transaction, which it ends with `transaction_ended` (give the reader
+        isolation_level=read_committed too).
 
     """
 
@@ -481,6 +485,7 @@ class CheckpointStore:
         window: int = 64,
         timeout: float = 60.0,
         reader_factory: typing.Callable[..., typing.Any] | None = None,
+        transactional: bool = False,
     ):
         if not MIN_CHUNK_BYTES <= chunk_bytes <= _U32:
             raise ValueError(f"chunk_bytes must be within [{MIN_CHUNK_BYTES}, {_U32}], got "
@@ -527,6 +532,11 @@ class CheckpointStore:
         self._reader: typing.Any = None
         self._n_partitions: int | None = None
         self._live: dict[bytes, _Live] = {}
+        # With a transactional producer (exactly-once), a write is part of the worker's open
+        # transaction: the live state of each key it changed, as it was before, so that an
+        # aborted transaction puts it back (`transaction_ended`).
+        self.transactional = transactional
+        self._undo: dict[bytes, _Live | None] = {}
 
     def n_partitions(self) -> int:
         if self._n_partitions is None:
@@ -558,6 +568,7 @@ class CheckpointStore:
             # succeeds deletes them.
             for plan in plans:
                 if plan.generation is not None:
+                    self._remember(plan.key)
                     live = self._live.setdefault(plan.key, _Live(None, None))
                     live.orphans.extend(plan.generation.keys(plan.key))
             raise
@@ -650,6 +661,7 @@ class CheckpointStore:
     def _write_tombstones(self, plans: list[_Plan]) -> None:
         """Delete the chunks the new heads superseded (flushed with the producer's next flush)."""
         for plan in plans:
+            self._remember(plan.key)
             live = self._live.get(plan.key)
             self._live[plan.key] = _Live(plan.generation, plan.previous)
             if live is None:
@@ -668,6 +680,24 @@ class CheckpointStore:
                 future.add_errback(
                     lambda error, key=key: log.warning("tombstone of %r failed: %s", key, error)
                 )
+
+    def _remember(self, key: bytes) -> None:
+        if self.transactional and key not in self._undo:
+            live = self._live.get(key)
+            self._undo[key] = None if live is None else dataclasses.replace(
+                live, orphans=list(live.orphans))
+
+    def transaction_ended(self, committed: bool) -> None:
+        """The worker's transaction ended: the writes since the last end stand (`committed`) or
+        are gone (aborted: read_committed readers and the log cleaner skip them), and the store
+        again knows which chunks the next checkpoint of each key supersedes."""
+        if not committed:
+            for key, live in self._undo.items():
+                if live is None:
+                    self._live.pop(key, None)
+                else:
+                    self._live[key] = live
+        self._undo.clear()
 
     # Reading ----------------------------------------------------------------------------------
 
@@ -708,6 +738,7 @@ class CheckpointStore:
         for key in wanted:
             by_checkpoint_partition[_partition_of(key, self.n_partitions())].add(key)
             self._live.pop(key, None)
+            self._undo.pop(key, None)  # what is read back is what stands
         found: dict[tuple[str, int], LoadedCheckpoint | RefusedCheckpoint] = {}
         for number, keys in sorted(by_checkpoint_partition.items()):
             tp = TopicPartition(self.topic, number)
@@ -846,6 +877,12 @@ class CheckpointStore:
             highwater = reader.highwater(tp)
             if not batch and highwater is not None and position >= highwater:
                 return latest
+            if not batch and self.transactional and highwater is not None:
+                # read_committed: the readable end is the last stable offset, short of the
+                # highwater mark while a transaction is open on the partition (a commit in
+                # progress, a crashed producer's until its timeout); end_offsets gives it.
+                if position >= reader.end_offsets([tp])[tp]:
+                    return latest
         raise CheckpointError(f"reading checkpoints from {tp.topic}/{tp.partition}: no record "
                               f"came in {self.timeout} s before its end")
 

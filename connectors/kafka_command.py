@@ -87,6 +87,11 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
     ("--on-undecodable", "str", "fail",
      "a record batch the client cannot decode (missing codec library, corrupt data): fail (exit "
      "1, nothing committed) or skip (one dead letter for its offsets, then go on after it)"),
+    ("--processing-guarantee", "str", "at-least-once",
+     "at-least-once (a crash replays the records since the last checkpoint: their outputs twice)"
+     " or exactly-once (each commit interval's outputs, checkpoints and input offsets are one "
+     "Kafka transaction: read_committed consumers see each output once; outputs appear at each "
+     "commit, see --checkpoint-every/--checkpoint-interval)"),
     ("--transport", "str", "kafka-python",
      "Kafka client library: kafka-python (pure Python) or librdkafka (confluent-kafka, the "
      "streammargin[librdkafka] extra; faster, takes kafka-python setting names and librdkafka "
@@ -285,6 +290,7 @@ def config_from_args(args: argparse.Namespace) -> typing.Any:
         label_max_age_seconds=args.label_max_age_seconds,
         on_bad_checkpoint=args.on_bad_checkpoint,
         on_undecodable=args.on_undecodable,
+        processing_guarantee=args.processing_guarantee,
         transport=args.transport,
         session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms,

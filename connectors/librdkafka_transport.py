@@ -33,7 +33,12 @@ from __future__ import annotations
 import logging
 import typing
 
-from connectors.transport import RebalanceCallbacks, Transport, sendable_headers
+from connectors.transport import (
+    RebalanceCallbacks,
+    TransactionAborted,
+    Transport,
+    sendable_headers,
+)
 
 __all__ = ["LibrdkafkaTransport", "CheckpointReader", "Delivery", "Record", "translate",
            "client_error"]
@@ -73,6 +78,7 @@ _PROPERTIES: dict[str, str | None] = {
     "delivery_timeout_ms": "delivery.timeout.ms",
     "enable_idempotence": "enable.idempotence",
     "transactional_id": "transactional.id",
+    "transaction_timeout_ms": "transaction.timeout.ms",
     "max_in_flight_requests_per_connection": "max.in.flight.requests.per.connection",
     "connections_max_idle_ms": "connections.max.idle.ms",
     "metadata_max_age_ms": "metadata.max.age.ms",
@@ -112,6 +118,7 @@ def translate(settings: dict[str, typing.Any], role: str) -> dict[str, typing.An
     Traceback (most recent call last):
     ...
     ValueError: the consumer setting sasl_oauth_token_provider has no librdkafka equivalent: give librdkafka's own property instead (a name with dots, as in docs.confluent.io's librdkafka CONFIGURATION.md), or use --transport kafka-python
+
     """
     properties: dict[str, typing.Any] = {}
     for name, value in settings.items():
@@ -162,6 +169,11 @@ def client_error(error: typing.Any) -> BaseException:
         KafkaError.REQUEST_TIMED_OUT: errors.KafkaTimeoutError,
         KafkaError._TRANSPORT: errors.KafkaConnectionError,
         KafkaError._ALL_BROKERS_DOWN: errors.KafkaConnectionError,
+        KafkaError._FENCED: errors.ProducerFencedError,
+        KafkaError.PRODUCER_FENCED: errors.ProducerFencedError,
+        KafkaError.INVALID_PRODUCER_EPOCH: errors.InvalidProducerEpochError,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            errors.TransactionalIdAuthorizationFailedError,
     }
     cls = classes.get(error.code(), errors.KafkaError)
     return cls(f"{error.str()} (librdkafka {error.name()})")
@@ -303,6 +315,7 @@ class _Fetching:
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
+                    self._reached_end(message)
                     continue
                 if error.fatal() or message.topic() is None:
                     if error.fatal():
@@ -320,6 +333,9 @@ class _Fetching:
         for tp, records in batches.items():
             self._next[tp] = records[-1].offset + 1
         return batches
+
+    def _reached_end(self, message: typing.Any) -> None:
+        """A partition-end event (only a consumer with enable.partition.eof gets them)."""
 
     def highwater(self, tp: typing.Any) -> int | None:
         try:
@@ -361,9 +377,18 @@ class CheckpointReader(_Fetching):
         properties.setdefault("group.id", f"{properties.get('client.id', 'streammargin')}")
         properties["enable.auto.commit"] = False
         properties["enable.auto.offset.store"] = False
+        # A partition-end event carries the end offset, past what librdkafka never delivers:
+        # transaction markers, aborted records (read_committed). The position follows it, as
+        # kafka-python's does, so that the store sees a partition read to its end.
+        properties["enable.partition.eof"] = True
         properties["logger"] = logging.getLogger(_LIBRDKAFKA_LOG)
         timeout = settings.get("bootstrap_timeout_ms", _DEFAULT_BOOTSTRAP_TIMEOUT_MS)
         super().__init__(_new_consumer(properties, "checkpoint reader"), timeout)
+
+    def _reached_end(self, message: typing.Any) -> None:
+        tp = self._tp(message.topic(), message.partition())
+        if message.offset() > self._next.get(tp, -1):
+            self._next[tp] = message.offset()
 
     def assign(self, partitions: list) -> None:
         self._consumer.assign([self._lib(tp) for tp in partitions])
@@ -470,6 +495,13 @@ class LibrdkafkaTransport(_Fetching, Transport):
 
             self.producer = None
             raise KafkaTimeoutError(f"no broker answered: {error}") from error
+        if self.transactional:
+            # Fences a previous producer of this id and aborts its open transaction.
+            try:
+                self.producer.init_transactions(self._timeouts_s["producer"])
+            except KafkaException as error:
+                self.producer = None
+                raise client_error(error) from error
 
     def start_consumer(self) -> None:
         self._consumer = _new_consumer(self._client_properties("consumer"), "consumer")
@@ -709,10 +741,66 @@ class LibrdkafkaTransport(_Fetching, Transport):
         return [delivery]
 
     def flush(self, timeout: float | None = None) -> None:
-        if timeout is None:
-            self.producer.flush()
-        else:
-            self.producer.flush(timeout)
+        from confluent_kafka import KafkaException
+
+        try:
+            if timeout is None:
+                self.producer.flush()
+            else:
+                self.producer.flush(timeout)
+        except KafkaException as error:  # a transactional producer's fatal error (fenced)
+            raise client_error(error) from error
+
+    # Transactions (exactly-once) ----------------------------------------------------------------
+
+    def begin_transaction(self) -> None:
+        from confluent_kafka import KafkaException
+
+        try:
+            self.producer.begin_transaction()
+        except KafkaException as error:
+            raise client_error(error) from error
+
+    def commit_transaction(self, offsets: dict[typing.Any, int],
+                           before_commit: typing.Callable[[], None] | None = None) -> None:
+        from confluent_kafka import KafkaException
+
+        listed = [self._lib(tp, offset) for tp, offset in offsets.items()]
+        try:
+            if listed:
+                self.producer.send_offsets_to_transaction(
+                    listed, self._consumer.consumer_group_metadata(), self._timeout)
+            if before_commit is not None:
+                before_commit()
+            # A retriable failure (a timeout) may be retried as long as the transaction
+            # timeout allows; librdkafka then resumes the commit where it stopped.
+            deadline = self._timeout * 4
+            while True:
+                try:
+                    self.producer.commit_transaction(self._timeout)
+                    return
+                except KafkaException as error:
+                    inner = error.args[0] if error.args else None
+                    if (inner is None or not inner.retriable() or inner.txn_requires_abort()
+                            or deadline <= 0):
+                        raise
+                    deadline -= self._timeout
+        except KafkaException as error:
+            inner = error.args[0] if error.args else None
+            if inner is not None and inner.fatal():
+                raise client_error(error) from error
+            # An abortable error (a generation the group coordinator no longer knows, a failed
+            # send): aborted here; anything the abort cannot do stops the worker.
+            self.abort_transaction()
+            raise TransactionAborted(client_error(error)) from error
+
+    def abort_transaction(self) -> None:
+        from confluent_kafka import KafkaException
+
+        try:
+            self.producer.abort_transaction(self._timeout)
+        except KafkaException as error:
+            raise client_error(error) from error
 
     # Checkpoints ------------------------------------------------------------------------------
 
@@ -724,4 +812,5 @@ class LibrdkafkaTransport(_Fetching, Transport):
         servers = reader.pop("bootstrap_servers")
         return CheckpointStore(servers, topic, group_id, producer=self, reader_config=reader,
                                chunk_bytes=chunk_bytes, max_checkpoint_bytes=max_checkpoint_bytes,
-                               reader_factory=CheckpointReader)
+                               reader_factory=CheckpointReader,
+                               transactional=self.transactional)

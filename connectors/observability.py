@@ -189,6 +189,8 @@ class Snapshot(typing.NamedTuple):
     rebalances: int
     last_poll: float | None  # wall-clock time of the main loop's last turn
     published: float
+    transactions_committed: int = 0  # exactly-once
+    transactions_aborted: int = 0
 
 
 @dataclasses.dataclass
@@ -264,6 +266,7 @@ class WorkerStatus:
         self._checkpoint_rounds = [0] * (len(CHECKPOINT_SECONDS_BUCKETS) + 1)
         self._checkpoint_seconds = 0.0
         self._rebalances = 0
+        self._transactions = {"committed": 0, "aborted": 0}
         self._highwater: typing.Callable[[typing.Any], int | None] | None = None
         self._next_publish = 0.0
         self._snapshot = self._build(time.time())
@@ -348,6 +351,12 @@ class WorkerStatus:
             self._checkpoints_written += len(sizes)
             self._checkpoint_rounds[bisect.bisect_left(CHECKPOINT_SECONDS_BUCKETS, seconds)] += 1
             self._checkpoint_seconds += seconds
+            self._next_publish = 0.0
+
+    def transaction_ended(self, committed: bool) -> None:
+        """Exactly-once: a transaction committed, or was aborted (its tasks rewound)."""
+        with self._lock:
+            self._transactions["committed" if committed else "aborted"] += 1
             self._next_publish = 0.0
 
     def checkpoint_failed(self, partitions: int) -> None:
@@ -467,6 +476,8 @@ class WorkerStatus:
             rebalances=self._rebalances,
             last_poll=now - quiet if self.phase != "starting" else None,
             published=now,
+            transactions_committed=self._transactions["committed"],
+            transactions_aborted=self._transactions["aborted"],
         )
 
 
@@ -530,6 +541,13 @@ class _Collector:
         yield CounterMetricFamily("streammargin_checkpoint_failures",
                                   "Partition checkpoints that could not be written.",
                                   value=snap.checkpoint_failures)
+        transactions = CounterMetricFamily(
+            "streammargin_transactions",
+            "Exactly-once transactions by outcome: committed, or aborted (every task rewound to "
+            "its last committed checkpoint).", labels=["outcome"])
+        transactions.add_metric(["committed"], snap.transactions_committed)
+        transactions.add_metric(["aborted"], snap.transactions_aborted)
+        yield transactions
         histogram = HistogramMetricFamily(
             "streammargin_checkpoint_duration_seconds",
             "Checkpoint rounds: flushing outputs, writing checkpoints durably, committing.",

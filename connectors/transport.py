@@ -24,6 +24,17 @@ Common vocabulary, so that the worker is written once:
   subclasses: `MessageSizeTooLargeError`, `KafkaTimeoutError`, ...), which the worker turns into
   its one-line failures; an implementation on another library maps its errors onto them.
 
+Exactly-once output (`--processing-guarantee exactly-once`): a producer whose settings carry a
+`transactional_id` is transactional. `start_producer` then registers it with the transaction
+coordinator (`init_transactions`: a previous producer of the same id is fenced, its open
+transaction aborted); the worker opens a transaction (`begin_transaction`), sends, and ends it
+with `commit_transaction(offsets)`, which adds the input offsets with the group consumer's
+metadata (KIP-447: the broker refuses them from a member of an older generation, a zombie) and
+commits. A transaction that cannot commit is aborted by the transport, which then raises
+`TransactionAborted`: nothing of it is visible to read_committed consumers, and the worker
+rewinds its tasks to their last committed checkpoints. A producer that cannot go on (fenced by a
+newer producer of its id, not authorized) raises a `KafkaError`.
+
 Rebalance callbacks (`RebalanceCallbacks`) run inside `poll`, on the calling thread's behalf, in
 the order the worker's checkpoint protocol needs: `revoked` (or `lost`) before the partitions
 go, `assigned` once the new ones are the consumer's, before any of their records is returned
@@ -36,10 +47,19 @@ import abc
 import typing
 
 __all__ = ["TRANSPORTS", "Transport", "RebalanceCallbacks", "KafkaPythonTransport",
-           "make_transport", "sendable_headers"]
+           "TransactionAborted", "make_transport", "sendable_headers"]
 
 #: The `--transport` choices.
 TRANSPORTS = ("kafka-python", "librdkafka")
+
+
+class TransactionAborted(Exception):  # noqa: N818 (an outcome, not a failure of ours)
+    """The transaction could not commit and was aborted: none of its records, offsets or
+    checkpoints are visible to read_committed readers. `cause` is the client's error."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause = cause
 
 
 class RebalanceCallbacks(typing.Protocol):
@@ -200,6 +220,29 @@ class Transport(abc.ABC):
     def flush(self) -> None:
         """Return once every record sent so far is delivered or failed (see the deliveries)."""
 
+    # Transactions (exactly-once) ----------------------------------------------------------------
+
+    @property
+    def transactional(self) -> bool:
+        """Whether the producer is transactional (its settings give a `transactional_id`)."""
+        return bool(self.settings["producer"].get("transactional_id"))
+
+    @abc.abstractmethod
+    def begin_transaction(self) -> None:
+        """Open a transaction: what is sent from now on is in it (a local step, no request)."""
+
+    @abc.abstractmethod
+    def commit_transaction(self, offsets: dict[typing.Any, int],
+                           before_commit: typing.Callable[[], None] | None = None) -> None:
+        """Add the group's next `offsets` to the transaction, call `before_commit`, and commit
+        (blocks until the broker has it). Raises `TransactionAborted` when it could not commit
+        and was aborted, a `KafkaError` when the producer cannot go on; what `before_commit`
+        raises passes through, the transaction left open."""
+
+    @abc.abstractmethod
+    def abort_transaction(self) -> None:
+        """Abort the open transaction (raises a `KafkaError` when the producer cannot)."""
+
     # Checkpoints ------------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -241,6 +284,10 @@ class KafkaPythonTransport(Transport):
 
         self.producer = KafkaProducer(**self.settings["producer"])
         self.bulk = bulk_produce.supported(self.producer)
+        if self.transactional:
+            # Fences a previous producer of this id and aborts its open transaction; waits at
+            # most max_block_ms (KafkaTimeoutError: no broker answered).
+            self.producer.init_transactions()
 
     def start_consumer(self) -> None:
         from kafka import KafkaConsumer
@@ -357,6 +404,32 @@ class KafkaPythonTransport(Transport):
     def flush(self) -> None:
         self.producer.flush()
 
+    def begin_transaction(self) -> None:
+        self.producer.begin_transaction()
+
+    def commit_transaction(self, offsets: dict[typing.Any, int],
+                           before_commit: typing.Callable[[], None] | None = None) -> None:
+        from kafka.errors import KafkaError
+        from kafka.structs import OffsetAndMetadata
+
+        metadata = {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()}
+        try:
+            if metadata:
+                self.producer.send_offsets_to_transaction(metadata,
+                                                          self.consumer.group_metadata())
+            if before_commit is not None:
+                before_commit()
+            self.producer.commit_transaction()
+        except KafkaError as error:
+            # An abortable error (a generation the group coordinator no longer knows, a failed
+            # send, a timeout) leaves the transaction to abort; a fatal one (fenced) makes the
+            # abort raise too, and that error stops the worker.
+            self.producer.abort_transaction()
+            raise TransactionAborted(error) from error
+
+    def abort_transaction(self) -> None:
+        self.producer.abort_transaction()
+
     def checkpoint_store(self, topic: str, group_id: str, chunk_bytes: int,
                          max_checkpoint_bytes: int) -> typing.Any:
         from connectors.checkpoint import CheckpointStore
@@ -365,7 +438,8 @@ class KafkaPythonTransport(Transport):
         servers = reader.pop("bootstrap_servers")
         return CheckpointStore(servers, topic, group_id, producer=self.producer,
                                reader_config=reader, chunk_bytes=chunk_bytes,
-                               max_checkpoint_bytes=max_checkpoint_bytes)
+                               max_checkpoint_bytes=max_checkpoint_bytes,
+                               transactional=self.transactional)
 
 
 def _listener(callbacks: RebalanceCallbacks) -> typing.Any:

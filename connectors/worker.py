@@ -23,6 +23,12 @@ A worker killed at any point and restarted ends with exactly the state of an uni
 records after the last checkpoint are replayed, so their predictions may appear twice
 (at-least-once; dedupe on `(topic, partition, offset)`).
 
+With `processing_guarantee="exactly-once"` the outputs, checkpoints and input offsets of each
+commit interval are one Kafka transaction (`_commit_transaction`): a read_committed consumer sees
+exactly one prediction per input offset, whatever crashes. A transaction that cannot commit (a
+rebalance fenced this member's generation, a lost partition) is aborted, and every task goes back
+to its last committed checkpoint (`_rewind`), which the records since then rebuild exactly.
+
 Usage in a process of your own::
 
     worker = Worker(WorkerConfig(topics=["events"], bootstrap_servers="localhost:9092"))
@@ -53,17 +59,32 @@ from connectors.metrics import Throughput
 from connectors.observability import ClientLogTail, WorkerStatus
 from connectors.profiling import rss_bytes
 from connectors.task import ERROR_HEADER, OutputRecords, PartitionTask, TaskOutput, TaskSettings
-from connectors.transport import TRANSPORTS, Transport, make_transport
+from connectors.transport import TRANSPORTS, TransactionAborted, Transport, make_transport
 from connectors.transport import sendable_headers as _sendable
 from streammargin.errors import StateError
 
 __all__ = ["WorkerConfig", "Worker", "WorkerError", "client_settings", "connection_settings",
-           "BAD_CHECKPOINT_POLICIES", "UNDECODABLE_POLICIES", "check_tls_files"]
+           "BAD_CHECKPOINT_POLICIES", "UNDECODABLE_POLICIES", "PROCESSING_GUARANTEES",
+           "check_tls_files"]
 
 log = logging.getLogger(__name__)
 
 BAD_CHECKPOINT_POLICIES = ("fail", "reset")
 UNDECODABLE_POLICIES = ("fail", "skip")
+#: `--processing-guarantee`, Kafka Streams' and Quix Streams' name and values.
+PROCESSING_GUARANTEES = ("at-least-once", "exactly-once")
+# Exactly-once: a crashed worker's open transaction holds back read_committed readers of its
+# output partitions (and the restore of its input partitions) until the broker aborts it, this
+# long after it began. Kafka Streams' default for exactly-once too.
+TRANSACTION_TIMEOUT_MS = 10_000
+# Exactly-once: a dead letter's value above this many bytes is sent without it (a header says how
+# many bytes were dropped). A record the broker refuses as too large fails the whole transaction,
+# and its replay would fail again; 900 KiB stays below a default topic's max.message.bytes
+# (1 MiB) with room for the key and headers.
+EXACTLY_ONCE_DEAD_LETTER_BYTES = 900 << 10
+# Exactly-once: this many aborted transactions in a row, without one commit, stop the worker
+# (something refuses every transaction: replaying again would only repeat it).
+MAX_ABORTS_IN_A_ROW = 5
 # A broker round trip of the idle check may take this long before it counts as "not caught up".
 IDLE_CHECK_TIMEOUT_MS = 5_000
 
@@ -129,6 +150,14 @@ class WorkerConfig:
     # A record batch the client cannot decode: "fail" (exit non-zero, nothing committed) or
     # "skip" (one dead letter for the batch's offsets, then go on after it).
     on_undecodable: str = "fail"
+    # "at-least-once": outputs flushed, then checkpoints written, then offsets committed; a crash
+    # replays the records since the last checkpoint, whose outputs then appear twice.
+    # "exactly-once": each commit interval (checkpoint_every / checkpoint_interval) is one Kafka
+    # transaction of outputs, checkpoints and input offsets; read_committed consumers see each
+    # output once. The producer's transactional_id is `<group_id>-<client id>` unless
+    # --producer-config gives one: a stable --client-id fences a restarted worker's
+    # predecessor at once.
+    processing_guarantee: str = "at-least-once"
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
     # Big polls pay: measured 12.9k -> 14-17k records/s end to end going from 2000 to 5000.
@@ -176,6 +205,9 @@ class WorkerConfig:
         if self.on_undecodable not in UNDECODABLE_POLICIES:
             raise ValueError(f"on_undecodable must be one of {UNDECODABLE_POLICIES}, "
                              f"got {self.on_undecodable!r}")
+        if self.processing_guarantee not in PROCESSING_GUARANTEES:
+            raise ValueError(f"processing_guarantee must be one of {PROCESSING_GUARANTEES}, "
+                             f"got {self.processing_guarantee!r}")
         if self.auto_offset_reset not in ("earliest", "latest"):
             raise ValueError(f"auto_offset_reset must be earliest or latest, "
                              f"got {self.auto_offset_reset!r}")
@@ -190,6 +222,10 @@ class WorkerConfig:
 
             for role, kwargs in settings.items():  # or that librdkafka has no name for
                 translate(kwargs, role)
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.processing_guarantee == "exactly-once"
 
     def task_settings(self) -> TaskSettings:
         """What each partition task needs of this configuration."""
@@ -302,6 +338,22 @@ def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> di
                 "admin client takes the connection settings of both, so give it once (for every "
                 "client) or the same in both"
             )
+    transactions: dict[str, typing.Any] = {}
+    reading: dict[str, typing.Any] = {}
+    if config.exactly_once:
+        transactions = {"transactional_id": f"{config.group_id}-{client_id}",
+                        "transaction_timeout_ms": TRANSACTION_TIMEOUT_MS}
+        # Upstream transactions' aborted records are not inputs, and the group's committed
+        # offsets are read only once no transaction holds them (KIP-447's require_stable).
+        reading = {"isolation_level": "read_committed"}
+        for given in (config.client_config, config.consumer_config):
+            level = given.get("isolation_level", "read_committed")
+            if level != "read_committed":
+                raise ValueError(f"isolation_level={level} contradicts --processing-guarantee "
+                                 "exactly-once, which reads read_committed: leave it out")
+    elif "transactional_id" in {**config.client_config, **config.producer_config}:
+        raise ValueError("a transactional_id needs --processing-guarantee exactly-once (the "
+                         "worker opens and commits the transactions itself)")
     producer = {
         **base,
         "linger_ms": 20,
@@ -309,6 +361,7 @@ def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> di
         # Checkpoints of big models and dead letters of oversized records are large.
         "max_request_size": max(64 << 20, 2 * config.max_record_bytes),
         "metrics_enabled": False,
+        **transactions,
         **config.client_config,
         **config.producer_config,
     }
@@ -325,6 +378,7 @@ def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> di
         "max_partition_fetch_bytes": max(4 << 20, config.max_record_bytes),
         "fetch_max_bytes": 64 << 20,
         "metrics_enabled": False,
+        **reading,
         **config.client_config,
         **config.consumer_config,
     }
@@ -332,7 +386,8 @@ def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> di
         "producer": producer,
         "consumer": consumer,
         "admin": {**base, **from_consumer, **from_producer},
-        "checkpoint_reader": {**base, "client_id": f"{client_id}-checkpoints", **from_consumer},
+        "checkpoint_reader": {**base, "client_id": f"{client_id}-checkpoints", **reading,
+                              **from_consumer},
     }
 
 
@@ -382,6 +437,39 @@ def _send_failure(what: str, error: BaseException) -> WorkerError:
         f"producing {what} failed: {type(error).__name__}: {str(error)[:300]}. Fix: {fix}. "
         "Nothing was committed: a restart replays from the last checkpoint"
     )
+
+
+def _transaction_failure(error: BaseException, producer: dict) -> WorkerError:
+    """The error to stop with when the transactional producer cannot go on."""
+    from kafka import errors
+
+    transactional_id = producer.get("transactional_id")
+    if isinstance(error, (errors.ProducerFencedError, errors.InvalidProducerEpochError)):
+        fix = (f"another producer with transactional_id {transactional_id!r} started: give each "
+               "worker its own --client-id (the transactional id is <group id>-<client id>)")
+    elif isinstance(error, (errors.TransactionalIdAuthorizationFailedError,
+                            errors.ClusterAuthorizationFailedError)):
+        fix = (f"grant this client's principal WRITE and DESCRIBE on transactional id "
+               f"{transactional_id!r}")
+    else:
+        fix = "check the broker (transactions need Kafka 2.5+) and --producer-config"
+    return WorkerError(
+        f"the exactly-once transaction failed: {type(error).__name__}: {str(error)[:300]}. "
+        f"Fix: {fix}. Nothing of the open transaction was committed: a restart goes on from "
+        "the last committed one"
+    )
+
+
+def _checkpoint_offset(loaded: typing.Any) -> int:
+    """The next offset a loaded checkpoint's task starts at, read from its header alone (its
+    arrays are neither read nor allocated); -1 when unreadable (the restore says why)."""
+    from streammargin import state
+
+    try:
+        offset = state.peek(loaded.payload).get("next_offset")
+    except StateError:
+        return -1
+    return offset if isinstance(offset, int) and not isinstance(offset, bool) else -1
 
 
 def _connect_failure(servers: str, client: str, settings: dict, error: BaseException,
@@ -536,6 +624,10 @@ class Worker:
         self._dead_letter_sends: list[tuple[typing.Any, typing.Any]] = []
         self._prediction_partitions: int = 1
         self._failed = False
+        # Exactly-once: transactions committed and aborted, and aborts since the last commit.
+        self._exactly_once = config.exactly_once
+        self.transactions = {"committed": 0, "aborted": 0}
+        self._aborts_in_a_row = 0
         # Partitions assigned but not restored yet (paused until they are).
         self._unrestored: set = set()
         # An error inside a rebalance callback, raised by the main loop.
@@ -607,12 +699,15 @@ class Worker:
             log.debug("warming up --model %s failed: %r", self.settings.model, error)
 
     def summary(self) -> dict:
-        return {
+        summary = {
             "reason": self.exit_reason,
             "records": self.throughput.count,
             "records_per_s": self.throughput.rates()[0],
             "partitions": dict(self._final_metrics),
         }
+        if self._exactly_once:
+            summary["transactions"] = dict(self.transactions)
+        return summary
 
     def _connect(self) -> None:
         config = self.config
@@ -654,6 +749,8 @@ class Worker:
         if config.predictions_topic:
             partitions = transport.partitions_for(config.predictions_topic)
             self._prediction_partitions = max(1, len(partitions or ()))
+        if self._exactly_once:
+            transport.begin_transaction()
         if not subscribe_first:
             transport.subscribe(config.topics, _Callbacks(self))
         # The group join takes seconds, spent in the client's C code (librdkafka) or its socket
@@ -769,6 +866,10 @@ class Worker:
             if self._store is not None:
                 closers.append(self._store.close)
             if transport is not None and transport.producing:
+                if self._exactly_once and not graceful:
+                    # Failing: nothing of the open transaction may stand. Aborted now, readers
+                    # need not wait for the transaction timeout (a fenced producer cannot).
+                    closers.append(transport.abort_transaction)
                 closers.append(lambda: transport.close_producer(timeout=10 if graceful else 0))
             for close in closers:
                 try:
@@ -864,7 +965,27 @@ class Worker:
             tasks = [self.tasks[tp] for tp in revoked if tp in self.tasks]
             if not tasks:
                 return
-            if not lost and not self._failed:
+            if self._exactly_once and not self._failed:
+                if lost:
+                    # Another member may own them already: nothing of the open transaction may
+                    # stand, and every task goes back to its last committed checkpoint.
+                    from kafka.errors import KafkaError
+
+                    try:
+                        self._transport.abort_transaction()
+                    except KafkaError as error:
+                        raise _transaction_failure(error, self._transport.settings["producer"])
+                    self._rewind("partitions lost (the group moved on without this member)")
+                    self._unrestored.difference_update(revoked)
+                    return
+                for task in tasks:
+                    self._publish_metrics(task, task.metrics_event("revoked"))
+                # Committed before the partitions go, with the offsets of this generation (the
+                # next owner's committed-offset fetch waits for it); every task's outputs are
+                # in the transaction, so all are committed.
+                if not self._commit_transaction():
+                    self._unrestored.difference_update(revoked)
+            elif not lost and not self._failed:
                 for task in tasks:
                     self._publish_metrics(task, task.metrics_event("revoked"))
                 # On kafka-python's IO thread: blocking commits are not allowed here, the commit
@@ -915,6 +1036,32 @@ class Worker:
         return {TopicPartition(topic, partition): loaded
                 for (topic, partition), loaded in found.items()}
 
+    def _load_committed_checkpoints(self, partitions: list) -> dict[typing.Any, typing.Any]:
+        """Exactly-once: the checkpoints that go with the group's committed offsets.
+
+        The committed offsets are fetched first: read_committed, the broker answers only once no
+        transaction (a previous owner's, a zombie's) holds them, so the checkpoints written in
+        the same transaction are decided too. A checkpoint short of its committed offset is one
+        whose commit marker has not reached the checkpoint topic yet: read again, for at most
+        the transaction timeout.
+        """
+        consumer = self._transport
+        committed = {tp: consumer.committed(tp) for tp in partitions}
+        deadline = time.monotonic() + TRANSACTION_TIMEOUT_MS / 1000
+        while True:
+            saved = self._load_checkpoints(partitions)
+            short = [tp for tp in partitions if committed[tp] is not None
+                     and isinstance(saved.get(tp), checkpoint_module.LoadedCheckpoint)
+                     and _checkpoint_offset(saved[tp]) < committed[tp]]
+            if not short or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        for tp in short:
+            log.warning("%s/%d: the latest checkpoint is short of the committed offset %d: "
+                        "outputs from its offset on are produced again", tp.topic, tp.partition,
+                        committed[tp], extra={"topic": tp.topic, "partition": tp.partition})
+        return saved
+
     def _restore_assigned(self) -> None:
         """Restore the tasks of newly assigned partitions, seek to their offsets, resume them."""
         consumer = self._transport
@@ -925,7 +1072,10 @@ class Worker:
             self.status.restored(())
             return
         started = time.monotonic()
-        saved = self._load_checkpoints(partitions)
+        if self._exactly_once:
+            saved = self._load_committed_checkpoints(partitions)
+        else:
+            saved = self._load_checkpoints(partitions)
         restored = 0
         sizes: dict[typing.Any, int] = {}
         for tp in partitions:
@@ -1054,7 +1204,7 @@ class Worker:
                                   timestamp_ms=timestamps[start + len(chunk) - 1],
                                   partition=partition))
         except KafkaError as error:
-            raise _send_failure(f"predictions to {topic!r}", error) from error
+            raise self._send_failure(f"predictions to {topic!r}", error) from error
 
     def _send_dead_letters(self, records: OutputRecords) -> None:
         topic = self.config.dead_letter_topic
@@ -1076,23 +1226,27 @@ class Worker:
         if record.headers and any(value is None for _, value in record.headers):
             # An input header with a null value: sent as empty.
             record = record._replace(headers=_sendable(record.headers))
+        if (self._exactly_once and record.value
+                and len(record.value) > EXACTLY_ONCE_DEAD_LETTER_BYTES):
+            record = self._without_value(record, f"above {EXACTLY_ONCE_DEAD_LETTER_BYTES} bytes "
+                                                 "with exactly-once")
         try:
             future = self._transport.send(topic, record.value, key=record.key,
                                           headers=record.headers,
                                           timestamp_ms=record.timestamp_ms)
         except KafkaError as error:
             if not _too_large(error) or not record.value:
-                raise _send_failure(f"a dead letter to {topic!r}", error) from error
-            self._send_dead_letter(topic, self._without_value(record, error))
+                raise self._send_failure(f"a dead letter to {topic!r}", error) from error
+            self._send_dead_letter(topic, self._without_value(record, type(error).__name__))
             return
         self._dead_letter_sends.append((future, record))
 
     @staticmethod
-    def _without_value(record: typing.Any, error: BaseException) -> typing.Any:
+    def _without_value(record: typing.Any, why: str) -> typing.Any:
         """A dead letter too large to produce, without its value: the reason, the coordinates
         and the key stay, a header says how many bytes were dropped."""
         log.warning("dead letter of %d bytes too large to produce (%s): sent without its value",
-                    len(record.value), type(error).__name__)
+                    len(record.value), why)
         headers = [*(record.headers or []),
                    (ERROR_HEADER + "value_dropped", str(len(record.value)).encode())]
         return record._replace(value=b"", headers=headers)
@@ -1108,8 +1262,8 @@ class Worker:
                 pending.append((future, record))
             elif future.failed():
                 if not _too_large(future.exception) or not record.value:
-                    raise _send_failure(f"a dead letter to {topic!r}", future.exception)
-                retry.append(self._without_value(record, future.exception))
+                    raise self._send_failure(f"a dead letter to {topic!r}", future.exception)
+                retry.append(self._without_value(record, type(future.exception).__name__))
         self._dead_letter_sends = pending
         for record in retry:
             self._send_dead_letter(topic, record)  # type: ignore[arg-type]
@@ -1125,16 +1279,21 @@ class Worker:
         self._sends = [f for f in sends if not f.is_done]
         for future in sends:
             if future.is_done and future.failed():
-                raise _send_failure("outputs", future.exception)
+                raise self._send_failure("outputs", future.exception)
 
     def _flush(self) -> None:
         """Make every output sent so far durable (or raise)."""
-        self._transport.flush()
+        from kafka.errors import KafkaError
+
+        try:
+            self._transport.flush()
+        except KafkaError as error:  # librdkafka's transactional producer, fenced
+            raise self._send_failure("outputs", error) from error
         self._settle_dead_letters(wait=True)
         sends, self._sends = self._sends, []
         for future in sends:
             if future.failed():
-                raise _send_failure("outputs", future.exception)
+                raise self._send_failure("outputs", future.exception)
 
     # Checkpoints ------------------------------------------------------------------------------
 
@@ -1150,6 +1309,9 @@ class Worker:
         self, tasks: list[PartitionTask], sync_commit: bool, force_flush: bool = False
     ) -> None:
         """Flush outputs, write the tasks' checkpoints durably, commit their offsets."""
+        if self._exactly_once:
+            self._commit_transaction()
+            return
         dirty = [t for t in tasks if t.dirty and t.next_offset is not None]
         if not dirty:
             if force_flush:
@@ -1187,6 +1349,99 @@ class Worker:
         log.debug("checkpointed %d partitions, %d bytes, in %.1f ms (+%.1f ms flushing outputs)",
                   len(dirty), size, 1000 * (done - flushed), 1000 * (flushed - started))
 
+    def _send_failure(self, what: str, error: BaseException) -> WorkerError:
+        """The error to stop with when producing failed (`_send_failure`); with exactly-once,
+        a producer fenced or refused its transactional id says so."""
+        from kafka import errors
+
+        if self._exactly_once and isinstance(error, (
+                errors.ProducerFencedError, errors.InvalidProducerEpochError,
+                errors.TransactionalIdAuthorizationFailedError)):
+            return _transaction_failure(error, self._transport.settings["producer"])
+        return _send_failure(what, error)
+
+    # Transactions (exactly-once) ----------------------------------------------------------------
+
+    def _commit_transaction(self) -> bool:
+        """End the open transaction with every task's checkpoint and next offset, and open the
+        next one. All tasks, not only those due: the transaction holds all their outputs, and an
+        output committed without its input offset would be produced again after a crash.
+
+        Returns False when the transaction was aborted instead (the tasks are rewound).
+        """
+        from kafka.errors import KafkaError
+
+        transport = self._transport
+        dirty = [t for t in self.tasks.values() if t.dirty and t.next_offset is not None]
+        started = time.perf_counter()
+        self._flush()
+        flushed = time.perf_counter()
+        payloads = {(t.topic, t.partition): t.to_checkpoint() for t in dirty}
+        offsets = {self._tp(t): t.next_offset for t in dirty}
+        try:
+            # The checkpoints go in once the offsets are in: sending the offsets waits for the
+            # group coordinator (a rebalance), and a transaction with records on the checkpoint
+            # topic holds its last stable offset, which every restore of the group reads up to
+            # (a member restoring then blocked the others' rebalance for the reader's timeout).
+            transport.commit_transaction(offsets, lambda: self._save_checkpoints(payloads))
+        except TransactionAborted as aborted:
+            self._rewind(f"transaction aborted: {aborted}")
+            return False
+        except KafkaError as error:
+            raise _transaction_failure(error, transport.settings["producer"]) from error
+        self._store.transaction_ended(committed=True)  # type: ignore[union-attr]
+        self.transactions["committed"] += 1
+        self.status.transaction_ended(committed=True)
+        self._aborts_in_a_row = 0
+        for task in dirty:
+            task.mark_checkpointed()
+        transport.begin_transaction()
+        done = time.perf_counter()
+        if payloads:
+            self.status.checkpointed({key: len(p) for key, p in payloads.items()}, done - started)
+        size = sum(len(payload) for payload in payloads.values())
+        self.checkpoint_log.append({"partitions": len(dirty), "bytes": size,
+                                    "flush_outputs_ms": 1000 * (flushed - started),
+                                    "checkpoint_commit_ms": 1000 * (done - flushed)})
+        log.debug("committed a transaction of %d partitions' checkpoints, %d bytes, in %.1f ms "
+                  "(+%.1f ms flushing outputs)", len(dirty), size, 1000 * (done - flushed),
+                  1000 * (flushed - started))
+        return True
+
+    def _rewind(self, reason: str) -> None:
+        """After an aborted transaction: every task goes back to its last committed checkpoint.
+
+        The tasks are dropped; the partitions still assigned are paused and restored again by
+        the main loop (checkpoint, seek), and the records since replay into the same state, as
+        after a restart. Then the next transaction opens.
+        """
+        self._store.transaction_ended(committed=False)  # type: ignore[union-attr]
+        self.transactions["aborted"] += 1
+        self.status.transaction_ended(committed=False)
+        self._aborts_in_a_row += 1
+        self._sends = []
+        self._dead_letter_sends = []
+        self._idle_since = None
+        dropped = list(self.tasks)
+        self.tasks.clear()
+        transport = self._transport
+        if transport.consuming:
+            assigned = transport.assignment()
+            kept = [tp for tp in dropped if tp in assigned]
+            if kept:
+                transport.pause(*kept)
+                self._unrestored.update(kept)
+                self.status.assigned(kept)
+        log.warning("%s; %d partitions go back to their last committed checkpoints",
+                    reason, len(dropped))
+        if self._aborts_in_a_row >= MAX_ABORTS_IN_A_ROW:
+            raise WorkerError(
+                f"{self._aborts_in_a_row} transactions in a row were aborted, the last one: "
+                f"{reason}. Nothing of them was committed. Fix: check the broker's log and this "
+                "worker's producer settings (--producer-config), then restart"
+            )
+        transport.begin_transaction()
+
     # Metrics ----------------------------------------------------------------------------------
 
     def _publish_metrics(self, task: PartitionTask, record: dict) -> dict:
@@ -1216,7 +1471,7 @@ class Worker:
                     self._transport.send(topic, json.dumps(record).encode(), key=key)
                 )
             except KafkaError as error:
-                raise _send_failure(f"metrics to {topic!r}", error) from error
+                raise self._send_failure(f"metrics to {topic!r}", error) from error
         if self._on_metrics is not None:
             self._on_metrics(record)
         return record

@@ -31,6 +31,7 @@ from streammargin.errors import StateError
 __all__ = [
     "dumps",
     "loads",
+    "peek",
     "from_state",
     "register",
     "registered_models",
@@ -250,6 +251,19 @@ def _array_layout(specs: list, body_size: int) -> list[tuple[str, tuple[int, ...
     if end != body_size:
         raise StateError(f"the state has {body_size - end} bytes after its last array")
     return layout
+
+
+def peek(data: bytes) -> dict:
+    """The JSON values of a state written by `dumps`, its arrays left out (each is the spec of
+    where it lies); the arrays are neither read nor allocated. Raises `StateError` as `loads`."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise StateError(f"a state is bytes, got {type(data).__name__}")
+    if len(data) < 16 or bytes(data[:8]) != MAGIC:
+        raise StateError("not a streammargin state (bad magic)")
+    (header_len,) = struct.unpack_from("<Q", data, 8)
+    if header_len > len(data) - 16:
+        raise StateError(f"the state header ({header_len} bytes) runs past the data")
+    return _parse_header(bytes(data[16 : 16 + header_len]))["tree"]
 
 
 def loads(data: bytes) -> dict:

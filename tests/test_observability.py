@@ -195,6 +195,14 @@ def test_counters_start_at_the_restore_while_the_models_totals_continue():
     assert value(samples, "streammargin_checkpoint_duration_seconds_bucket", le="0.025") == 0
     assert value(samples, "streammargin_checkpoint_duration_seconds_bucket", le="0.05") == 1
     assert value(samples, "streammargin_checkpoint_duration_seconds_count") == 1
+    assert value(samples, "streammargin_transactions_total", outcome="committed") == 0
+    status.transaction_ended(committed=True)
+    status.transaction_ended(committed=True)
+    status.transaction_ended(committed=False)
+    status.loop_turned()
+    samples = scrape(status)
+    assert value(samples, "streammargin_transactions_total", outcome="committed") == 2
+    assert value(samples, "streammargin_transactions_total", outcome="aborted") == 1
 
 
 def test_a_revoked_partition_loses_its_series_and_readiness_follows_the_group():

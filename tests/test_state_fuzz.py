@@ -174,6 +174,23 @@ def test_two_arrays_must_follow_each_other_without_overlap():
         state.loads(raw_state(header, body))
 
 
+def test_peek_reads_the_json_values_and_leaves_the_arrays():
+    data = state.dumps({"next_offset": 12, "n": [1, {"s": "t"}], "w": np.ones(1 << 16)})
+    tree = state.peek(data)
+    assert tree["next_offset"] == 12 and tree["n"] == [1, {"s": "t"}]
+    assert tree["w"] == {"__array__": 0}  # where the array is, not the array
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(data=st.binary(max_size=64) | st.builds(lambda tail: GOOD[:16] + tail, st.binary()))
+def test_peek_of_any_bytes_is_a_dict_or_state_error(data):
+    try:
+        tree = state.peek(data)
+    except StateError:
+        return
+    assert isinstance(tree, dict)
+
+
 def test_loads_takes_memoryview_and_bytearray():
     assert state.loads(memoryview(GOOD))["n"] == [1, {"s": "t"}]
     assert state.loads(bytearray(GOOD))["n"] == [1, {"s": "t"}]
