@@ -608,10 +608,10 @@ def create_topics(
 
     Returns once the broker's metadata gives every partition of each topic a leader. Apache
     Kafka answers CreateTopics when its controller has the topic, and the brokers serve it only
-    once they have applied the metadata log up to it: a consumer group joined in between is
-    given none of its partitions (kafka-python logs "No partition metadata for topic") and
-    rebalances later, and a librdkafka client's metadata may say it does not exist. Tansu
-    creates topics synchronously. `tests/test_broker_behaviour.py` shows both.
+    once they have applied the metadata log up to it, a moment later: a librdkafka client
+    asking right after two concurrent CreateTopics was told UNKNOWN_TOPIC_OR_PART 2 times in
+    20 (LibrdkafkaTransport.partitions_for waits too). Tansu creates topics synchronously.
+    `tests/test_broker_behaviour.py` checks that a topic is served once this returns.
     """
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic

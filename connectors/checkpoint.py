@@ -19,7 +19,8 @@ task restored from *any* checkpoint (even one older than the committed offset, a
 between the checkpoint and the commit) is consistent: replaying the records from that offset
 rebuilds the exact state a crash lost, because the models are deterministic.
 
-Brokers may keep the whole history of the topic (Tansu never compacts), so `CheckpointStore.load`
+Brokers keep superseded records of a compacted topic (Apache Kafka's cleaner never touches the
+active segment, 7 days or 1 GiB by default; Tansu never compacts), so `CheckpointStore.load`
 reads backwards from the end in growing windows and stops at the latest head record of each key:
 its cost depends on how recent the checkpoint is, not on how long the topic is.
 
@@ -826,8 +827,8 @@ class CheckpointStore:
         reader = self._reader_consumer()
         reader.assign([tp])
         begin = reader.beginning_offsets([tp])[tp]
-        # A hint only: the end offset can come back short on some brokers; the first window
-        # reads on to the true end (the highwater mark of the fetches).
+        # A hint only: the end offset comes back short on Tansu (the last batch's base offset
+        # + 1); the first window reads on to the true end (the highwater mark of the fetches).
         end_hint = reader.end_offsets([tp])[tp]
         found: dict[bytes, tuple[int, bytes | None]] = {}
         chunks: dict[bytes, tuple[int, bool]] = {}

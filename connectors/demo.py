@@ -1,12 +1,17 @@
 """`streammargin demo`: the whole product on one machine, in a minute.
 
-It starts the embedded Kafka broker on a free port, produces a stream with an abrupt concept
+It starts a Kafka broker on free loopback ports, produces a stream with an abrupt concept
 change (and a few malformed records) into a topic, runs the Kafka worker on it, shows live
 progress (records/s, lag, rolling accuracy, drift detections), then prints a summary and writes a
 PNG of the rolling accuracy with the change point and the detections marked. Nothing is left
 running: the broker stops with the demo, whatever happens.
 
+The broker is the embedded Tansu by default (in memory, nothing to install beyond the kafka
+extra); `--broker apache-kafka` runs Apache Kafka instead (one KRaft node; needs Java 17+, and
+Maven the first time, to fetch its jars into a cache).
+
     streammargin demo                                  # ALMA on SEA, 40,000 records
+    streammargin demo --broker apache-kafka            # the same on Apache Kafka
     streammargin demo --model budgetperceptron --stream hyperplane --size 60000
     streammargin demo --model alma --param alpha=0.5 --partitions 2
     streammargin demo --drift-detector adwin --drift-param delta=0.0002
@@ -27,6 +32,7 @@ import time
 import typing
 
 from connectors import models, terminal
+from connectors.broker import BROKERS
 from connectors.errors import EXIT_FAILURE, CommandError
 
 STREAMS = ("sea", "hyperplane", "agrawal")
@@ -35,10 +41,13 @@ STREAMS = ("sea", "hyperplane", "agrawal")
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "demo",
-        help="embedded Kafka broker + a drifting stream + the worker, with live metrics",
+        help="a Kafka broker + a drifting stream + the worker, with live metrics",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--broker", choices=BROKERS, default="tansu",
+                        help="the broker the demo starts: the embedded Tansu (default, in "
+                        "memory) or Apache Kafka (needs Java 17+; Maven fetches it once)")
     parser.add_argument("--model", default="alma", help=f"one of: {', '.join(models.model_names())}")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="a model parameter (repeatable)")
@@ -195,10 +204,62 @@ def plot(curves: dict, changes: dict, detections: dict, path: pathlib.Path, titl
     plt.close(fig)
 
 
+def broker_label(kind: str) -> str:
+    """What the demo says it runs on."""
+    from connectors.broker import KAFKA_VERSION
+
+    if kind == "apache-kafka":
+        return f"Apache Kafka {KAFKA_VERSION} (one KRaft node, its log in a temporary folder)"
+    return "the embedded Tansu (in memory)"
+
+
+def start_broker(kind: str) -> typing.Any:
+    """The demo's broker of `kind` (one of `connectors.broker.BROKERS`), started; else a
+    `CommandError` naming the cause and the fix. Stopped again if the start is interrupted."""
+    from connectors.broker import (
+        KAFKA_VERSION,
+        BrokerError,
+        apache_kafka_cache,
+        apache_kafka_unavailable,
+        make_broker,
+    )
+
+    if kind == "apache-kafka":
+        missing = apache_kafka_unavailable()
+        if missing is not None:
+            raise CommandError(
+                f"Apache Kafka {KAFKA_VERSION} cannot run here: {missing}",
+                "install a JDK 17+ and Maven 3.8+ (apt-get install openjdk-17-jre-headless "
+                "maven), or run the demo on the embedded Tansu (--broker tansu, the default)",
+                EXIT_FAILURE,
+            )
+        if not apache_kafka_cache().is_dir():
+            print(f"  fetching Apache Kafka {KAFKA_VERSION} with Maven, once, into "
+                  f"{apache_kafka_cache()} (up to a minute)", flush=True)
+        what = f"Apache Kafka {KAFKA_VERSION}"
+        fix = ("check `java -version` (17 or later) and free memory, or run the demo on the "
+               "embedded Tansu (--broker tansu)")
+    else:
+        what = "the embedded Kafka broker"
+        fix = ("install the kafka extra (pip install 'streammargin[kafka]') or set "
+               "STREAMMARGIN_TANSU to a tansu executable")
+    broker = make_broker(kind)
+    try:
+        return broker.start()
+    except (BrokerError, OSError) as error:  # OSError: STREAMMARGIN_TANSU is no executable
+        broker.stop()
+        cause, _, own_fix = str(error).partition(". Fix: ")
+        raise CommandError(f"{what} did not start: {cause}", own_fix or fix,
+                           EXIT_FAILURE) from None
+    except BaseException:  # Ctrl-C while it starts: a JVM in a session of its own stays up
+        broker.stop()
+        raise
+
+
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from connectors.broker import FAST_GROUP_SETTINGS, BrokerError, EmbeddedBroker, create_topics
+    from connectors.broker import FAST_GROUP_SETTINGS, create_topics
     from connectors.metrics import make_detector
     from connectors.worker import Worker, WorkerConfig
 
@@ -247,17 +308,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"streammargin demo: {args.model} on a {args.stream.upper()} stream of {args.size:,} "
           f"records, concept change at {args.size // 2:,}, {n_bad} malformed records; "
           f"drift detector {detector}")
-    try:
-        broker = EmbeddedBroker().start()  # `with` below stops it, whatever happens
-    except (BrokerError, OSError) as error:  # OSError: STREAMMARGIN_TANSU is no executable
-        raise CommandError(
-            f"the embedded Kafka broker did not start: {error}",
-            "install the kafka extra (pip install 'streammargin[kafka]') or set "
-            "STREAMMARGIN_TANSU to a tansu executable", EXIT_FAILURE,
-        ) from None
+    broker = start_broker(args.broker)  # `with` below stops it, whatever happens
     with broker:
         bootstrap = broker.bootstrap_servers
-        print(f"  embedded Kafka broker (Tansu) at {bootstrap}")
+        print(f"  Kafka broker: {broker_label(args.broker)} at {bootstrap}")
         create_topics(bootstrap, [topic], partitions=args.partitions)
         produced, producer_errors, change_offsets = threading.Event(), [], {}
         producer = threading.Thread(
@@ -275,6 +329,8 @@ def run(args: argparse.Namespace) -> int:
             model=args.model, params=params, scale=not args.no_scale,
             drift_detector=detector_name, drift_params=detector_params,
             metrics_every=500, checkpoint_every=10_000, idle_timeout=3.0,
+            # Tansu holds a new member's join for half the session timeout: ~3 s, not ~5 s at
+            # the worker's 10 s default (Apache Kafka does not wait for it).
             **FAST_GROUP_SETTINGS,
         )
         progress = terminal.ProgressLine(total, label="  ")

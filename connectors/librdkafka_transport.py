@@ -554,16 +554,25 @@ class LibrdkafkaTransport(_Fetching, Transport):
         self._admin = None  # confluent-kafka's AdminClient has no close: dropped
 
     def partitions_for(self, topic: str) -> set[int] | None:
+        import time
+
         from confluent_kafka import KafkaException
 
-        try:
-            metadata = self.producer.list_topics(topic, timeout=self._timeouts_s["producer"])
-        except KafkaException as error:
-            raise client_error(error) from error
-        found = metadata.topics.get(topic)
-        if found is None or found.error is not None or not found.partitions:
-            return None
-        return set(found.partitions)
+        # A topic the broker does not list yet is waited for, as kafka-python's partitions_for
+        # does: Apache Kafka lists a new topic a moment after answering its CreateTopics (this
+        # worker's or another's), once the broker has applied it from the metadata log.
+        deadline = time.monotonic() + self._timeouts_s["producer"]
+        while True:
+            try:
+                metadata = self.producer.list_topics(topic, timeout=self._timeouts_s["producer"])
+            except KafkaException as error:
+                raise client_error(error) from error
+            found = metadata.topics.get(topic)
+            if found is not None and found.error is None and found.partitions:
+                return set(found.partitions)
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)
 
     # Consuming --------------------------------------------------------------------------------
 

@@ -351,9 +351,16 @@ def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> di
             if level != "read_committed":
                 raise ValueError(f"isolation_level={level} contradicts --processing-guarantee "
                                  "exactly-once, which reads read_committed: leave it out")
-    elif "transactional_id" in {**config.client_config, **config.producer_config}:
-        raise ValueError("a transactional_id needs --processing-guarantee exactly-once (the "
-                         "worker opens and commits the transactions itself)")
+    else:
+        if "transactional_id" in {**config.client_config, **config.producer_config}:
+            raise ValueError("a transactional_id needs --processing-guarantee exactly-once (the "
+                             "worker opens and commits the transactions itself)")
+        # At-least-once needs no idempotent producer (a retry's duplicate is one more replayed
+        # output), and kafka-python 3.0.12's, its default, takes the broker's MESSAGE_TOO_LARGE
+        # as fatal (TransactionManager.classify_batch_error) and fails every later send: a dead
+        # letter above the topic's max.message.bytes then stopped the worker instead of going
+        # out without its value. librdkafka's producer is not idempotent by default either.
+        transactions = {"enable_idempotence": False}
     producer = {
         **base,
         "linger_ms": 20,
@@ -720,7 +727,8 @@ class Worker:
         # set up. Its rebalance callbacks run only inside `poll`, once all of that exists.
         # kafka-python joins inside poll, and keeps the order below: subscribed last, two
         # workers started together joined again and again on Tansu when it polled early
-        # (a9eca5b).
+        # (a9eca5b: Tansu re-runs a held join every second). The hold itself:
+        # tests/test_broker_behaviour.py.
         subscribe_first = transport.joins_in_background
         if subscribe_first:
             transport.start_consumer()
@@ -914,8 +922,9 @@ class Worker:
     def _caught_up(self) -> bool:
         """Whether every owned partition's position is at its log end, by a broker round trip.
 
-        The log end is the larger of `end_offsets` (which can be short on some brokers, Tansu
-        among them) and the highwater mark of the last fetch.
+        The log end is the larger of `end_offsets` and the highwater mark of the last fetch:
+        Tansu answers `end_offsets` with the last record batch's base offset + 1, short of the
+        end (tests/test_broker_behaviour.py shows it, and this check right on both brokers).
         """
         from kafka.errors import KafkaError
 

@@ -74,9 +74,12 @@ def main() -> None:
 
     with contextlib.ExitStack() as stack:
         bootstrap = args.bootstrap_servers
+        group_timings = {}                   # your cluster: the worker's defaults
         if bootstrap is None:
             bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap_servers
             print(f"embedded broker at {bootstrap}")
+            # Tansu holds a new member's join for half the session timeout: a short one.
+            group_timings = FAST_GROUP_SETTINGS
         create_topics(bootstrap, ["events"], partitions=2)
         produce_events(bootstrap, args.events, label_delay=200)
 
@@ -93,7 +96,7 @@ def main() -> None:
             scale=True,                      # a StandardScaler in front, checkpointed with it
             metrics_every=1000,
             idle_timeout=3.0,                # this example stops when the topic is drained
-            **FAST_GROUP_SETTINGS,
+            **group_timings,
         )
         stop = threading.Event()             # set it from a signal handler to stop gracefully
         summary = Worker(config).run(stop_event=stop, on_metrics=lambda m: print(

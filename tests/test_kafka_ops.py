@@ -1,6 +1,7 @@
-"""Operating a worker on the embedded broker: /metrics, /healthz and /readyz read with a real HTTP
-client while the worker runs (in a thread, or as `streammargin kafka` in a subprocess), series
-that follow partitions across a restore and a rebalance, and JSON log lines.
+"""Operating a worker on the session's broker (tests/conftest.py): /metrics, /healthz and
+/readyz read with a real HTTP client while the worker runs (in a thread, or as
+`streammargin kafka` in a subprocess), series that follow partitions across a restore and a
+rebalance, and JSON log lines.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from connectors.worker import Worker, WorkerConfig
 pytestmark = pytest.mark.kafka
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# A rebalance after a member leaves or dies takes up to the session timeout (on any broker), and
+# Tansu holds a new member's join for half of it (tests/test_broker_behaviour.py).
 FAST_GROUP = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
 
 

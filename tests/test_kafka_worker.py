@@ -1,4 +1,5 @@
-"""The Kafka worker against a real broker (the embedded Tansu, started once by a fixture).
+"""The Kafka worker against a real broker (Apache Kafka, or the embedded Tansu where Java is
+missing: the session fixture `kafka_broker` of tests/conftest.py, started once).
 
 Every test uses fresh topic and group names. Reference results come from River itself
 (`evaluate.progressive_val_score`) or from the model run straight over the same records.
@@ -31,6 +32,8 @@ from streammargin import state
 pytestmark = pytest.mark.kafka
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# A survivor takes a killed worker's partitions after the session timeout (on any broker), and
+# Tansu holds a new member's join for half of it (tests/test_broker_behaviour.py).
 FAST_GROUP = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
 
 
@@ -71,7 +74,8 @@ def produce(bootstrap: str, topic: str, items) -> None:
 
 
 def read_all(bootstrap: str, topic: str, timeout: float = 20.0) -> list:
-    """Every record of a topic, from the beginning to the highwater mark."""
+    """Every record of a topic, from the beginning to the highwater mark (the fetches' end:
+    `end_offsets` is short on Tansu, tests/test_broker_behaviour.py)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
@@ -634,9 +638,10 @@ def latest_checkpoint_offset(bootstrap: str, cfg: WorkerConfig, partition: int =
 
 
 def produce_compressed(bootstrap: str, topic: str, partition: int, values, codec,
-                       corrupt: bool = False) -> None:
+                       corrupt: bool = False) -> bool:
     """One producer per call, `codec` compression; `corrupt` replaces the gzip payload by bytes
-    that are not gzip (the batch CRC is computed over them, so only decompression fails)."""
+    that are not gzip (the batch CRC is computed over them, so only decompression fails).
+    Returns whether the broker stored the batch."""
     from kafka import KafkaProducer
     from kafka.record import default_records
 
@@ -646,12 +651,12 @@ def produce_compressed(bootstrap: str, topic: str, partition: int, values, codec
     try:
         producer = KafkaProducer(bootstrap_servers=bootstrap, compression_type=codec,
                                  linger_ms=100, batch_size=1 << 20)
-        for value in values:
-            producer.send(topic, value, partition=partition)
+        futures = [producer.send(topic, value, partition=partition) for value in values]
         producer.flush()
         producer.close()
     finally:
         default_records.gzip_encode = real
+    return all(future.succeeded() for future in futures)
 
 
 def batch_codecs(bootstrap: str, topic: str, partitions) -> dict[int, set[int]]:
@@ -716,7 +721,10 @@ def test_topics_compressed_with_every_codec_are_consumed(transport, kafka_broker
 
 
 def test_a_batch_the_client_cannot_decode_fails_clearly_or_is_skipped(kafka_broker, monkeypatch):
+    import gzip
+
     from kafka import codec as kafka_codec
+    from kafka.record import default_records
 
     from connectors.worker import WorkerError
 
@@ -731,7 +739,18 @@ def test_a_batch_the_client_cannot_decode_fails_clearly_or_is_skipped(kafka_brok
     produce_compressed(bootstrap, name, 0, values[100:300], "snappy")
     produce_compressed(bootstrap, name, 0, values[300:400], None)
     produce_compressed(bootstrap, name, 1, values[400:500], None)
-    produce_compressed(bootstrap, name, 1, values[500:800], "gzip", corrupt=True)
+    stored = produce_compressed(bootstrap, name, 1, values[500:800], "gzip", corrupt=True)
+    # Apache Kafka decompresses a compressed batch to validate it and refuses a corrupt one;
+    # Tansu stores it as it came. There the batch goes in intact and the client fails to
+    # decompress it, as it would a batch corrupted after the broker checked it.
+    assert stored == (kafka_broker.kind == "tansu")
+    if not stored:
+        assert produce_compressed(bootstrap, name, 1, values[500:800], "gzip")
+
+        def corrupt(data):
+            raise gzip.BadGzipFile(f"Not a gzipped file ({data[:2]!r})")
+
+        monkeypatch.setattr(default_records, "gzip_decode", corrupt)
     produce_compressed(bootstrap, name, 1, values[800:], None)
     monkeypatch.setattr(kafka_codec, "snappy", None)  # as if python-snappy were not installed
     cfg = config(bootstrap, name, checkpoint_every=50)
@@ -780,10 +799,13 @@ def test_a_batch_the_client_cannot_decode_fails_clearly_or_is_skipped(kafka_brok
 
 
 @both_transports
-def test_a_broker_stall_is_not_idleness_and_the_worker_exits_once_caught_up(transport, tmp_path):
-    from connectors.broker import EmbeddedBroker
+def test_a_broker_stall_is_not_idleness_and_the_worker_exits_once_caught_up(
+    transport, kafka_broker, tmp_path
+):
+    from connectors.broker import make_broker
 
-    with EmbeddedBroker(log_path=tmp_path / "broker.log") as broker:
+    # A broker of the session's kind, of its own: it is frozen (SIGSTOP) for a while.
+    with make_broker(kafka_broker.kind, log_path=tmp_path / "broker.log") as broker:
         bootstrap = broker.bootstrap_servers
         name = fresh("stall")
         create_topics(bootstrap, [name])
@@ -955,11 +977,39 @@ def test_a_dead_letter_too_large_to_produce_is_sent_without_its_value(transport,
     assert latest_checkpoint_offset(bootstrap, cfg) == 201
 
 
+@both_transports
+def test_a_dead_letter_above_the_topics_max_message_bytes_is_sent_without_its_value(
+    transport, kafka_broker
+):
+    # On kafka-python this failed with its default idempotent producer, which takes the
+    # broker's MESSAGE_TOO_LARGE as fatal: at-least-once turns idempotence off (client_settings).
+    bootstrap = kafka_broker.bootstrap_servers
+    name = fresh("maxbytes")
+    cfg = config(bootstrap, name, max_record_bytes=100_000, transport=transport)
+    create_topics(bootstrap, [name])
+    create_topics(bootstrap, [cfg.dead_letter_topic], configs={"max.message.bytes": "20000"})
+    data = labelled_stream(100, seed=53)
+    items = [(0, event(i, x, y)) for i, (x, y) in enumerate(data)]
+    big = b"{" + b"x" * 40_000  # bad JSON: a dead letter above the topic's limit
+    items.insert(50, (0, big, b"big-key"))
+    produce(bootstrap, name, items)
+    summary = Worker(cfg).run()
+    assert summary["reason"] == "idle" and summary["records"] == 101
+    [dead] = read_all(bootstrap, cfg.dead_letter_topic)
+    headers = {k: v.decode() for k, v in dead.headers}
+    assert dead.key == b"big-key" and headers["__connect.errors.offset"] == "50"
+    if kafka_broker.kind == "tansu":  # Tansu enforces no max.message.bytes: it took the record
+        assert dead.value == big and "streammargin.error.value_dropped" not in headers
+    else:  # Apache Kafka refused it (MESSAGE_TOO_LARGE): sent again without its value
+        assert dead.value == b"" and headers["streammargin.error.value_dropped"] == str(len(big))
+
+
 def test_a_dead_letter_the_broker_refuses_as_too_large_is_sent_again_without_its_value(
     kafka_broker,
 ):
-    # Tansu enforces no max.message.bytes: the broker's answer is put into the send's future
-    # (a real kafka-python future), where the producer would put it.
+    # The broker's answer is put into the send's future (a real kafka-python future), where the
+    # producer would put it: this runs on any broker, and covers a refusal no test broker gives
+    # (authorization). The real refusal, by Apache Kafka: the test above.
     from kafka import errors
     from kafka.future import Future
 
