@@ -47,7 +47,7 @@ import abc
 import typing
 
 __all__ = ["TRANSPORTS", "Transport", "RebalanceCallbacks", "KafkaPythonTransport",
-           "TransactionAborted", "make_transport", "sendable_headers"]
+           "TransactionAborted", "make_transport", "sendable_headers", "install_pending_join_fix"]
 
 #: The `--transport` choices.
 TRANSPORTS = ("kafka-python", "librdkafka")
@@ -263,6 +263,7 @@ class KafkaPythonTransport(Transport):
 
         install_fast_crc32c()
         install_batch_errors()
+        install_pending_join_fix()
         self.producer: typing.Any = None
         self.consumer: typing.Any = None
         self._admin: typing.Any = None
@@ -447,6 +448,64 @@ class KafkaPythonTransport(Transport):
                                reader_config=reader, chunk_bytes=chunk_bytes,
                                max_checkpoint_bytes=max_checkpoint_bytes,
                                transactional=self.transactional)
+
+
+def install_pending_join_fix() -> None:
+    """Make kafka-python finish a group join that ended after the `poll` that started it.
+
+    kafka-python 3.0.12 runs a JoinGroup -> SyncGroup round as a task on its IO thread
+    (`BaseCoordinator.join_group_async`, kafka/coordinator/base.py). When the poll's timeout
+    ends first, the task is kept in `_join_task` for a later poll to await, but that poll
+    - enters `join_group_async` only while `need_rejoin()` says so, and the round itself clears
+      what made `ConsumerCoordinator.need_rejoin` true (the leader's assignment snapshot, the
+      joined subscription); `rejoin_needed` is cleared only by the awaiting poll, too;
+    - replaces a finished task by a new JoinGroup (`if self._join_task is None or
+      self._join_task.is_done`), dropping its result.
+    Either way the member stays REBALANCING for good: heartbeats off (disabled for the round,
+    enabled by the awaiting poll), the new assignment never applied; the broker expires it after
+    the session timeout, which the consumer never learns, and `poll` spins (a heartbeat is due).
+    On Apache Kafka: a first generation assigned nothing ("No partition metadata for topic"), the
+    rejoin ~100 ms later fell at the end of the worker's 200 ms poll (~1 fresh start in 4).
+
+    The fix is the Java client's (`rejoinNeededOrPending`): a join in flight or finished but not
+    handled keeps `need_rejoin()` true, and a finished one is handled as `join_group_async`
+    would have: a success completes the join (STABLE, heartbeats on, the assignment, the
+    rebalance listener), a failure joins again. Idempotent; nothing on other kafka-pythons.
+    """
+    from kafka.coordinator.base import BaseCoordinator
+    from kafka.structs import MemberState
+
+    join_group_async = BaseCoordinator.join_group_async
+    if (getattr(join_group_async, "_streammargin", False)
+            or "_join_task" not in BaseCoordinator.__init__.__code__.co_names):
+        return
+    need_rejoin = BaseCoordinator.need_rejoin
+
+    def need_rejoin_or_pending(self: typing.Any) -> bool:
+        return need_rejoin(self) or self._join_task is not None
+
+    async def join_pending_first(self: typing.Any, timeout_ms: typing.Any = None) -> typing.Any:
+        task = self._join_task
+        if task is not None and task.is_done:
+            self._join_task = None
+            if not (task.succeeded() and self.state == MemberState.REBALANCING):
+                self.request_rejoin()  # as the awaiting poll would: join again
+            else:  # the end of join_group_async, with the result it would have awaited
+                generation = self._generation
+                with self._lock:
+                    self.rejoining = False
+                    self.rejoin_needed = False
+                    self.state = MemberState.STABLE
+                    self._enable_heartbeat()
+                await self._on_join_complete_async(generation.generation_id,
+                                                   generation.member_id, generation.protocol,
+                                                   task.value)
+                return True
+        return await join_group_async(self, timeout_ms)
+
+    join_pending_first._streammargin = True  # type: ignore[attr-defined]
+    BaseCoordinator.need_rejoin = need_rejoin_or_pending
+    BaseCoordinator.join_group_async = join_pending_first
 
 
 def _listener(callbacks: RebalanceCallbacks) -> typing.Any:

@@ -862,3 +862,65 @@ def test_a_worker_on_librdkafka_loads_kafka_python_only_once_it_waits_for_its_gr
                           text=True, timeout=120, cwd=pathlib.Path(__file__).parents[1])
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True"]
+
+
+@pytest.mark.parametrize("late", ["joined", "failed"])
+def test_a_group_join_that_ends_after_the_poll_that_sent_it_is_not_lost(late):
+    # kafka-python 3.0.12 dropped a JoinGroup -> SyncGroup round that ended after its poll timed
+    # out: the member stayed rebalancing for good, without heartbeats or its assignment (Apache
+    # Kafka expired it; connectors/transport.py, install_pending_join_fix). No broker here: the
+    # rounds are scripted, the second ends (or fails) between two polls.
+    import time
+
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.coordinator.base import Generation
+    from kafka.errors import RebalanceInProgressError
+    from kafka.future import Future
+    from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
+    from kafka.structs import MemberState
+
+    from connectors.broker import free_port
+    from connectors.transport import install_pending_join_fix
+
+    install_pending_join_fix()
+    install_pending_join_fix()  # idempotent
+    second = Future()
+    rounds = [Future().success((1, [("t", [0, 1])])), second,
+              Future().success((3, [("t", [0, 1]), ("u", [0])]))]
+    consumer = KafkaConsumer(bootstrap_servers=f"127.0.0.1:{free_port()}", api_version=(4, 1),
+                             group_id="g", enable_auto_commit=False)
+    coordinator = consumer._coordinator
+
+    async def join_and_sync():  # BaseCoordinator._do_join_and_sync_async's effects on the member
+        with coordinator._lock:
+            coordinator.state = MemberState.REBALANCING
+        coordinator.group_protocols()  # the subscription the JoinGroup sends
+        generation, partitions = await rounds.pop(0)
+        coordinator._generation = Generation(generation, "m", "range")
+        return ConsumerProtocolAssignment(0, partitions, b"").encode()
+
+    async def heartbeat():
+        pass
+
+    coordinator.coordinator_unknown = lambda: False
+    coordinator._do_join_and_sync_async = join_and_sync
+    coordinator._send_heartbeat_request = heartbeat
+    try:
+        consumer.subscribe(["t"])
+        assert coordinator.poll(timeout_ms=5000) and coordinator.state == MemberState.STABLE
+        consumer.subscribe(["t", "u"])  # a rejoin whose round clears need_rejoin()'s reason
+        assert not coordinator.poll(timeout_ms=0)  # sends the JoinGroup, gives up at once
+        coordinator._net.call_soon_threadsafe(
+            (lambda: second.success((2, [("t", [0, 1]), ("u", [0])]))) if late == "joined"
+            else (lambda: second.failure(RebalanceInProgressError())))
+        deadline = time.monotonic() + 10
+        while not coordinator._join_task.is_done:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        assert coordinator.poll(timeout_ms=5000)
+        assert coordinator.state == MemberState.STABLE and coordinator._heartbeat_enabled
+        assert coordinator._generation.generation_id == (2 if late == "joined" else 3)
+        assert consumer.assignment() == {TopicPartition("t", 0), TopicPartition("t", 1),
+                                         TopicPartition("u", 0)}
+    finally:
+        consumer.close(timeout_ms=100)
