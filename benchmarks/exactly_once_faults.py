@@ -91,7 +91,8 @@ def committed_checkpoints(bootstrap: str, checkpoint_topic: str, group_id: str, 
     from connectors import checkpoint
 
     store = checkpoint.CheckpointStore(bootstrap, checkpoint_topic, group_id,
-                                       reader_config={"isolation_level": "read_committed"})
+                                       reader_config={"isolation_level": "read_committed"},
+                                       transactional=True)
     try:
         found = store.load([(topic, p) for p in partitions])
     finally:
@@ -191,16 +192,22 @@ def run_faults(bootstrap: str, transport: str, n_records: int, n_kills: int, see
     tasks = committed_checkpoints(bootstrap, f"{name}.checkpoints", f"{name}.group", name,
                                   range(PARTITIONS))
     identical = 0
+    diverged: dict[int, str] = {}
     for partition in range(PARTITIONS):
         fields = tasks.get(partition)
         if fields is None or fields["next_offset"] != n_records // PARTITIONS:
+            diverged[partition] = ("no checkpoint" if fields is None
+                                   else f"next_offset {fields['next_offset']}")
             continue
         model = streammargin.ALMAClassifier()
         for i, (x, y) in enumerate(data):
             if i % PARTITIONS == partition:
                 model.learn_one(x, y)
         saved = streammargin.from_state(fields["model"])
-        identical += state.dumps(saved.to_state()) == state.dumps(model.to_state())
+        same = state.dumps(saved.to_state()) == state.dumps(model.to_state())
+        identical += same
+        if not same:
+            diverged[partition] = "model differs"
     return {
         "transport": transport,
         "records": n_records,
@@ -214,6 +221,7 @@ def run_faults(bootstrap: str, transport: str, n_records: int, n_kills: int, see
         "unexpected": len(seen.keys() - expected),
         "read_uncommitted": uncommitted,
         "identical_models": identical,
+        "diverged": diverged,
         "partitions": PARTITIONS,
         "logs": logs,
     }
