@@ -119,11 +119,25 @@ def translate(settings: dict[str, typing.Any], role: str) -> dict[str, typing.An
     ...
     ValueError: the consumer setting sasl_oauth_token_provider has no librdkafka equivalent: give librdkafka's own property instead (a name with dots, as in docs.confluent.io's librdkafka CONFIGURATION.md), or use --transport kafka-python
 
+    A KIP-848 group (``group.protocol=consumer``) takes its session and heartbeat timings from
+    the broker (``group.consumer.session.timeout.ms``, ...), and librdkafka refuses to create a
+    consumer given them: the worker's ``session_timeout_ms`` and ``heartbeat_interval_ms`` are
+    left out then.
+
+    >>> translate({"group_id": "g", "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000,
+    ...            "group.protocol": "consumer"}, "consumer")
+    {'group.id': 'g', 'group.protocol': 'consumer'}
     """
     properties: dict[str, typing.Any] = {}
+    # librdkafka: "`session.timeout.ms` is not supported for `group.protocol=consumer`. It is
+    # defined broker side" (the same for heartbeat.interval.ms).
+    broker_side = (("session_timeout_ms", "heartbeat_interval_ms")
+                   if str(settings.get("group.protocol", "")).lower() == "consumer" else ())
     for name, value in settings.items():
         if "." in name:
             properties[name] = value
+            continue
+        if name in broker_side:
             continue
         if name not in _PROPERTIES:
             raise ValueError(
@@ -582,8 +596,14 @@ class LibrdkafkaTransport(_Fetching, Transport):
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
 
     def _on_assign(self, consumer: typing.Any, partitions: list) -> None:
-        # Assigned before the worker sees them, so that it can pause them at once.
-        consumer.assign(partitions)
+        # Assigned before the worker sees them, so that it can pause them at once. A KIP-848
+        # group's assignments are incremental: librdkafka refuses assign() there ("Failed to
+        # set assignment: Local: Erroneous state"), and confluent-kafka 2.12 does not say which
+        # protocol the group runs, so the setting decides.
+        if str(self._properties["consumer"].get("group.protocol", "")).lower() == "consumer":
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
         tps = [self._tp(p.topic, p.partition) for p in partitions]
         self._assigned.update(tps)
         self._callbacks.assigned(tps)
