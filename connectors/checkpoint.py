@@ -835,7 +835,8 @@ class CheckpointStore:
         window = self.window
         start, stop = max(begin, end_hint - window), None
         while True:
-            latest = self._scan(reader, tp, start, stop, keys - found.keys(), keys, chunks)
+            latest = self._scan(reader, tp, start, stop, keys - found.keys(), keys, chunks,
+                                end_hint)
             found.update(latest)
             if found.keys() >= keys or start <= begin:
                 break
@@ -850,7 +851,7 @@ class CheckpointStore:
         return found, orphans
 
     def _scan(self, reader: typing.Any, tp: typing.Any, start: int, stop: int | None,
-              keys: set[bytes], all_keys: set[bytes], chunks: dict) -> dict:
+              keys: set[bytes], all_keys: set[bytes], chunks: dict, floor: int = 0) -> dict:
         """Last record (offset, value) of each of `keys` in offsets [start, stop) (stop None: to
         the end); notes in `chunks` the latest record of each chunk key of `all_keys`."""
         reader.seek(tp, start)
@@ -876,7 +877,11 @@ class CheckpointStore:
             if stop is not None and position >= stop:
                 return latest
             highwater = reader.highwater(tp)
-            if not batch and highwater is not None and position >= highwater:
+            # The highwater mark may be the previous load's (no fetch of this one answered yet):
+            # the end is reached only at or past this load's end offset too (`floor`, a lower
+            # bound on every broker), or a restore could find no checkpoint and start afresh.
+            if (not batch and highwater is not None and position >= highwater
+                    and position >= floor):
                 return latest
             if not batch and self.transactional and highwater is not None:
                 # read_committed: the readable end is the last stable offset, short of the

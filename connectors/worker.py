@@ -810,6 +810,13 @@ class Worker:
                 self._raise_callback_error()
                 self._undecodable(error)
                 continue
+            except _kafka_errors().KafkaConnectionError as error:
+                # kafka-python's poll raises this while the broker is down and a group rejoin
+                # is pending; an outage is waited out, as when poll returns nothing.
+                self._raise_callback_error()
+                log.debug("poll: %s (waiting for the broker)", error)
+                time.sleep(0.2)
+                continue
             self._raise_callback_error()
             now = time.monotonic()
             if batches:
