@@ -103,6 +103,8 @@ DEFAULT_MAX_CHECKPOINT_BYTES = 1 << 30
 MIN_CHUNK_BYTES = 1 << 10
 # At most this many chunks per checkpoint (a manifest of 512 KiB; 32 GiB of 512 KiB chunks).
 MAX_CHUNKS = 1 << 16
+# A read_committed scan with nothing delivered for this long has what can be read (`_scan`).
+READ_COMMITTED_QUIET_S = 1.0
 # Room a record needs beyond its chunk of payload: the key, the framing, record and batch headers.
 RECORD_HEADROOM = 4 << 10
 
@@ -857,12 +859,14 @@ class CheckpointStore:
         reader.seek(tp, start)
         latest: dict[bytes, tuple[int, bytes | None]] = {}
         deadline = time.monotonic() + self.timeout
+        progress = time.monotonic()
         while time.monotonic() < deadline:
             # Short polls: the scan ends at the first fetch that shows the end (an empty or
             # fully read partition), not when a longer poll gives up waiting for records.
             batch = reader.poll(timeout_ms=20, max_records=10_000).get(tp, [])
             if batch:
-                deadline = time.monotonic() + self.timeout
+                progress = time.monotonic()
+                deadline = progress + self.timeout
             for record in batch:
                 if stop is not None and record.offset >= stop:
                     return latest
@@ -887,7 +891,14 @@ class CheckpointStore:
                 # read_committed: the readable end is the last stable offset, short of the
                 # highwater mark while a transaction is open on the partition (a commit in
                 # progress, a crashed producer's until its timeout); end_offsets gives it.
-                if position >= reader.end_offsets([tp])[tp]:
+                # Offsets below it that are transaction markers or aborted records are never
+                # delivered, and librdkafka does not always move the position past them (a
+                # restore waited 60 s at the end of a log of committed transactions): quiet
+                # for READ_COMMITTED_QUIET_S, the scan has what can be read. Ending early can
+                # only miss a checkpoint newer than the committed offset's, which the worker
+                # reads again (`Worker._load_committed_checkpoints`).
+                if (position >= reader.end_offsets([tp])[tp]
+                        or time.monotonic() - progress > READ_COMMITTED_QUIET_S):
                     return latest
         raise CheckpointError(f"reading checkpoints from {tp.topic}/{tp.partition}: no record "
                               f"came in {self.timeout} s before its end")
