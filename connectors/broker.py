@@ -163,6 +163,19 @@ class _BrokerProcess:
     def stop(self, timeout: float = 5.0) -> None:
         raise NotImplementedError
 
+    def _terminate(self, timeout: float) -> None:
+        """SIGTERM, then SIGKILL after `timeout` (SIGCONT first: a paused broker cannot act on
+        SIGTERM)."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.terminate()
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
     def pause(self) -> None:
         """Freeze the broker process (SIGSTOP): connections stay open, nothing is answered, as
         in a stalled broker or a network partition. Its data is kept; `resume()` continues."""
@@ -260,15 +273,7 @@ class EmbeddedBroker(_BrokerProcess):
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the broker (SIGTERM, then SIGKILL after `timeout`); its data is gone."""
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGCONT)  # a paused broker cannot act on SIGTERM
-            process.terminate()
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        self._terminate(timeout)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -553,19 +558,8 @@ class ApacheKafkaBroker(_BrokerProcess):
 
     def restart(self, timeout: float = 90.0) -> ApacheKafkaBroker:
         """Stop gracefully (SIGTERM, a controlled shutdown) and start again with the same log."""
-        self._terminate()
+        self._terminate(30.0)
         return self.start(timeout)
-
-    def _terminate(self, timeout: float = 30.0) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGCONT)  # a paused broker cannot act on SIGTERM
-            process.terminate()
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the broker; a temporary log folder is removed with it."""
