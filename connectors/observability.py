@@ -353,6 +353,12 @@ class WorkerStatus:
             self._checkpoint_seconds += seconds
             self._next_publish = 0.0
 
+    @property
+    def transactions(self) -> dict[str, int]:
+        """Exactly-once transactions so far: {"committed": n, "aborted": n}."""
+        with self._lock:
+            return dict(self._transactions)
+
     def transaction_ended(self, committed: bool) -> None:
         """Exactly-once: a transaction committed, or was aborted (its tasks rewound)."""
         with self._lock:

@@ -631,9 +631,8 @@ class Worker:
         self._dead_letter_sends: list[tuple[typing.Any, typing.Any]] = []
         self._prediction_partitions: int = 1
         self._failed = False
-        # Exactly-once: transactions committed and aborted, and aborts since the last commit.
+        # Exactly-once: aborts since the last commit (the counts are the status's).
         self._exactly_once = config.exactly_once
-        self.transactions = {"committed": 0, "aborted": 0}
         self._aborts_in_a_row = 0
         # Partitions assigned but not restored yet (paused until they are).
         self._unrestored: set = set()
@@ -713,7 +712,7 @@ class Worker:
             "partitions": dict(self._final_metrics),
         }
         if self._exactly_once:
-            summary["transactions"] = dict(self.transactions)
+            summary["transactions"] = self.status.transactions
         return summary
 
     def _connect(self) -> None:
@@ -1351,19 +1350,27 @@ class Worker:
                 log.warning("offset commit failed (checkpoints are written): %s", error)
         else:
             self._transport.commit(offsets, wait=False)
+        done = self._record_checkpoints(payloads, started, flushed)
+        log.debug("checkpointed %d partitions, %d bytes, in %.1f ms (+%.1f ms flushing outputs)",
+                  len(dirty), size, 1000 * (done - flushed), 1000 * (flushed - started))
+
+    def _record_checkpoints(self, payloads: dict[tuple[str, int], bytes], started: float,
+                            flushed: float) -> float:
+        """Tell the status and `checkpoint_log` of a round of checkpoints (`started` and
+        `flushed`: perf_counter times); returns the time it ended."""
         done = time.perf_counter()
-        self.status.checkpointed({key: len(payload) for key, payload in payloads.items()},
-                                 done - started)
+        if payloads:
+            self.status.checkpointed({key: len(payload) for key, payload in payloads.items()},
+                                     done - started)
         self.checkpoint_log.append(
             {
-                "partitions": len(dirty),
-                "bytes": size,
+                "partitions": len(payloads),
+                "bytes": sum(len(payload) for payload in payloads.values()),
                 "flush_outputs_ms": 1000 * (flushed - started),
                 "checkpoint_commit_ms": 1000 * (done - flushed),
             }
         )
-        log.debug("checkpointed %d partitions, %d bytes, in %.1f ms (+%.1f ms flushing outputs)",
-                  len(dirty), size, 1000 * (done - flushed), 1000 * (flushed - started))
+        return done
 
     def _send_failure(self, what: str, error: BaseException) -> WorkerError:
         """The error to stop with when producing failed (`_send_failure`); with exactly-once,
@@ -1406,21 +1413,14 @@ class Worker:
         except KafkaError as error:
             raise _transaction_failure(error, transport.settings["producer"]) from error
         self._store.transaction_ended(committed=True)  # type: ignore[union-attr]
-        self.transactions["committed"] += 1
         self.status.transaction_ended(committed=True)
         self._aborts_in_a_row = 0
         for task in dirty:
             task.mark_checkpointed()
         transport.begin_transaction()
-        done = time.perf_counter()
-        if payloads:
-            self.status.checkpointed({key: len(p) for key, p in payloads.items()}, done - started)
-        size = sum(len(payload) for payload in payloads.values())
-        self.checkpoint_log.append({"partitions": len(dirty), "bytes": size,
-                                    "flush_outputs_ms": 1000 * (flushed - started),
-                                    "checkpoint_commit_ms": 1000 * (done - flushed)})
-        log.debug("committed a transaction of %d partitions' checkpoints, %d bytes, in %.1f ms "
-                  "(+%.1f ms flushing outputs)", len(dirty), size, 1000 * (done - flushed),
+        done = self._record_checkpoints(payloads, started, flushed)
+        log.debug("committed a transaction of %d partitions' checkpoints in %.1f ms (+%.1f ms "
+                  "flushing outputs)", len(dirty), 1000 * (done - flushed),
                   1000 * (flushed - started))
         return True
 
@@ -1432,7 +1432,6 @@ class Worker:
         after a restart. Then the next transaction opens.
         """
         self._store.transaction_ended(committed=False)  # type: ignore[union-attr]
-        self.transactions["aborted"] += 1
         self.status.transaction_ended(committed=False)
         self._aborts_in_a_row += 1
         self._sends = []
