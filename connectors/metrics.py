@@ -536,7 +536,9 @@ class Throughput:
     `time.monotonic()` reading taken before the batch) and ended now. The overall clock runs from
     the first batch's `started` to the end of the last batch, so the first batch's processing
     time counts while the wait for the consumer group does not, and idle time after the last
-    record does not either. A caller that does not pass `started` leaves the first batch's
+    record does not either. Nor does a wait between batches longer than `max_gap` seconds (no
+    records came: the topic was quiet, or the brokers did not answer): a rate that spanned a
+    45 s outage said 717-1,150 records/s for a worker that processed 24-34k a second. A caller that does not pass `started` leaves the first batch's
     duration unknown: that batch only starts the clock, and its records are counted in `count`
     but not in the rates, which then measure the batches after it.
 
@@ -554,13 +556,20 @@ class Throughput:
     >>> now[0] += 10.0                            # idle: the overall rate stops at the last record
     >>> throughput.rates()
     (2000.0, 0.0)
+    >>> started = now[0]; now[0] += 0.5           # 10 s later, another batch: the wait is left out
+    >>> throughput.add(1000, started)
+    >>> throughput.rates()[0]
+    2000.0
 
     """
 
     def __init__(
-        self, min_seconds: float = 0.01, clock: typing.Callable[[], float] = time.monotonic
+        self, min_seconds: float = 0.01, clock: typing.Callable[[], float] = time.monotonic,
+        max_gap: float = 1.0,
     ) -> None:
         self.min_seconds = min_seconds
+        self.max_gap = max_gap
+        self._waited = 0.0  # gaps between batches longer than max_gap, left out of the clock
         self._clock = clock
         # The clock starts with the first batch, not while the consumer joins its group.
         self.start: float | None = None
@@ -584,6 +593,9 @@ class Throughput:
                 self._timed_count += n
         else:
             self._timed_count += n
+            gap = (now if started is None else started) - self.last_record  # type: ignore[operator]
+            if gap > self.max_gap:
+                self._waited += gap
         self.last_record = now
 
     def rates(self) -> tuple[float, float]:
@@ -594,7 +606,7 @@ class Throughput:
         if self.start is None:
             return 0.0, 0.0
         now = self._clock()
-        span = self.last_record - self.start
+        span = self.last_record - self.start - self._waited
         overall = self._timed_count / span if span >= self.min_seconds else 0.0
         interval = now - self._last_time
         if interval >= self.min_seconds:
