@@ -71,7 +71,10 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
     ("--max-checkpoint-bytes", "int", 1 << 30, "larger checkpoints are neither written nor read"),
     ("--idle-timeout", "float", None,
      "checkpoint, commit and exit 0 after SECONDS caught up with the log end of every owned "
-     "partition, as confirmed by the broker (default: run forever)"),
+     "partition, as confirmed by the broker; an outage never counts (default: run forever)"),
+    ("--max-outage", "float", None,
+     "exit 1 once no broker has answered for SECONDS, with one line naming the outage "
+     "(default: wait for the brokers however long it takes)"),
     ("--rolling-window", "int", 1000, "window of the rolling accuracy"),
     ("--drift-detector", "str", "ddm", "River drift detector on the error stream"),
     ("--drift-param", "params", {}, "drift detector parameter key=value (repeatable)"),
@@ -281,6 +284,7 @@ def config_from_args(args: argparse.Namespace) -> typing.Any:
         checkpoint_chunk_bytes=args.checkpoint_chunk_bytes,
         max_checkpoint_bytes=args.max_checkpoint_bytes,
         idle_timeout=args.idle_timeout,
+        max_outage=args.max_outage,
         rolling_window=args.rolling_window,
         drift_detector=args.drift_detector,
         drift_params=args.drift_param,
@@ -387,14 +391,16 @@ class _LogSetup(contextlib.AbstractContextManager):
     """The command's log handler on stderr (text or JSON lines), removed again on exit (the
     command also runs in-process, in tests and other programs)."""
 
-    def __init__(self, level: int, log_format: str, connected: typing.Callable[[], bool]):
+    def __init__(self, level: int, log_format: str, connected: typing.Callable[[], bool],
+                 held_back: typing.Callable[[], None] | None = None):
         from connectors.observability import ClientLogFilter, JsonLogFormatter
 
         self.level = level
         self.handler = logging.StreamHandler(sys.stderr)
         self.handler.setFormatter(
             JsonLogFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
-        self.handler.addFilter(ClientLogFilter(connected, debug=level <= logging.DEBUG))
+        self.handler.addFilter(ClientLogFilter(connected, debug=level <= logging.DEBUG,
+                                               held_back=held_back))
 
     def __enter__(self) -> _LogSetup:
         root, client = logging.getLogger(), logging.getLogger("kafka")
@@ -456,7 +462,12 @@ def run(args: argparse.Namespace) -> int:
         # closing a librdkafka consumer then delivers the connection errors it logged.)
         return worker is not None and worker.status.was_connected
 
-    with _LogSetup(level, args.log_format, connected):
+    def held_back() -> None:
+        contact = worker.contact if worker is not None else None
+        if contact is not None:
+            contact.held_back()
+
+    with _LogSetup(level, args.log_format, connected, held_back):
         if args.list_models:
             from connectors.models import model_names
 

@@ -31,6 +31,7 @@ kafka-python): use the short one (`--session-timeout-ms 6000 --heartbeat-interva
 from __future__ import annotations
 
 import logging
+import re
 import typing
 
 from connectors.transport import (
@@ -48,6 +49,12 @@ log = logging.getLogger(__name__)
 # librdkafka's own log lines go to this logger: under "kafka." so that the worker's log setup
 # treats them as the client's (held back until connected, as kafka-python's).
 _LIBRDKAFKA_LOG = "kafka.librdkafka"
+# The group consumer's statistics: how often, and the one field read of them (each broker
+# connection's; partitions have none). A pattern, not json.loads: the document lists every
+# partition of every broker, and only these numbers matter.
+STATISTICS_INTERVAL_MS = 1000
+_RXIDLE = re.compile(r'"rxidle":\s*(-?\d+)')
+_TS = re.compile(r'"ts":\s*(\d+)')  # the first: the document's own (brokers' come later)
 
 # kafka-python setting -> librdkafka property (None: no property, the transport uses it itself
 # or it has no meaning for librdkafka).
@@ -334,7 +341,9 @@ class _Fetching:
                 if error.fatal() or message.topic() is None:
                     if error.fatal():
                         raise client_error(error)
-                    log.warning("librdkafka: %s", error.str())
+                    # The client's own news (a broker down, all brokers down): held back with
+                    # its log lines, the worker tells outages itself (connectors/outage.py).
+                    logging.getLogger(_LIBRDKAFKA_LOG).warning("%s", error.str())
                     continue
                 raise client_error(error)
             topic, partition = message.topic(), message.partition()
@@ -469,6 +478,7 @@ class LibrdkafkaTransport(_Fetching, Transport):
         _Fetching.__init__(self, None, 1000 * self._timeouts_s["consumer"])
         self.producer: typing.Any = None
         self._admin: typing.Any = None
+        self._heard: float | None = None  # from the statistics (`_on_statistics`)
         self._max_poll_records = settings["consumer"].get("max_poll_records", 500)
         self._auto_offset_reset = settings["consumer"].get("auto_offset_reset", "latest")
         self._callbacks: RebalanceCallbacks | None = None
@@ -518,9 +528,31 @@ class LibrdkafkaTransport(_Fetching, Transport):
                 raise client_error(error) from error
 
     def start_consumer(self) -> None:
-        self._consumer = _new_consumer(self._client_properties("consumer"), "consumer")
+        properties = self._client_properties("consumer")
+        # Broker contact (connectors/outage.py): librdkafka's statistics every second carry each
+        # broker connection's `rxidle`, the microseconds since it last received anything
+        # (fetches, heartbeats, metadata). The callback runs inside `consume`.
+        properties.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
+        properties.setdefault("stats_cb", self._on_statistics)
+        self._consumer = _new_consumer(properties, "consumer")
 
-    def close_consumer(self) -> None:
+    def _on_statistics(self, statistics: str) -> None:
+        # Timed by the document's own `ts` (librdkafka's clock is CLOCK_MONOTONIC, in µs, as
+        # time.monotonic()): documents queue up while the main loop is busy, and one read
+        # late must not pass an old answer off as a recent one.
+        emitted = _TS.search(statistics)
+        idle = [int(found) for found in _RXIDLE.findall(statistics)]
+        idle = [microseconds for microseconds in idle if microseconds >= 0]
+        if idle and emitted is not None:
+            heard = (int(emitted.group(1)) - min(idle)) / 1e6
+            if self._heard is None or heard > self._heard:
+                self._heard = heard
+
+    def last_broker_contact(self) -> float | None:
+        return self._heard
+
+    def close_consumer(self, timeout: float | None = None) -> None:
+        # (librdkafka's close takes no timeout: it bounds its leave request itself)
         try:
             self._consumer.close()  # leaves the group: the revocation callback runs here
         finally:

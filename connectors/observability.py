@@ -268,6 +268,13 @@ class WorkerStatus:
         self._rebalances = 0
         self._transactions = {"committed": 0, "aborted": 0}
         self._highwater: typing.Callable[[typing.Any], int | None] | None = None
+        # Broker contact (connectors/outage.BrokerContact, set by the worker once connected):
+        # silence beyond the session timeout means the group has expired this member.
+        self.contact: typing.Any = None
+        self._session_expired = False
+        self._expired_in = 0  # the outage (BrokerContact.outages) that expired the session
+        self._member_before_expiry = False
+        self._heard_again_at: float | None = None
         self._next_publish = 0.0
         self._snapshot = self._build(time.time())
 
@@ -291,6 +298,7 @@ class WorkerStatus:
         """The group gave the worker these partitions (not ready until they are restored)."""
         with self._lock:
             self.member = True
+            self._session_expired = False
             self._rebalances += 1
             self._unrestored.update((tp.topic, tp.partition) for tp in partitions)
 
@@ -370,6 +378,34 @@ class WorkerStatus:
             self._checkpoint_failures += partitions
             self._publish_locked(time.time())
 
+    def watch_session(self, contact_age: float) -> None:
+        """Main loop, each turn: `contact_age` seconds since a broker answered. Beyond the
+        session timeout the member is presumed expired by the group: not ready until the next
+        assignment is restored, or, should no rebalance come, until the brokers have answered
+        for one more session timeout (the group kept the member after all)."""
+        contact = self.contact
+        if contact is None:
+            return
+        if contact_age > contact.session_timeout:
+            self._heard_again_at = None
+            # Once per outage: an assignment during it (the rejoin) stands.
+            if not self._session_expired and self._expired_in != contact.outages:
+                with self._lock:
+                    self._session_expired, self._member_before_expiry = True, self.member
+                    self._expired_in = contact.outages
+                    self.member = False
+            return
+        if not self._session_expired:
+            return
+        now = self._clock()
+        if self._heard_again_at is None:
+            self._heard_again_at = now
+        elif now - self._heard_again_at > contact.session_timeout:
+            with self._lock:
+                if self._session_expired:
+                    self._session_expired = False
+                    self.member = self._member_before_expiry
+
     def loop_turned(self) -> None:
         """The main loop turned (liveness); publishes a snapshot when one is due."""
         now = self._clock()
@@ -402,6 +438,17 @@ class WorkerStatus:
         with self._lock:
             if self.phase != "running":
                 return False, self._phase_text()
+            contact = self.contact
+            age = contact.age() if contact is not None else 0.0
+            if contact is not None and (self._session_expired or self.member) and (
+                    age > contact.session_timeout):
+                return False, (f"no broker answered for {age:.0f} s; past the "
+                               f"{contact.session_timeout:g} s session timeout the group "
+                               "expires this member: ready again once it has rejoined and "
+                               "restored its partitions")
+            if self._session_expired:
+                return False, ("rejoining the consumer group: an outage outlasted the session "
+                               "timeout")
             if not self.member:
                 return False, "joining the consumer group (or rebalancing)"
             if self._unrestored:
@@ -531,6 +578,21 @@ class _Collector:
         yield info
         yield GaugeMetricFamily("streammargin_ready", "1 when /readyz answers 200.",
                                 value=1.0 if ready else 0.0)
+        contact = status.contact
+        if contact is not None:
+            yield GaugeMetricFamily(
+                "streammargin_broker_contact_age_seconds",
+                "Seconds since a broker last answered the worker's consumer (heartbeats, "
+                "fetches); above the session timeout the group has expired the member.",
+                value=contact.age())
+            yield CounterMetricFamily(
+                "streammargin_broker_outages",
+                "Outages: no broker answer for two heartbeat intervals and a second (longer "
+                "while joining the group).", value=contact.outages)
+            yield CounterMetricFamily(
+                "streammargin_client_log_lines_held_back",
+                "The Kafka client's own log lines not shown (--log-level DEBUG shows them).",
+                value=contact.held_back_lines)
         yield GaugeMetricFamily("streammargin_assigned_partitions",
                                 "Partitions this worker owns and has restored.",
                                 value=len(snap.partitions))
@@ -854,23 +916,30 @@ class JsonLogFormatter(logging.Formatter):
 
 
 class ClientLogFilter(logging.Filter):
-    """Keeps kafka-python's own log lines off a handler until the worker is connected.
+    """Keeps the Kafka client's own log lines (kafka-python's, and librdkafka's under
+    "kafka.librdkafka") off a handler unless `debug`.
 
     While it bootstraps, kafka-python logs every failed connection attempt (20 lines for an
     unreachable broker); the worker then fails with one line naming the servers, the timeout, the
-    last error (from `ClientLogTail`) and the fix. Once connected, kafka-python's warnings (lost
-    connections during an outage, ...) pass. `debug`: pass everything.
+    last error (from `ClientLogTail`) and the fix. Once connected, an outage made the clients
+    repeat their warnings (55-85 lines for a 45 s one on kafka-python): the worker says it in a
+    few lines of its own instead (connectors/outage.py), and `held_back` counts what this filter
+    kept back after the worker connected (`connected()`), for those lines and the metrics.
     """
 
-    def __init__(self, connected: typing.Callable[[], bool], debug: bool = False):
+    def __init__(self, connected: typing.Callable[[], bool], debug: bool = False,
+                 held_back: typing.Callable[[], typing.Any] | None = None):
         super().__init__()
         self.connected = connected
         self.debug = debug
+        self.held_back = held_back
 
     def filter(self, record: logging.LogRecord) -> bool:
         if self.debug or not (record.name == "kafka" or record.name.startswith("kafka.")):
             return True
-        return self.connected()
+        if self.held_back is not None and self.connected():
+            self.held_back()
+        return False
 
 
 class ClientLogTail(logging.Handler):

@@ -116,8 +116,9 @@ class Transport(abc.ABC):
         """Create the group consumer (not subscribed yet)."""
 
     @abc.abstractmethod
-    def close_consumer(self) -> None:
-        """Leave the group (the `revoked` callback runs for what is still assigned)."""
+    def close_consumer(self, timeout: float | None = None) -> None:
+        """Leave the group (the `revoked` callback runs for what is still assigned), waiting at
+        most `timeout` seconds for the brokers where the client lets us bound it."""
 
     @abc.abstractmethod
     def close_producer(self, timeout: float) -> None:
@@ -187,6 +188,11 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def highwater(self, partition: typing.Any) -> int | None:
         """The log end of `partition` as of the last fetch (None: not fetched yet)."""
+
+    def last_broker_contact(self) -> float | None:
+        """When the group consumer last got an answer from a broker (`time.monotonic()`
+        seconds; None: the client does not say). Read by connectors/outage.py."""
+        return None
 
     @abc.abstractmethod
     def end_offsets(self, partitions: list, timeout_ms: int) -> dict[typing.Any, int]:
@@ -295,9 +301,9 @@ class KafkaPythonTransport(Transport):
 
         self.consumer = KafkaConsumer(**self.settings["consumer"])
 
-    def close_consumer(self) -> None:
+    def close_consumer(self, timeout: float | None = None) -> None:
         consumer, self.consumer = self.consumer, None
-        consumer.close()
+        consumer.close(timeout_ms=None if timeout is None else int(1000 * timeout))
 
     def close_producer(self, timeout: float) -> None:
         producer, self.producer = self.producer, None
@@ -373,6 +379,16 @@ class KafkaPythonTransport(Transport):
 
     def highwater(self, partition: typing.Any) -> int | None:
         return self.consumer.highwater(partition)
+
+    def last_broker_contact(self) -> float | None:
+        # The coordinator's heartbeat clock (kafka/coordinator/heartbeat.py, monotonic): the
+        # last heartbeat answered (RebalanceInProgress included); a member sends one every
+        # heartbeat interval. Not `last_reset`: kafka-python also resets it when it re-enables
+        # its heartbeat, without an answer (a 30 s outage then read as 4 s). Fetch answers are
+        # not stamped by kafka-python: the worker stamps the records it polls.
+        heartbeat = getattr(getattr(self.consumer, "_coordinator", None), "heartbeat", None)
+        last = getattr(heartbeat, "last_receive", None)
+        return last if last is not None and last > float("-inf") else None
 
     def end_offsets(self, partitions: list, timeout_ms: int) -> dict[typing.Any, int]:
         return self.consumer.end_offsets(partitions, timeout_ms=timeout_ms)

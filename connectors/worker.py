@@ -57,6 +57,7 @@ from connectors import checkpoint as checkpoint_module
 from connectors.codec import UndecodableBatch
 from connectors.metrics import Throughput
 from connectors.observability import ClientLogTail, WorkerStatus
+from connectors.outage import BrokerContact, BrokerOutage
 from connectors.profiling import rss_bytes
 from connectors.task import ERROR_HEADER, OutputRecords, PartitionTask, TaskOutput, TaskSettings
 from connectors.transport import TRANSPORTS, TransactionAborted, Transport, make_transport
@@ -85,6 +86,8 @@ EXACTLY_ONCE_DEAD_LETTER_BYTES = 900 << 10
 # Exactly-once: this many aborted transactions in a row, without one commit, stop the worker
 # (something refuses every transaction: replaying again would only repeat it).
 MAX_ABORTS_IN_A_ROW = 5
+# A worker that fails waits at most this long for the group consumer to leave its group.
+FAILING_CLOSE_TIMEOUT_S = 2.0
 # A broker round trip of the idle check may take this long before it counts as "not caught up".
 IDLE_CHECK_TIMEOUT_MS = 5_000
 
@@ -134,6 +137,9 @@ class WorkerConfig:
     # Checkpoint, commit and return once caught up with every owned partition's log end for this
     # many seconds (None: run forever).
     idle_timeout: float | None = None
+    # Stop (WorkerError) once no broker has answered for this many seconds (None: wait for them
+    # however long it takes). connectors/outage.py says what counts as an answer.
+    max_outage: float | None = None
     rolling_window: int = 1000
     drift_detector: str = "ddm"
     drift_params: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
@@ -193,6 +199,10 @@ class WorkerConfig:
         if self.checkpoint_chunk_bytes < minimum:
             raise ValueError(f"checkpoint_chunk_bytes must be >= {minimum}, "
                              f"got {self.checkpoint_chunk_bytes!r}")
+        for name in ("idle_timeout", "max_outage"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
         if self.max_checkpoint_bytes < 1:
             raise ValueError(f"max_checkpoint_bytes must be >= 1, "
                              f"got {self.max_checkpoint_bytes!r}")
@@ -301,6 +311,21 @@ def connection_settings() -> frozenset[str]:
     shared = (set(KafkaAdminClient.DEFAULT_CONFIG) & set(KafkaConsumer.DEFAULT_CONFIG)
               & set(KafkaProducer.DEFAULT_CONFIG))
     return frozenset(shared - _NOT_CONNECTION)
+
+
+def group_timeouts(config: WorkerConfig) -> tuple[float, float]:
+    """(session timeout, heartbeat interval) of the group consumer, in seconds, as given to it:
+    --consumer-config (kafka-python's or librdkafka's name) over the worker's own options.
+
+    >>> group_timeouts(WorkerConfig(topics=["t"], consumer_config={"session.timeout.ms": 45000}))
+    (45.0, 3.0)
+    """
+    given = {**config.client_config, **config.consumer_config}
+    session = given.get("session_timeout_ms", given.get("session.timeout.ms",
+                                                          config.session_timeout_ms))
+    heartbeat = given.get("heartbeat_interval_ms", given.get("heartbeat.interval.ms",
+                                                               config.heartbeat_interval_ms))
+    return int(session) / 1000, int(heartbeat) / 1000
 
 
 def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> dict[str, dict]:
@@ -642,6 +667,11 @@ class Worker:
         # whether it owns its partitions (assigned, and no rebalance under way).
         self._idle_since: float | None = None
         self._member = False
+        # The next offset of partitions revoked or lost (bounded: the topics' partitions), so
+        # that their restore can say how many records it replays.
+        self._left_at: dict[typing.Any, int] = {}
+        # Broker contact and outages (connectors/outage.py), from `_connect` on.
+        self.contact: BrokerContact | None = None
         self._next_idle_check = 0.0
         self._final_metrics: dict[str, dict] = {}
         # Recent checkpoints: partitions, bytes, and the milliseconds spent flushing outputs and
@@ -720,6 +750,12 @@ class Worker:
         settings = client_settings(config, self.client_id)
         check_tls_files(settings)
         transport = self._transport = make_transport(config.transport, settings)
+        session_s, heartbeat_s = group_timeouts(config)
+        contact = self.contact = BrokerContact(
+            session_s, heartbeat_s, max_outage=config.max_outage,
+            bootstrap_servers=config.bootstrap_servers)
+        contact.source = transport.last_broker_contact
+        self.status.contact = contact
         # A client that joins in a thread of its own is subscribed first: the broker holds a new
         # member's join (Tansu for half the session timeout, Kafka for group.initial.rebalance.
         # delay.ms in a new group) while the producer, the topics and the checkpoint store are
@@ -819,6 +855,9 @@ class Worker:
             self._raise_callback_error()
             now = time.monotonic()
             if batches:
+                self.contact.heard(now)  # type: ignore[union-attr]
+            self._watch_contact(now)
+            if batches:
                 self._idle_since = None
                 for tp, records in batches.items():
                     task = self.tasks.get(tp)
@@ -848,6 +887,23 @@ class Worker:
             self.status.loop_turned()
         self.exit_reason = "stopped"
 
+    def _watch_contact(self, now: float) -> None:
+        """Outages: logged, counted, never idleness; past the session timeout the member is
+        presumed expired (not ready until it has rejoined); past --max-outage the worker
+        stops."""
+        contact = self.contact
+        try:
+            contact.turn(self._member, now)  # type: ignore[union-attr]
+        except BrokerOutage as error:
+            self.exit_reason = "outage"
+            raise WorkerError(str(error)) from None
+        age = contact.age(now)  # type: ignore[union-attr]
+        # Idleness needs the broker's word all along: a heartbeat missed (silence beyond one
+        # interval and a second) starts the idle period again, outage or not.
+        if age > contact.heartbeat_interval + 1.0:  # type: ignore[union-attr]
+            self._idle_since = None
+        self.status.watch_session(age)
+
     def _run_task(self, task: PartitionTask, records: list) -> None:
         """Feed a partition's records to its task and send what comes out."""
         stop_set = self._stop.is_set
@@ -876,7 +932,10 @@ class Worker:
             closers = []
             if transport is not None and transport.consuming:
                 # Leaves the group; the revocation callback finds nothing left to checkpoint.
-                closers.append(transport.close_consumer)
+                # Failing (an outage past --max-outage, say): leaving politely must not hold
+                # the exit for the client's request timeout (27 s measured on kafka-python).
+                closers.append(lambda: transport.close_consumer(
+                    None if graceful else FAILING_CLOSE_TIMEOUT_S))
             if self._store is not None:
                 closers.append(self._store.close)
             if transport is not None and transport.producing:
@@ -910,6 +969,11 @@ class Worker:
         The log end only grows, so equal positions and ends at both checks mean nothing arrived
         in between, while a broker that does not answer (an outage) is never idleness.
         """
+        contact = self.contact
+        if contact.age(now) > contact.heartbeat_interval + 1.0:  # type: ignore[union-attr]
+            # The brokers are silent: asking them would block the loop for nothing.
+            self._idle_since = None
+            return False
         if self._idle_since is None:
             if now < self._next_idle_check:
                 return False
@@ -950,8 +1014,11 @@ class Worker:
                     log.debug("not idle: %s at %s of %s", tp, position, end)
                     return False
         except KafkaError as error:
-            log.info("not idle: the broker did not confirm the log ends (%s)", error)
+            # Debug only: during an outage this repeats every second (connectors/outage.py
+            # logs the outage itself).
+            log.debug("not idle: the broker did not confirm the log ends (%s)", error)
             return False
+        self.contact.heard()  # type: ignore[union-attr]
         return True
 
     # Rebalance --------------------------------------------------------------------------------
@@ -980,6 +1047,14 @@ class Worker:
             tasks = [self.tasks[tp] for tp in revoked if tp in self.tasks]
             if not tasks:
                 return
+            contact = self.contact
+            if not lost and not self._exactly_once and contact is not None and contact.in_outage:
+                # kafka-python revokes when its own heartbeat clock says the session expired,
+                # while no broker answers: the outputs, checkpoints and commit of a revocation
+                # could not reach them, and waited out the producer's delivery timeout inside
+                # poll (28 s measured; --max-outage and the outage lines waited with it). Lost,
+                # as librdkafka says: the next owner resumes from the last checkpoint.
+                lost = True
             if self._exactly_once and not self._failed:
                 if lost:
                     # Another member may own them already: nothing of the open transaction may
@@ -1009,6 +1084,9 @@ class Worker:
             for task in tasks:
                 tp = self._tp(task)
                 self.tasks.pop(tp, None)
+                if task.next_offset is not None:
+                    # Where it got to: a restore before it replays the records in between.
+                    self._left_at[tp] = task.next_offset
                 log.info("%s %s/%d", "lost" if lost else "revoked", tp.topic, tp.partition,
                          extra={"topic": tp.topic, "partition": tp.partition})
         except Exception as error:  # never into kafka-python
@@ -1120,9 +1198,14 @@ class Worker:
         self._idle_since = None
         self.status.restored((self.tasks[tp], sizes.get(tp)) for tp in partitions)
         names = [f"{tp.topic}/{tp.partition}" for tp in partitions]
-        log.info("assigned %s (%d restored from checkpoints) in %.0f ms", ", ".join(names),
-                 restored, 1000 * (time.monotonic() - started),
-                 extra={"partitions": names, "restored": restored})
+        replayed = 0
+        for tp in partitions:
+            left_at, resumed = self._left_at.pop(tp, None), self.tasks[tp].next_offset
+            if left_at is not None and resumed is not None and left_at > resumed:
+                replayed += left_at - resumed
+        log.info("assigned %s (%d restored from checkpoints, %d records to replay) in %.0f ms",
+                 ", ".join(names), restored, replayed, 1000 * (time.monotonic() - started),
+                 extra={"partitions": names, "restored": restored, "replayed": replayed})
 
     def _bad_checkpoint(self, tp: typing.Any, refusal: str) -> PartitionTask:
         """Apply `on_bad_checkpoint` to a checkpoint that cannot be restored; `refusal` says

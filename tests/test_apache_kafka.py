@@ -333,7 +333,7 @@ def test_three_workers_a_sigkill_and_a_stop_the_survivor_ends_with_every_model(
     survivor = logs["survivor"].read_text()
     assert '"reason": "idle"' in survivor, survivor[-2000:]
     # It took the killed worker's partitions over from their checkpoints.
-    restored = [int(n) for n in re.findall(r"\((\d+) restored from checkpoints\)", survivor)]
+    restored = [int(n) for n in re.findall(r"\((\d+) restored from checkpoints,", survivor)]
     assert sum(restored) >= len(mine), survivor
     # Every input offset predicted, in order; the only repeats are the killed worker's records
     # after its last checkpoint of each partition (at-least-once), fewer than a checkpoint
@@ -593,7 +593,7 @@ def test_a_broker_killed_mid_stream_and_started_on_its_log_again_loses_nothing(
     # Both partitions had checkpoints before the crash: any assignment after it restores both.
     after = log.read_bytes()[killed_at:].decode(errors="replace")
     for line in re.findall(r"connectors\.worker: assigned .*", after):
-        if "(2 restored from checkpoints)" not in line:
+        if "(2 restored from checkpoints," not in line:
             raise RestoreMissedCheckpoints(line)
     for partition in (0, 1):
         assert_every_offset_once_but_replays(offsets[partition], n, saved[partition],

@@ -389,15 +389,18 @@ def test_json_log_lines_carry_the_structured_fields():
     assert "KeyError: 'why'" in json.loads(formatter.format(record))["exception"]
 
 
-def test_kafka_pythons_lines_wait_for_the_connection_and_feed_the_tail():
-    connected = []
-    keep = ClientLogFilter(lambda: bool(connected))
+def test_the_clients_lines_show_only_when_debugging_are_counted_once_connected_and_feed_the_tail():
+    connected, held = [], []
+    keep = ClientLogFilter(lambda: bool(connected), held_back=lambda: held.append(1))
     make = lambda name, message: logging.LogRecord(name, logging.ERROR, "", 0, message, (), None)  # noqa: E731
     assert not keep.filter(make("kafka.net.manager", "Connection failed: refused"))
     assert keep.filter(make("connectors.worker", "anything"))
     assert keep.filter(make("kafkaesque", "not the client"))
+    assert held == []  # before the connection: the tail tells the failure, nothing to count
     connected.append(True)
-    assert keep.filter(make("kafka.net.manager", "Connection lost"))
+    assert not keep.filter(make("kafka.net.manager", "Connection lost"))
+    assert not keep.filter(make("kafka.librdkafka", "REQTMOUT ..."))
+    assert len(held) == 2
     assert ClientLogFilter(lambda: False, debug=True).filter(make("kafka", "x"))
     client = logging.getLogger("kafka.net.manager")
     with ClientLogTail() as tail:
