@@ -6,7 +6,7 @@ delayed-label store. `process(records)` runs records through it in offset order 
 `TaskOutput`:
 
 - ``predictions``: one prediction record per event, as JSON bytes (the formats, and their JSON
-  Schemas in `connectors/schemas/`, are in the README):
+  Schemas in `connectors/schemas/`, are in docs/kafka.md):
 
       binary      {"topic", "partition", "model", "offset", "id", "y_pred": bool,
                    "p_true": float, "y": bool | null}

@@ -1,4 +1,4 @@
-"""What the README promises, shown on Apache Kafka itself (`connectors.broker.ApacheKafkaBroker`).
+"""What the README and docs/kafka.md promise, shown on Apache Kafka itself (`ApacheKafkaBroker`).
 
 Apache Kafka does what the embedded Tansu does not, and each test here leans on one of those:
 a dead member keeps its partitions until its session expires (classic and KIP-848 groups), the
@@ -517,7 +517,7 @@ class OutageStoppedWorker(AssertionError):
     broker"). kafka-python 3's `KafkaConsumer.poll` raises `KafkaConnectionError` when a group
     rejoin is pending while no broker answers (its coordinator lookup requests a metadata
     update, whose failure it does not catch), and the worker's main loop lets it out: exit 1
-    instead of waiting, as the README promises for a broker outage."""
+    instead of waiting, as docs/operations.md promises for a broker outage."""
 
     sign = "worker failed: cannot reach a Kafka broker"
 
@@ -601,7 +601,7 @@ def test_a_broker_killed_mid_stream_and_started_on_its_log_again_loses_nothing(
     assert_final_models(bootstrap, cfg, data, 2, n)
 
 
-# 4. Dead letters and metrics records, as the README's tables say ---------------------------------
+# 4. Dead letters and metrics records, as docs/kafka.md's tables say -------------------------------
 #
 # tests/test_kafka_worker.py checks on the session broker: bad JSON and tombstones (their
 # VALUE_CONVERTER headers by the schema, the record as it came), skipped batches (KAFKA_CONSUME,
