@@ -152,7 +152,9 @@ class BudgetSVMClassifier(ServedRow, KernelClassifier):
 
     _n_fields = svm_jit.N_FIELDS
     _layout = svm_jit.LAYOUT
-    # The Gram matrix is not saved: `_check_restored` recomputes it, bit for bit.
+    # The Gram matrix is not saved: `_check_restored` recomputes it, bit for bit (each entry from
+    # the stored vectors, `jit/kernels.stored_gram`). A checkpoint is then ~1.03x the support
+    # cache's bytes instead of ~10x at budget 200 (`benchmarks/checkpoint_sizes.py`).
     _state_arrays = ("_support", "_slots", "_st")
     _recomputed_arrays = ("_gram",)
     _extra_rows = 1  # the arriving example's working row

@@ -29,7 +29,7 @@ A checkpoint holds the arrays of `_state_arrays` only: the budget SVM's and the 
 matrices are recomputed on restore (so are the SBP's), so their checkpoints stay near the support
 vectors' bytes while the process holds the matrix (counted here).
 
-`memory_bound(cls)` gives each model's figure at its defaults (docs/ARCHITECTURE.md has the
+`memory_bound(cls)` gives each model's figure at its defaults (docs/models.md has the
 table). A Python process holds more per stored name than its JSON (the str object, a list slot and
 a dict entry: about 120 bytes plus the name's length), which the worker's RSS shows
 (`benchmarks/memory_ceiling.py`).
