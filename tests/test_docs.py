@@ -6,9 +6,11 @@
 - Every `streammargin.*` / `connectors.*` name they give in backticks is a module or an attribute
   that exists, or (the connector's Kafka names, e.g. the default topic `streammargin.metrics`) a
   string the connector's code holds.
-- ARCHITECTURE names every module of streammargin/, streammargin/jit/ and connectors/.
+- ARCHITECTURE names every module of streammargin/, streammargin/jit/ and connectors/ (its
+  packages included).
 - The house ARCHITECTURE draws under "Layers" is the one the imports build: no module imports one
-  drawn above it.
+  drawn above it. Every module of connectors/ is in a band of its own package (or of connectors/
+  itself), and a package's `__init__.py` counts as a module of its band.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ("README.md", "docs/ARCHITECTURE.md", "docs/kafka.md", "docs/models.md", "docs/operations.md",
         "docs/performance.md")
-PACKAGES = ("streammargin", "streammargin/jit", "connectors")
+# Package -> the pattern of its modules: connectors/ with its packages (connectors/worker/, ...).
+PACKAGES = {"streammargin": "*.py", "streammargin/jit": "*.py", "connectors": "**/*.py"}
 EXTENSIONS = (".py", ".md", ".toml", ".txt", ".json", ".cfg", ".yml", ".yaml", ".sh", ".csv", ".c", ".xml")
 
 BACKTICKED = re.compile(r"(?<!`)`([^`]+)`(?!`)")
@@ -130,7 +133,7 @@ def kafka_names() -> set[str]:
     from connectors.task import ERROR_HEADER
 
     strings = set()
-    for path in (ROOT / "connectors").glob("*.py"):
+    for path in (ROOT / "connectors").glob("**/*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 strings.add(node.value)
@@ -180,10 +183,19 @@ def test_every_streammargin_and_connectors_name_the_docs_give_exists(doc):
 def modules() -> dict[str, pathlib.Path]:
     """Dotted name -> file of every module of the packages (their __init__ left out)."""
     found = {}
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).glob("*.py")):
+    for package, pattern in PACKAGES.items():
+        for path in sorted((ROOT / package).glob(pattern)):
             if path.name != "__init__.py":
                 found[".".join(path.relative_to(ROOT).with_suffix("").parts)] = path
+    return found
+
+
+def layered() -> dict[str, pathlib.Path]:
+    """`modules()` and the `__init__.py` of each package of connectors/ under the package's name:
+    `from connectors.worker import Worker` imports connectors/worker/__init__.py."""
+    found = modules()
+    for path in sorted((ROOT / "connectors").glob("*/__init__.py")):
+        found[".".join(path.parent.relative_to(ROOT).parts)] = path
     return found
 
 
@@ -242,28 +254,39 @@ def imports(path: pathlib.Path, known: dict[str, pathlib.Path]) -> set[str]:
 
 def ranks() -> dict[str, int]:
     """Module -> its band in ARCHITECTURE's drawing (0 at the top). A band drawn as a directory
-    holds its modules; `streammargin/<model>.py` every streammargin module not drawn alone."""
-    known = modules()
+    holds its modules, its `__init__.py` and those of its packages not drawn (connectors/schemas/,
+    a data package); `streammargin/<model>.py` every streammargin module not drawn alone. Every
+    module of connectors/ must be in a band."""
+    known = layered()
     rank: dict[str, int] = {}
     model_band = None
+    drawn_packages: dict[str, int] = {}
     for band, (head, _) in enumerate(drawn_modules()):
         if head == "streammargin/<model>.py":
             model_band = band
         elif head.endswith("/"):
             package = head.rstrip("/").replace("/", ".")
+            drawn_packages[package] = band
             for name in known:
-                if name.rsplit(".", 1)[0] == package:
+                if name.rsplit(".", 1)[0] == package and known[name].name != "__init__.py":
                     rank[name] = band
         else:
             rank[head.removesuffix(".py").replace("/", ".")] = band
     assert model_band is not None, "the drawing has no streammargin/<model>.py band"
+    for name, path in known.items():
+        if path.name == "__init__.py":
+            band = drawn_packages.get(name, drawn_packages.get(name.rsplit(".", 1)[0]))
+            if band is not None:
+                rank[name] = band
+    undrawn = sorted(name for name in known if name.startswith("connectors") and name not in rank)
+    assert not undrawn, f"ARCHITECTURE's drawing has no band for {undrawn}"
     for name in known:
         rank.setdefault(name, model_band)
     return rank
 
 
 def test_the_house_drawn_from_the_imports_has_no_upward_arrow():
-    known = modules()
+    known = layered()
     rank = ranks()
     upward = sorted(
         f"{name} -> {imported}"
