@@ -61,7 +61,7 @@ if sys.argv[3] == "jit":  # (on the compiled modules nothing is compiled: numba 
     event.register("numba:compile", CompileTimes())
 from connectors.codec import JSONCodec
 from connectors.task import PartitionTask, TaskSettings
-from connectors.warmup_command import _records, _Record
+from connectors.warmup import _records, _Record
 
 model = sys.argv[1]
 settings = TaskSettings(model=model, params={}, scale=True)

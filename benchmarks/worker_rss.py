@@ -38,7 +38,7 @@ STEPS = [
     ("+ ALMA built", "import streammargin; m = streammargin.ALMAClassifier()"),
     ("+ ALMA predict/learn (compiled)", "m.predict_one({'a': 1.0}); m.learn_one({'a': 1.0}, True)"),
     ("+ river.preprocessing", "import river.preprocessing"),
-    ("+ the worker task (--scale)", "from connectors.warmup_command import warm; warm('alma')"),
+    ("+ the worker task (--scale)", "from connectors.warmup import warm; warm('alma')"),
     ("  (numba imported so far?)", "print('numba imported:', 'numba' in sys.modules)"),
     ("+ numba (the JIT: its import)", "import numba"),
     ("+ numba CPU target", "import numba.np.arraymath"),

@@ -33,15 +33,14 @@ key=value`, as the worker will run them.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import sys
 import time
-import typing
 
 from connectors import models
 from connectors.errors import EXIT_FAILURE, CommandError
+from connectors.warmup import WarmupFailed, warm
 
 
 def add_parser(subparsers) -> None:
@@ -75,61 +74,6 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--log-level", default="INFO", metavar="LEVEL",
                         help="DEBUG adds tracebacks and the compiler's output to failures")
     parser.set_defaults(func=run)
-
-
-def _records(multiclass: bool) -> list:
-    """A handful of events: labelled ones of every class, an unlabelled one and its label."""
-    labels = ["a", "b", "c"] if multiclass else [True, False]
-    events = []
-    for i in range(12):
-        x = {"f0": float(i % 5) - 2.0, "f1": 0.5 * i, "f2": 1.0 if i % 3 else -1.0}
-        events.append({"id": f"e{i}", "x": x, "y": labels[i % len(labels)]})
-    events.append({"id": "late", "x": {"f0": 1.0, "f1": -1.0}})
-    events.append({"id": "late", "y": labels[0]})
-    return [json.dumps(event).encode() for event in events]
-
-
-class _Record(typing.NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes
-    headers: list
-
-
-def warm_task(settings: typing.Any) -> float:
-    """Run the per-record path of a worker with these `TaskSettings` on a few made-up records
-    (through the JSON codec, whatever codec the worker reads with); seconds. Raises
-    `CommandError` if the model refused them."""
-    from connectors.codec import JSONCodec
-    from connectors.task import PartitionTask
-
-    started = time.perf_counter()
-    values = _records(settings.multiclass)
-    records = [_Record("warmup", 0, i, 0, None, value, []) for i, value in enumerate(values)]
-    codec = JSONCodec(max_record_bytes=1 << 20, multiclass=settings.multiclass)
-    task = PartitionTask.new("warmup", 0, settings, codec=codec)
-    output = task.process(records)
-    if output.processed != len(records) or len(output.dead_letters):
-        raise CommandError(
-            f"warming --model {settings.model} did not process its records "
-            f"({len(output.dead_letters)} dead letters)",
-            "report it: the model refused the warm-up events", EXIT_FAILURE,
-        )
-    return time.perf_counter() - started
-
-
-def warm(model: str, params: dict | None = None, one_vs_rest: bool = False) -> float:
-    """Run the worker's per-record path of `model` (with and without the scaler); seconds."""
-    from connectors.task import TaskSettings
-
-    return sum(
-        warm_task(TaskSettings(model=model, params=dict(params or {}), scale=scale,
-                               one_vs_rest=one_vs_rest))
-        for scale in (False, True)
-    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -170,7 +114,11 @@ def _check(args: argparse.Namespace, names: list[str], params: dict) -> int:
                                                 False):
                 variants.append(True)
             for one_vs_rest in variants:
-                seconds = warm(name, params, one_vs_rest)
+                try:
+                    seconds = warm(name, params, one_vs_rest)
+                except WarmupFailed as error:
+                    raise CommandError(str(error), "report it: the model refused the warm-up "
+                                       "events", EXIT_FAILURE) from None
                 total += seconds
                 label = f"{name} --one-vs-rest" if one_vs_rest else name
                 print(f"{label:<28} {seconds:6.1f} s", file=sys.stderr, flush=True)

@@ -726,7 +726,7 @@ class Worker:
         """Run the model's per-record path on made-up records, on a task of its own: numba
         loads (or compiles) the code while the main thread waits for the broker, instead of at
         the first record. A failure here is left for the real records to meet."""
-        from connectors.warmup_command import warm_task
+        from connectors.warmup import warm_task
 
         try:
             seconds = warm_task(self.settings)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from connectors import cli
-from connectors.warmup_command import warm
+from connectors.warmup import warm
 
 
 def test_warm_runs_the_workers_path_of_each_kind_of_model(capsys):
@@ -81,3 +81,21 @@ def test_a_build_that_cannot_write_is_two_lines(capsys, tmp_path):
     lines = capsys.readouterr().err.strip().splitlines()
     assert "cannot write the compiled modules" in lines[-2]
     assert lines[-1].strip().startswith("fix:") and "STREAMMARGIN_AOT_DIR" in lines[-1]
+
+
+def test_a_model_refusing_the_warm_up_records_is_two_lines(capsys, monkeypatch):
+    # The worker's warm-up (connectors/warmup.py) raises WarmupFailed; the command tells it as
+    # a cause and a fix, exit 1.
+    from connectors import warmup, warmup_command
+
+    def refused(settings):
+        raise warmup.WarmupFailed(f"warming --model {settings.model} did not process its records "
+                                  "(3 dead letters)")
+
+    monkeypatch.setattr(warmup, "warm_task", refused)
+    assert cli.main(["warmup", "--jit-cache", "--model", "alma"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-2] == ("streammargin warmup: warming --model alma did not process its records "
+                         "(3 dead letters)")
+    assert lines[-1] == "  fix: report it: the model refused the warm-up events"
+    assert warmup_command.warm is warmup.warm
