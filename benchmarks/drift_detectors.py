@@ -146,7 +146,7 @@ def model_errors(stream, n: int) -> list[float]:
 
 
 def stationary_generators(seed: int) -> dict:
-    """The concept before the change of each demo stream (`connectors.demo.drifting_stream`)."""
+    """The concept before the change of each demo stream (`connectors.cli.demo.drifting_stream`)."""
     return {
         "SEA": synth.SEA(variant=0, seed=seed),
         "Hyperplane": synth.Hyperplane(n_features=10, seed=seed),

@@ -136,7 +136,7 @@ def worker_options(name: str) -> list[str]:
 
 def worker_has_processing_guarantee() -> bool:
     """Whether this checkout's `streammargin kafka` takes `--processing-guarantee`."""
-    from connectors import kafka_command
+    from connectors.cli import kafka_command
 
     return any(option[0] == "--processing-guarantee" for option in kafka_command.OPTIONS)
 

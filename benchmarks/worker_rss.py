@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 STEPS = [
     ("python + numpy", "import numpy"),
     ("+ kafka-python", "import kafka"),
-    ("+ connectors.worker", "import connectors.worker, connectors.kafka_command"),
+    ("+ connectors.worker", "import connectors.worker, connectors.cli.kafka_command"),
     ("+ ALMA built", "import streammargin; m = streammargin.ALMAClassifier()"),
     ("+ ALMA predict/learn (compiled)", "m.predict_one({'a': 1.0}); m.learn_one({'a': 1.0}, True)"),
     ("+ river.preprocessing", "import river.preprocessing"),

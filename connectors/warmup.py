@@ -2,7 +2,7 @@
 compiled code is loaded (or compiled) before the first real record.
 
 `Worker` runs `warm_task` on a thread of its own while it connects; `streammargin warmup`
-(`connectors.warmup_command`) runs `warm` on every model to check the compiled modules, and
+(`connectors.cli.warmup_command`) runs `warm` on every model to check the compiled modules, and
 turns a `WarmupFailed` into its cause and fix.
 """
 

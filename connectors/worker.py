@@ -34,7 +34,7 @@ Usage in a process of your own::
     worker = Worker(WorkerConfig(topics=["events"], bootstrap_servers="localhost:9092"))
     summary = worker.run(stop_event=threading.Event(), on_metrics=print)
 
-`streammargin kafka` (`connectors.kafka_command`) is the same thing as a command.
+`streammargin kafka` (`connectors.cli.kafka_command`) is the same thing as a command.
 """
 
 from __future__ import annotations

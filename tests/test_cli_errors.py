@@ -7,7 +7,8 @@ import argparse
 
 import pytest
 
-from connectors import cli, errors
+from connectors import cli
+from connectors.cli import errors
 from connectors.broker import free_port
 
 

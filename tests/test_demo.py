@@ -8,7 +8,8 @@ import pytest
 from river import preprocessing
 
 import streammargin
-from connectors import cli, demo
+from connectors import cli
+from connectors.cli import demo
 from connectors.metrics import PartitionMetrics, make_detector
 from connectors.worker import WorkerConfig
 

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from river import drift, metrics, utils
 
 import streammargin
-from connectors import checkpoint, codec, kafka_command, models
+from connectors import checkpoint, codec, models
+from connectors.cli import kafka_command
 from connectors.metrics import PartitionMetrics, make_detector
 from connectors.worker import WorkerConfig, client_settings, connection_settings
 from streammargin import state

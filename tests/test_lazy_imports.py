@@ -16,7 +16,7 @@ def run(code: str) -> str:
 def test_the_worker_imports_no_data_sets_stats_or_scikit_learn():
     out = run("""
         import sys
-        import connectors.kafka_command, connectors.worker
+        import connectors.cli.kafka_command, connectors.worker
         from connectors.metrics import make_detector
         make_detector("ddm")
         from connectors.lazy_imports import is_deferred
@@ -61,3 +61,18 @@ def test_deferred_modules_are_the_real_ones_once_used():
     detections, rest = out.split("] ", 1)
     assert detections + "]" == reference and reference != "[]"
     assert rest == "False True AirlinePassengers 0.5 False"
+
+
+def test_the_packages_of_connectors_import_no_client_compiler_or_river():
+    # A package's __init__ imports nothing heavy: `connectors.cli.errors` or
+    # `connectors.worker.task` cost only their own imports.
+    out = run("""
+        import pathlib, sys
+        import connectors
+        root = pathlib.Path(connectors.__file__).parent
+        for init in sorted(root.glob("*/__init__.py")):
+            __import__(f"connectors.{init.parent.name}")
+        print(sorted(m for m in ("kafka", "confluent_kafka", "numba", "river", "numpy")
+                     if m in sys.modules))
+    """)
+    assert out == "[]"

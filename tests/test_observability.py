@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from connectors import observability
 from connectors.broker import free_port
 from connectors.codec import DeadLetter, JSONCodec
-from connectors.kafka_command import _as_flags
+from connectors.cli.kafka_command import _as_flags
 from connectors.observability import (
     DEAD_LETTER_KINDS,
     ClientLogFilter,

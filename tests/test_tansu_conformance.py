@@ -14,7 +14,7 @@ import threading
 import pytest
 import test_kafka_worker as w
 
-from connectors import demo
+from connectors.cli import demo
 from connectors.broker import FAST_GROUP_SETTINGS, create_topics
 from connectors.worker import Worker
 

@@ -86,7 +86,8 @@ def test_a_build_that_cannot_write_is_two_lines(capsys, tmp_path):
 def test_a_model_refusing_the_warm_up_records_is_two_lines(capsys, monkeypatch):
     # The worker's warm-up (connectors/warmup.py) raises WarmupFailed; the command tells it as
     # a cause and a fix, exit 1.
-    from connectors import warmup, warmup_command
+    from connectors import warmup
+    from connectors.cli import warmup_command
 
     def refused(settings):
         raise warmup.WarmupFailed(f"warming --model {settings.model} did not process its records "

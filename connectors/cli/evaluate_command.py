@@ -28,8 +28,9 @@ import logging
 import math
 import typing
 
-from connectors import evaluation, models, terminal
-from connectors.errors import EXIT_FAILURE, CommandError
+from connectors import evaluation, models
+from connectors.cli import terminal
+from connectors.cli.errors import EXIT_FAILURE, CommandError
 
 ONE_VS_REST = " [one-vs-rest]"
 

@@ -31,9 +31,10 @@ import threading
 import time
 import typing
 
-from connectors import models, terminal
+from connectors import models
+from connectors.cli import terminal
 from connectors.broker import BROKERS
-from connectors.errors import EXIT_FAILURE, CommandError
+from connectors.cli.errors import EXIT_FAILURE, CommandError
 
 STREAMS = ("sea", "hyperplane", "agrawal")
 

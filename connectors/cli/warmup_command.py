@@ -39,7 +39,7 @@ import sys
 import time
 
 from connectors import models
-from connectors.errors import EXIT_FAILURE, CommandError
+from connectors.cli.errors import EXIT_FAILURE, CommandError
 from connectors.warmup import WarmupFailed, warm
 
 

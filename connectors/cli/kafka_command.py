@@ -345,7 +345,7 @@ def _failure_message(error: BaseException) -> str:
 
 
 def _failure_text(error: BaseException) -> str:
-    from connectors import errors
+    from connectors.cli import errors
     from connectors.task import TaskFailure
     from connectors.worker import WorkerError
 

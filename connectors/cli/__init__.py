@@ -1,20 +1,20 @@
-"""The `streammargin` command: a thin layer over the library and connector APIs.
+"""The `streammargin` command: a thin layer over the library and connector APIs (also
+`python -m connectors.cli`).
 
-Each subcommand lives in its own module, which exposes `add_parser(subparsers)`; the parser it
-adds sets `func` to the function that runs it. Every failure, a bad command line included, ends
-in one or two lines (cause, fix) and a non-zero exit code (`connectors.errors`); `--log-level
-DEBUG` adds the traceback.
+Each subcommand lives in its own module of this package, which exposes `add_parser(subparsers)`;
+the parser it adds sets `func` to the function that runs it. Every failure, a bad command line
+included, ends in one or two lines (cause, fix) and a non-zero exit code
+(`connectors.cli.errors`); `--log-level DEBUG` adds the traceback.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 
-from connectors import errors
+from connectors.cli import errors
 
-SUBCOMMANDS = ["connectors.demo", "connectors.evaluate_command", "connectors.kafka_command",
-               "connectors.warmup_command"]
+SUBCOMMANDS = ["connectors.cli.demo", "connectors.cli.evaluate_command",
+               "connectors.cli.kafka_command", "connectors.cli.warmup_command"]
 
 
 def build_parser() -> errors.ArgumentParser:
@@ -36,6 +36,3 @@ def main(argv: list[str] | None = None) -> int:
         return exit.code if isinstance(exit.code, int) else errors.EXIT_USAGE
     return errors.run_command(f"streammargin {args.command}", args.func, args)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

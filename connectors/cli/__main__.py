@@ -1,0 +1,7 @@
+"""`python -m connectors.cli`: the `streammargin` command."""
+
+import sys
+
+from connectors.cli import main
+
+sys.exit(main())
