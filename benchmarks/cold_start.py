@@ -4,9 +4,9 @@
 and with a warm one.
 
 For each model registered in `connectors.models`, a fresh Python process runs the worker's
-per-record path (`connectors.task.PartitionTask`: JSON codec, StandardScaler, model, metrics) on
-the events `streammargin warmup` uses: a labelled event first. It reports, from the moment the
-parent starts the process (the interpreter's own start is included, its exit is not):
+per-record path (`connectors.worker.task.PartitionTask`: JSON codec, StandardScaler, model,
+metrics) on the events `streammargin warmup` uses: a labelled event first. It reports, from the
+moment the parent starts the process (the interpreter's own start is included, its exit is not):
 
 - `first pred. s`: process start -> the first event's prediction (the interpreter's start,
   imports, the model built, its code compiled or loaded, one record);
@@ -60,8 +60,8 @@ if sys.argv[3] == "jit":  # (on the compiled modules nothing is compiled: numba 
 
     event.register("numba:compile", CompileTimes())
 from connectors.codec import JSONCodec
-from connectors.task import PartitionTask, TaskSettings
-from connectors.warmup import _records, _Record
+from connectors.worker.task import PartitionTask, TaskSettings
+from connectors.worker.warmup import _records, _Record
 
 model = sys.argv[1]
 settings = TaskSettings(model=model, params={}, scale=True)

@@ -34,11 +34,11 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 STEPS = [
     ("python + numpy", "import numpy"),
     ("+ kafka-python", "import kafka"),
-    ("+ connectors.worker", "import connectors.worker, connectors.cli.kafka_command"),
+    ("+ connectors.worker", "import connectors.worker.worker, connectors.cli.kafka_command"),
     ("+ ALMA built", "import streammargin; m = streammargin.ALMAClassifier()"),
     ("+ ALMA predict/learn (compiled)", "m.predict_one({'a': 1.0}); m.learn_one({'a': 1.0}, True)"),
     ("+ river.preprocessing", "import river.preprocessing"),
-    ("+ the worker task (--scale)", "from connectors.warmup import warm; warm('alma')"),
+    ("+ the worker task (--scale)", "from connectors.worker.warmup import warm; warm('alma')"),
     ("  (numba imported so far?)", "print('numba imported:', 'numba' in sys.modules)"),
     ("+ numba (the JIT: its import)", "import numba"),
     ("+ numba CPU target", "import numba.np.arraymath"),

@@ -15,8 +15,8 @@ first error.
 
 This uses kafka-python's producer internals (`_accumulator`, `ProducerBatch`,
 `MemoryRecordsBuilder`), checked by `supported(producer)`; where they are not as expected the
-caller sends one record at a time (`connectors.worker`). kafka-python is pinned below 4, and the
-broker tests run this path.
+caller sends one record at a time (`connectors.worker.worker`). kafka-python is pinned below 4,
+and the broker tests run this path.
 """
 
 from __future__ import annotations

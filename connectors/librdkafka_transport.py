@@ -5,8 +5,8 @@ fetching, decompression, CRC checks, batching and delivery reports happen in C t
 worker's main thread spends less of each record in the client than with kafka-python. Everything
 the worker does goes through the same `connectors.transport.Transport` interface:
 
-- settings: the worker's kafka-python settings (`connectors.worker.client_settings`) translated
-  to librdkafka properties (`translate`: ``max_request_size`` -> ``message.max.bytes``,
+- settings: the worker's kafka-python settings (`connectors.worker.worker.client_settings`)
+  translated to librdkafka properties (`translate`: ``max_request_size`` -> ``message.max.bytes``,
   ``ssl_cafile`` -> ``ssl.ca.location``, ...); a name with a dot in `--consumer-config` /
   `--producer-config` is a librdkafka property and passes as given; a kafka-python setting
   without a librdkafka equivalent is refused (`ValueError` naming it);
@@ -201,7 +201,7 @@ def client_error(error: typing.Any) -> BaseException:
 
 
 class Record:
-    """A consumed record with kafka-python's fields (what `connectors.task` reads)."""
+    """A consumed record with kafka-python's fields (what `connectors.worker.task` reads)."""
 
     __slots__ = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
 
@@ -342,7 +342,7 @@ class _Fetching:
                     if error.fatal():
                         raise client_error(error)
                     # The client's own news (a broker down, all brokers down): held back with
-                    # its log lines, the worker tells outages itself (connectors/outage.py).
+                    # its log lines, the worker tells outages itself (connectors/worker/outage.py).
                     logging.getLogger(_LIBRDKAFKA_LOG).warning("%s", error.str())
                     continue
                 raise client_error(error)
@@ -529,9 +529,9 @@ class LibrdkafkaTransport(_Fetching, Transport):
 
     def start_consumer(self) -> None:
         properties = self._client_properties("consumer")
-        # Broker contact (connectors/outage.py): librdkafka's statistics every second carry each
-        # broker connection's `rxidle`, the microseconds since it last received anything
-        # (fetches, heartbeats, metadata). The callback runs inside `consume`.
+        # Broker contact (connectors/worker/outage.py): librdkafka's statistics every second
+        # carry each broker connection's `rxidle`, the microseconds since it last received
+        # anything (fetches, heartbeats, metadata). The callback runs inside `consume`.
         properties.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
         properties.setdefault("stats_cb", self._on_statistics)
         self._consumer = _new_consumer(properties, "consumer")

@@ -84,7 +84,8 @@ DEAD_LETTER_KINDS = (
 )
 
 # (pattern at the start of the reason, kind), tried in order: the reasons of `connectors.codec`
-# and `connectors.task`. The model's rejection comes first: it quotes the model's own message.
+# and `connectors.worker.task`. The model's rejection comes first: it quotes the model's own
+# message.
 _REASON_KINDS = [
     (re.compile(p, re.DOTALL), kind)
     for p, kind in [
@@ -221,7 +222,7 @@ def _task_counts(task: typing.Any) -> dict[str, int]:
 class WorkerStatus:
     """The state of one worker as its probes and /metrics see it.
 
-    The worker (`connectors.worker.Worker`) creates one (`worker.status`) and calls the hooks
+    The worker (`connectors.worker.worker.Worker`) creates one (`worker.status`) and calls the hooks
     below from its main loop and its rebalance callbacks (which kafka-python runs while the main
     loop waits in `poll`). Scrapes and probes, on the HTTP server's threads, read `snapshot()`,
     `readiness()` and `liveness()`: an immutable snapshot and flags set under a lock.
@@ -268,7 +269,7 @@ class WorkerStatus:
         self._rebalances = 0
         self._transactions = {"committed": 0, "aborted": 0}
         self._highwater: typing.Callable[[typing.Any], int | None] | None = None
-        # Broker contact (connectors/outage.BrokerContact, set by the worker once connected):
+        # Broker contact (connectors/worker/outage.BrokerContact, set by the worker once connected):
         # silence beyond the session timeout means the group has expired this member.
         self.contact: typing.Any = None
         self._session_expired = False
@@ -923,8 +924,9 @@ class ClientLogFilter(logging.Filter):
     unreachable broker); the worker then fails with one line naming the servers, the timeout, the
     last error (from `ClientLogTail`) and the fix. Once connected, an outage made the clients
     repeat their warnings (55-85 lines for a 45 s one on kafka-python): the worker says it in a
-    few lines of its own instead (connectors/outage.py), and `held_back` counts what this filter
-    kept back after the worker connected (`connected()`), for those lines and the metrics.
+    few lines of its own instead (connectors/worker/outage.py), and `held_back` counts what this
+    filter kept back after the worker connected (`connected()`), for those lines and the
+    metrics.
     """
 
     def __init__(self, connected: typing.Callable[[], bool], debug: bool = False,

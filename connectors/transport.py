@@ -1,6 +1,6 @@
 """The Kafka client under the worker: one small interface, one implementation per client library.
 
-`connectors.worker` talks to Kafka only through a `Transport`: a group consumer (poll, the
+`connectors.worker.worker` talks to Kafka only through a `Transport`: a group consumer (poll, the
 rebalance callbacks, pause/resume, seek, commit, committed offsets, log ends and positions for
 "idle = caught up"), a producer (single records, many records to one partition, flush), topic
 creation, and the `CheckpointStore` it hands out (its producer and its reader are the
@@ -83,8 +83,8 @@ def sendable_headers(headers: typing.Any) -> list[tuple[str, bytes]] | None:
 class Transport(abc.ABC):
     """A group consumer, a producer and topic administration over one Kafka client library.
 
-    `settings` are the worker's client settings (`connectors.worker.client_settings`): keyword
-    arguments of kafka-python's clients by role (``producer``, ``consumer``, ``admin``,
+    `settings` are the worker's client settings (`connectors.worker.worker.client_settings`):
+    keyword arguments of kafka-python's clients by role (``producer``, ``consumer``, ``admin``,
     ``checkpoint_reader``). Start the producer first (`start_producer`), create topics if
     wanted (`list_topics`, `create_topic`), then the consumer (`start_consumer`). Failures to
     reach the brokers raise `kafka.errors.KafkaError` (a `KafkaTimeoutError` when none answered).
@@ -191,7 +191,7 @@ class Transport(abc.ABC):
 
     def last_broker_contact(self) -> float | None:
         """When the group consumer last got an answer from a broker (`time.monotonic()`
-        seconds; None: the client does not say). Read by connectors/outage.py."""
+        seconds; None: the client does not say). Read by connectors/worker/outage.py."""
         return None
 
     @abc.abstractmethod

@@ -172,7 +172,7 @@ def test_the_worker_runs_every_model_without_numba():
     out = json.loads(python("""
         import json, sys
         from connectors import models
-        from connectors.warmup import warm
+        from connectors.worker.warmup import warm
         for name in models.model_names():
             warm(name)
             warm(name, one_vs_rest=True) if name in ("alma", "budgetsvm") else None

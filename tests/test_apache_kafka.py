@@ -38,7 +38,7 @@ import test_kafka_worker as w
 import streammargin
 from connectors import checkpoint, schemas
 from connectors.broker import ApacheKafkaBroker, create_topics
-from connectors.worker import Worker
+from connectors.worker.worker import Worker
 
 pytestmark = pytest.mark.kafka
 

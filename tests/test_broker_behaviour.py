@@ -17,7 +17,7 @@ import test_kafka_worker as w
 
 from connectors import checkpoint
 from connectors.broker import BROKERS, create_topics
-from connectors.worker import Worker
+from connectors.worker.worker import Worker
 
 pytestmark = pytest.mark.kafka
 
@@ -145,7 +145,7 @@ def assignments(bootstrap: str, n: int, through_the_transport: bool) -> list[lis
     from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
     from connectors.transport import make_transport
-    from connectors.worker import client_settings
+    from connectors.worker.worker import client_settings
 
     found = []
     for _ in range(n):

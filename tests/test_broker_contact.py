@@ -1,6 +1,7 @@
-"""Broker contact and outages without a broker (connectors/outage.py), on a hand-driven clock:
-when an outage starts and ends, its lines, --max-outage, readiness past the session timeout, and
-the honest rate. tests/test_outages.py shows the same on two test hosts with a real partition."""
+"""Broker contact and outages without a broker (connectors/worker/outage.py), on a hand-driven
+clock: when an outage starts and ends, its lines, --max-outage, readiness past the session
+timeout, and the honest rate. tests/test_outages.py shows the same on two test hosts with a real
+partition."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from connectors.metrics import Throughput
 from connectors.observability import WorkerStatus
-from connectors.outage import BrokerContact, BrokerOutage
+from connectors.worker.outage import BrokerContact, BrokerOutage
 
 
 class Clock:

@@ -11,7 +11,7 @@ import streammargin
 from connectors import cli
 from connectors.cli import demo
 from connectors.metrics import PartitionMetrics, make_detector
-from connectors.worker import WorkerConfig
+from connectors.worker.worker import WorkerConfig
 
 
 def brokers_started_by_this_process() -> set[int]:

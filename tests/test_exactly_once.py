@@ -23,7 +23,7 @@ import exactly_once_faults  # noqa: E402 (the fault harness, shared with the ben
 import streammargin
 from connectors import checkpoint
 from connectors.broker import create_topics
-from connectors.worker import Worker, WorkerConfig, client_settings
+from connectors.worker.worker import Worker, WorkerConfig, client_settings
 
 pytestmark = [
     pytest.mark.kafka,
@@ -185,7 +185,7 @@ def test_a_fenced_producer_stops_the_worker_with_one_line_and_commits_nothing(
 ):
     import threading
 
-    from connectors.worker import WorkerError
+    from connectors.worker.worker import WorkerError
 
     bootstrap = kafka_broker.bootstrap_servers
     name, _ = labelled_topic(bootstrap, "eos-fenced", 400, partitions=1, seed=2)

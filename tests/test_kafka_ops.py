@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from connectors.broker import create_topics
 from connectors.observability import EndpointServer
-from connectors.worker import Worker, WorkerConfig
+from connectors.worker.worker import Worker, WorkerConfig
 
 pytestmark = pytest.mark.kafka
 

@@ -18,7 +18,7 @@ import streammargin
 from connectors import checkpoint, codec, models
 from connectors.cli import kafka_command
 from connectors.metrics import PartitionMetrics, make_detector
-from connectors.worker import WorkerConfig, client_settings, connection_settings
+from connectors.worker.worker import WorkerConfig, client_settings, connection_settings
 from streammargin import state
 
 # Codec --------------------------------------------------------------------------------------------
@@ -783,8 +783,8 @@ def test_checkpoint_size_options_reach_the_worker_config(monkeypatch):
 def test_command_failures_are_one_line_naming_the_cause_and_the_fix():
     from kafka import errors
 
-    from connectors.task import TaskFailure
-    from connectors.worker import WorkerError
+    from connectors.worker.task import TaskFailure
+    from connectors.worker.worker import WorkerError
 
     message = kafka_command._failure_message(errors.KafkaTimeoutError("slow"))
     assert message == ("Kafka error: KafkaTimeoutError: slow. Fix: check the broker address, the "
@@ -801,7 +801,7 @@ def test_command_failures_are_one_line_naming_the_cause_and_the_fix():
 
 
 def test_the_transport_is_chosen_by_option_and_checked_with_its_settings(monkeypatch):
-    from connectors.worker import WorkerConfig
+    from connectors.worker.worker import WorkerConfig
 
     assert parse_command(["--topic", "t"], monkeypatch).transport == "kafka-python"
     assert parse_command(["--topic", "t", "--transport", "librdkafka"],
@@ -821,7 +821,7 @@ def test_librdkafka_errors_become_the_workers_kafka_python_errors():
     from kafka import errors
 
     from connectors.librdkafka_transport import client_error
-    from connectors.worker import _send_failure
+    from connectors.worker.worker import _send_failure
 
     code = confluent_kafka.KafkaError
     assert isinstance(client_error(code(code.MSG_SIZE_TOO_LARGE)),
@@ -837,7 +837,7 @@ LIBRDKAFKA_START_SCRIPT = """
 import sys
 from connectors.checkpoint import CheckpointStore
 from connectors.librdkafka_transport import CheckpointReader, LibrdkafkaTransport
-from connectors.worker import WorkerConfig, client_settings, _import_in_background
+from connectors.worker.worker import WorkerConfig, client_settings, _import_in_background
 settings = client_settings(WorkerConfig(topics=["t"], transport="librdkafka"))
 transport = LibrdkafkaTransport(settings)
 CheckpointStore("127.0.0.1:1", "checkpoints", "g", producer=transport, reader_config={},

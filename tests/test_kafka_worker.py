@@ -27,7 +27,7 @@ from river.datasets import synth
 import streammargin
 from connectors import checkpoint, schemas
 from connectors.broker import create_topics
-from connectors.worker import Worker, WorkerConfig
+from connectors.worker.worker import Worker, WorkerConfig
 from streammargin import state
 
 pytestmark = pytest.mark.kafka
@@ -550,7 +550,7 @@ def test_outputs_follow_kafkas_conventions_and_their_json_schemas(transport, kaf
 
 
 def test_a_header_without_value_is_copied_as_empty():
-    from connectors.worker import _sendable
+    from connectors.worker.worker import _sendable
 
     assert _sendable([("a", None), ("b", b"1"), ("c", bytearray(b"2"))]) == [
         ("a", b""), ("b", b"1"), ("c", b"2")]
@@ -727,7 +727,7 @@ def test_a_batch_the_client_cannot_decode_fails_clearly_or_is_skipped(kafka_brok
     from kafka import codec as kafka_codec
     from kafka.record import default_records
 
-    from connectors.worker import WorkerError
+    from connectors.worker.worker import WorkerError
 
     bootstrap = kafka_broker.bootstrap_servers
     name = fresh("undecodable")
@@ -896,7 +896,7 @@ def test_the_admin_client_and_the_checkpoint_reader_get_the_connection_settings(
 
 
 def test_a_bad_checkpoint_fails_without_touching_offsets_or_resets_when_asked(kafka_broker, caplog):
-    from connectors.worker import WorkerError
+    from connectors.worker.worker import WorkerError
 
     bootstrap = kafka_broker.bootstrap_servers
     name = fresh("badckpt")
@@ -937,7 +937,7 @@ def test_a_bad_checkpoint_fails_without_touching_offsets_or_resets_when_asked(ka
 
 
 def test_a_bug_in_the_model_stops_the_worker_without_committing(kafka_broker, monkeypatch):
-    from connectors.task import TaskFailure
+    from connectors.worker.task import TaskFailure
 
     bootstrap = kafka_broker.bootstrap_servers
     name = fresh("modelbug")
@@ -1027,8 +1027,8 @@ def test_a_dead_letter_the_broker_refuses_as_too_large_is_sent_again_without_its
     from kafka import errors
     from kafka.future import Future
 
-    from connectors.task import OutputRecord
-    from connectors.worker import WorkerError
+    from connectors.worker.task import OutputRecord
+    from connectors.worker.worker import WorkerError
 
     bootstrap = kafka_broker.bootstrap_servers
     name = fresh("refused")

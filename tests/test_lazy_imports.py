@@ -16,7 +16,7 @@ def run(code: str) -> str:
 def test_the_worker_imports_no_data_sets_stats_or_scikit_learn():
     out = run("""
         import sys
-        import connectors.cli.kafka_command, connectors.worker
+        import connectors.cli.kafka_command, connectors.worker.worker
         from connectors.metrics import make_detector
         make_detector("ddm")
         from connectors.lazy_imports import is_deferred
@@ -30,7 +30,7 @@ def test_the_worker_imports_no_data_sets_stats_or_scikit_learn():
 def test_deferred_modules_are_the_real_ones_once_used():
     out = run("""
         import random
-        import connectors.worker
+        import connectors.worker.worker
         from connectors.lazy_imports import defer, is_deferred
         from connectors.metrics import make_detector
         detector = make_detector("kswin", {"seed": 3})

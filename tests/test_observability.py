@@ -37,7 +37,7 @@ from connectors.observability import (
     dead_letter_kind,
     metrics_registry,
 )
-from connectors.task import PartitionTask, TaskSettings
+from connectors.worker.task import PartitionTask, TaskSettings
 from streammargin.errors import InvalidInput
 
 Record = collections.namedtuple("Record", "topic partition offset timestamp key value headers")
@@ -576,7 +576,7 @@ def certificate(tmp_path_factory):
 
 
 def test_tls_files_that_load_pass_and_a_wrong_key_password_is_named(certificate):
-    from connectors.worker import WorkerError, check_tls_files
+    from connectors.worker.worker import WorkerError, check_tls_files
 
     cert, key = certificate
     tls = {"security_protocol": "SSL", "ssl_cafile": cert, "ssl_certfile": cert,

@@ -1,17 +1,34 @@
-"""The stage profiler of `streammargin kafka --profile-stages` (connectors/profiling.py)."""
+"""The stage profiler of `streammargin kafka --profile-stages` (connectors/worker/profiling.py)."""
 
 from __future__ import annotations
 
 import collections
 import inspect
 import json
+import os
+import pathlib
+import re
 import sys
 import time
 
-from connectors.profiling import STAGES, StageProfiler, encode_lines, rss_bytes
-from connectors.task import PartitionTask, TaskSettings
+from connectors.worker import profiling
+from connectors.worker.profiling import STAGES, StageProfiler, encode_lines, rss_bytes
+from connectors.worker.task import PartitionTask, TaskSettings
 
 Record = collections.namedtuple("Record", "topic partition offset timestamp key value headers")
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_the_rules_name_this_projects_files_and_functions_where_they_are():
+    # The rules match code by path: a module moved (connectors/ became packages in issue 26)
+    # must take its rules along, or its time silently falls into another stage.
+    for fragment, function, _ in profiling._RULES:
+        if not fragment.startswith(("connectors" + os.sep, "streammargin" + os.sep)):
+            continue
+        path = ROOT / fragment
+        assert path.exists(), fragment
+        if function is not None:
+            assert re.search(rf"^\s*def {function}\(", path.read_text(), re.M), (fragment, function)
 
 
 def test_encode_lines_are_the_statements_building_the_prediction_records():

@@ -16,7 +16,7 @@ import test_kafka_worker as w
 
 from connectors.cli import demo
 from connectors.broker import FAST_GROUP_SETTINGS, create_topics
-from connectors.worker import Worker
+from connectors.worker.worker import Worker
 
 pytestmark = pytest.mark.kafka
 

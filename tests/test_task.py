@@ -22,7 +22,7 @@ from river.datasets import synth
 
 import streammargin
 from connectors import checkpoint, schemas
-from connectors.task import (
+from connectors.worker.task import (
     ENTRY_BYTES,
     FEATURE_BYTES,
     MAX_REASON_CHARS,

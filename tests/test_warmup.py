@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from connectors import cli
-from connectors.warmup import warm
+from connectors.worker.warmup import warm
 
 
 def test_warm_runs_the_workers_path_of_each_kind_of_model(capsys):
@@ -45,7 +45,7 @@ def test_a_warmed_cache_serves_a_fresh_process_without_compiling(tmp_path):
 
 WARM_UP = """
 import sys
-from connectors.worker import Worker, WorkerConfig
+from connectors.worker.worker import Worker, WorkerConfig
 from streammargin.jit import aot, dispatch
 import streammargin.jit.alma as jit_alma
 
@@ -84,9 +84,9 @@ def test_a_build_that_cannot_write_is_two_lines(capsys, tmp_path):
 
 
 def test_a_model_refusing_the_warm_up_records_is_two_lines(capsys, monkeypatch):
-    # The worker's warm-up (connectors/warmup.py) raises WarmupFailed; the command tells it as
-    # a cause and a fix, exit 1.
-    from connectors import warmup
+    # The worker's warm-up (connectors/worker/warmup.py) raises WarmupFailed; the command tells
+    # it as a cause and a fix, exit 1.
+    from connectors.worker import warmup
     from connectors.cli import warmup_command
 
     def refused(settings):

@@ -74,7 +74,7 @@ def add_parser(subparsers) -> None:
 
 def default_detector() -> tuple[str, dict]:
     """The worker's default drift detector and its parameters (`WorkerConfig`)."""
-    from connectors.worker import WorkerConfig
+    from connectors.worker.worker import WorkerConfig
 
     fields = WorkerConfig.__dataclass_fields__
     return fields["drift_detector"].default, fields["drift_params"].default_factory()
@@ -262,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
 
     from connectors.broker import FAST_GROUP_SETTINGS, create_topics
     from connectors.metrics import make_detector
-    from connectors.worker import Worker, WorkerConfig
+    from connectors.worker.worker import Worker, WorkerConfig
 
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(levelname)s %(name)s: %(message)s")

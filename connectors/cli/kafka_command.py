@@ -1,4 +1,5 @@
-"""`streammargin kafka`: run the Kafka worker as a process (a thin layer over `connectors.worker`).
+"""`streammargin kafka`: run the Kafka worker as a process (a thin layer over
+`connectors.worker.worker`).
 
 Every option can also come from an environment variable `STREAMMARGIN_<OPTION>` (upper case,
 dashes as underscores): `STREAMMARGIN_BOOTSTRAP_SERVERS=broker:9092`, `STREAMMARGIN_TOPIC=a,b`
@@ -15,7 +16,7 @@ retries would bury the one line that says what is wrong), unless `--log-level DE
 `--http-port N` serves `/metrics` (Prometheus), `/healthz` and `/readyz`
 (`connectors.observability.EndpointServer`); `--log-format json` writes one JSON object per log
 line. `--profile-stages FILE` writes where the main thread spent its time, by stage, at exit
-(`connectors.profiling`). The worker options map onto `WorkerConfig`; `--http-*`,
+(`connectors.worker.profiling`). The worker options map onto `WorkerConfig`; `--http-*`,
 `--liveness-timeout`, `--profile-stages` and `--log-*` are the process's own.
 """
 
@@ -133,7 +134,8 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
      "longest restore or checkpoint)"),
     ("--profile-stages", "str", None,
      "sample where the main thread spends its time (poll, decode, scale, model, encode, "
-     "produce, checkpoint, ...) and write it as JSON to FILE at exit (connectors.profiling)"),
+     "produce, checkpoint, ...) and write it as JSON to FILE at exit "
+     "(connectors.worker.profiling)"),
     ("--log-level", "str", "INFO", "DEBUG, INFO, WARNING or ERROR"),
     ("--log-format", "str", "text", "text, or json: one JSON object per line (log shippers)"),
 ]
@@ -254,7 +256,7 @@ def _copy_headers(text: str) -> str | tuple[str, ...]:
 
 def config_from_args(args: argparse.Namespace) -> typing.Any:
     """The `WorkerConfig` of parsed arguments."""
-    from connectors.worker import WorkerConfig
+    from connectors.worker.worker import WorkerConfig
 
     topics = args.topic if args.topic is not None else args.topic_env
     client_config = {
@@ -346,8 +348,8 @@ def _failure_message(error: BaseException) -> str:
 
 def _failure_text(error: BaseException) -> str:
     from connectors.cli import errors
-    from connectors.task import TaskFailure
-    from connectors.worker import WorkerError
+    from connectors.worker.task import TaskFailure
+    from connectors.worker.worker import WorkerError
 
     if isinstance(error, (WorkerError, TaskFailure)):
         return str(error)  # these name the cause and the fix themselves
@@ -485,7 +487,7 @@ def run(args: argparse.Namespace) -> int:
                          exc_info=error if debug else None, extra=fields)
             return code
 
-        from connectors.worker import Worker
+        from connectors.worker.worker import Worker
 
         topics = args.topic if args.topic is not None else args.topic_env
         if not topics:
@@ -527,7 +529,7 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, stop)
         profiler = None
         if args.profile_stages:
-            from connectors.profiling import StageProfiler
+            from connectors.worker.profiling import StageProfiler
 
             profiler = StageProfiler().start()
         try:

@@ -40,7 +40,7 @@ import time
 
 from connectors import models
 from connectors.cli.errors import EXIT_FAILURE, CommandError
-from connectors.warmup import WarmupFailed, warm
+from connectors.worker.warmup import WarmupFailed, warm
 
 
 def add_parser(subparsers) -> None:

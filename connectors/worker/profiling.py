@@ -52,21 +52,21 @@ _SEP = os.sep
 
 # (path fragment, function name or None for any) -> stage; the first match wins.
 _RULES: list[tuple[str, str | None, str]] = [
-    (f"connectors{_SEP}worker.py", "_send_output", "produce"),
-    (f"connectors{_SEP}worker.py", "_send_predictions", "produce"),
-    (f"connectors{_SEP}worker.py", "_send_dead_letters", "produce"),
-    (f"connectors{_SEP}worker.py", "_publish_metrics", "produce"),
-    (f"connectors{_SEP}worker.py", "_checkpoint", "checkpoint"),
-    (f"connectors{_SEP}worker.py", "_flush", "checkpoint"),
-    (f"connectors{_SEP}worker.py", "_restore_assigned", "restore"),
+    (f"connectors{_SEP}worker{_SEP}worker.py", "_send_output", "produce"),
+    (f"connectors{_SEP}worker{_SEP}worker.py", "_send_predictions", "produce"),
+    (f"connectors{_SEP}worker{_SEP}worker.py", "_send_dead_letters", "produce"),
+    (f"connectors{_SEP}worker{_SEP}worker.py", "_publish_metrics", "produce"),
+    (f"connectors{_SEP}worker{_SEP}worker.py", "_checkpoint", "checkpoint"),
+    (f"connectors{_SEP}worker{_SEP}worker.py", "_flush", "checkpoint"),
+    (f"connectors{_SEP}worker{_SEP}worker.py", "_restore_assigned", "restore"),
     (f"kafka{_SEP}consumer{_SEP}group.py", "poll", "poll"),
     (f"connectors{_SEP}librdkafka_transport.py", "poll", "poll"),
     (f"kafka{_SEP}producer{_SEP}", None, "produce"),
     (f"connectors{_SEP}codec.py", "decode", "decode"),
     (f"connectors{_SEP}codec.py", "label_json", "encode"),
-    (f"connectors{_SEP}task.py", "_proba_json", "encode"),
-    (f"connectors{_SEP}task.py", "_json_id", "encode"),
-    (f"connectors{_SEP}task.py", "process", "task"),
+    (f"connectors{_SEP}worker{_SEP}task.py", "_proba_json", "encode"),
+    (f"connectors{_SEP}worker{_SEP}task.py", "_json_id", "encode"),
+    (f"connectors{_SEP}worker{_SEP}task.py", "process", "task"),
     (f"connectors{_SEP}metrics.py", None, "metrics"),
     (f"river{_SEP}drift{_SEP}", None, "metrics"),
     (f"river{_SEP}metrics{_SEP}", None, "metrics"),
@@ -124,7 +124,7 @@ class StageProfiler:
     """
 
     def __init__(self, thread_id: int | None = None, interval: float = 0.001):
-        from connectors.task import PartitionTask
+        from connectors.worker.task import PartitionTask
 
         self.thread_id = threading.get_ident() if thread_id is None else thread_id
         self.interval = interval

@@ -31,7 +31,7 @@ must be thrown away.
 Every decision depends only on the records and the task's state, never on wall-clock time, so a
 task restored from a checkpoint (`to_checkpoint` / `restore`) and fed the same records produces
 exactly the outputs and the state of a task that never stopped. The Kafka adapter
-(`connectors.worker`) adds what needs a broker: polling, sending, checkpoint scheduling,
+(`connectors.worker.worker`) adds what needs a broker: polling, sending, checkpoint scheduling,
 rebalances and error policies.
 """
 
@@ -82,7 +82,9 @@ __all__ = [
     "STAGE_CONSUME",
 ]
 
-log = logging.getLogger(__name__)
+# The logger keeps the name it had before connectors/ became packages (issue 26): log lines
+# and the filters operators wrote for them say "connectors.task".
+log = logging.getLogger("connectors.task")
 
 # Dead-letter headers. Kafka Connect's names where one applies (what its dead-letter queue
 # reporter writes, values as UTF-8 strings), so tools built for Connect's dead-letter topics read

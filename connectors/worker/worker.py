@@ -1,7 +1,7 @@
 """The Kafka worker: a consumer-group member that runs one `PartitionTask` per input partition.
 
-Everything a record does to a model happens in `connectors.task` (broker-free, deterministic).
-This module is the Kafka adapter around it:
+Everything a record does to a model happens in `connectors.worker.task` (broker-free,
+deterministic). This module is the Kafka adapter around it:
 
 1. group membership and rebalances: partitions assigned to the worker are paused in the
    rebalance callback and restored in the main loop (latest checkpoint, seek to its offset);
@@ -57,18 +57,26 @@ from connectors import checkpoint as checkpoint_module
 from connectors.codec import UndecodableBatch
 from connectors.metrics import Throughput
 from connectors.observability import ClientLogTail, WorkerStatus
-from connectors.outage import BrokerContact, BrokerOutage
-from connectors.profiling import rss_bytes
-from connectors.task import ERROR_HEADER, OutputRecords, PartitionTask, TaskOutput, TaskSettings
 from connectors.transport import TRANSPORTS, TransactionAborted, Transport, make_transport
 from connectors.transport import sendable_headers as _sendable
+from connectors.worker.outage import BrokerContact, BrokerOutage
+from connectors.worker.profiling import rss_bytes
+from connectors.worker.task import (
+    ERROR_HEADER,
+    OutputRecords,
+    PartitionTask,
+    TaskOutput,
+    TaskSettings,
+)
 from streammargin.errors import StateError
 
 __all__ = ["WorkerConfig", "Worker", "WorkerError", "client_settings", "connection_settings",
            "BAD_CHECKPOINT_POLICIES", "UNDECODABLE_POLICIES", "PROCESSING_GUARANTEES",
            "check_tls_files"]
 
-log = logging.getLogger(__name__)
+# The logger keeps the name it had before connectors/ became packages (issue 26): log lines
+# and the filters operators wrote for them say "connectors.worker".
+log = logging.getLogger("connectors.worker")
 
 BAD_CHECKPOINT_POLICIES = ("fail", "reset")
 UNDECODABLE_POLICIES = ("fail", "skip")
@@ -138,7 +146,7 @@ class WorkerConfig:
     # many seconds (None: run forever).
     idle_timeout: float | None = None
     # Stop (WorkerError) once no broker has answered for this many seconds (None: wait for them
-    # however long it takes). connectors/outage.py says what counts as an answer.
+    # however long it takes). connectors/worker/outage.py says what counts as an answer.
     max_outage: float | None = None
     rolling_window: int = 1000
     drift_detector: str = "ddm"
@@ -670,7 +678,7 @@ class Worker:
         # The next offset of partitions revoked or lost (bounded: the topics' partitions), so
         # that their restore can say how many records it replays.
         self._left_at: dict[typing.Any, int] = {}
-        # Broker contact and outages (connectors/outage.py), from `_connect` on.
+        # Broker contact and outages (connectors/worker/outage.py), from `_connect` on.
         self.contact: BrokerContact | None = None
         self._next_idle_check = 0.0
         self._final_metrics: dict[str, dict] = {}
@@ -726,7 +734,7 @@ class Worker:
         """Run the model's per-record path on made-up records, on a task of its own: numba
         loads (or compiles) the code while the main thread waits for the broker, instead of at
         the first record. A failure here is left for the real records to meet."""
-        from connectors.warmup import warm_task
+        from connectors.worker.warmup import warm_task
 
         try:
             seconds = warm_task(self.settings)
@@ -1014,7 +1022,7 @@ class Worker:
                     log.debug("not idle: %s at %s of %s", tp, position, end)
                     return False
         except KafkaError as error:
-            # Debug only: during an outage this repeats every second (connectors/outage.py
+            # Debug only: during an outage this repeats every second (connectors/worker/outage.py
             # logs the outage itself).
             log.debug("not idle: the broker did not confirm the log ends (%s)", error)
             return False
