@@ -19,11 +19,11 @@ $(STAMP): pyproject.toml constraints.txt
 compiled: $(STAMP)
 	$(VENV)/bin/streammargin warmup
 
-# Apache Kafka's jars (connectors/apache_kafka/pom.xml) from Maven Central into .cache/, once:
+# Apache Kafka's jars (connectors/kafka/apache_kafka/pom.xml) from Maven Central into .cache/, once:
 # the broker the Kafka tests run on. Without Java or Maven it says so and the tests use Tansu;
 # under CI=true it fails instead.
 apache-kafka: $(STAMP)
-	$(PY) -m connectors.broker fetch
+	$(PY) -m connectors.kafka.broker fetch
 
 demo: compiled
 	$(VENV)/bin/streammargin demo

@@ -1,7 +1,7 @@
 """Exactly-once under faults: SIGKILLed workers and a zombie, counted record by record.
 
 Three `streammargin kafka --processing-guarantee exactly-once` workers share a topic of four
-partitions on Apache Kafka (`connectors.broker.ApacheKafkaBroker`) while `--records` labelled
+partitions on Apache Kafka (`connectors.kafka.broker.ApacheKafkaBroker`) while `--records` labelled
 records are produced in chunks. Every 1-2.5 s one worker, picked at random, is SIGKILLed and
 restarted at once with the same `--client-id` (its transactional id, so the new producer fences
 the killed one and aborts its open transaction); halfway, one worker is frozen (SIGSTOP) past its
@@ -122,7 +122,7 @@ def start_worker(bootstrap: str, name: str, client_id: str, transport: str,
 def run_faults(bootstrap: str, transport: str, n_records: int, n_kills: int, seed: int,
                workdir: pathlib.Path) -> dict:
     """One run (see the module's docstring); returns its counts and the worker logs."""
-    from connectors.broker import create_topics
+    from connectors.kafka.broker import create_topics
 
     name = f"eos-faults-{uuid.uuid4().hex[:8]}"
     create_topics(bootstrap, [name], partitions=PARTITIONS)
@@ -236,7 +236,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
 
-    from connectors.broker import KAFKA_VERSION, ApacheKafkaBroker
+    from connectors.kafka.broker import KAFKA_VERSION, ApacheKafkaBroker
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp, ApacheKafkaBroker() as broker:

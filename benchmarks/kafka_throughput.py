@@ -39,8 +39,8 @@ after a join and never rejoins: the worker on kafka-python and the loop then pre
 
 Every consumer uses session timeout 6 s and heartbeat 1 s (Tansu makes a group join wait about
 half the session timeout; librdkafka needs this to join in ~3 s there). Apache Kafka runs with
-`connectors.broker.TEST_SETTINGS`, among them `group.initial.rebalance.delay.ms=0` (a new group's
-first join is not held 3 s). The harness reads the output topic with a librdkafka consumer
+`connectors.kafka.broker.TEST_SETTINGS`, among them `group.initial.rebalance.delay.ms=0` (a new
+group's first join is not held 3 s). The harness reads the output topic with a librdkafka consumer
 (`OutputWatch`; read_committed for exactly-once contenders, so that only committed predictions
 count) and stops the contender with SIGTERM once every prediction is there. Per run it records:
 records/s from the first to the last prediction (the predictions that appear after the first ones
@@ -168,7 +168,7 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]],
 
 def broker_kind(requested: str | None) -> tuple[str, str | None]:
     """The broker to run and, when the default had to fall back to Tansu, why."""
-    from connectors.broker import apache_kafka_unavailable
+    from connectors.kafka.broker import apache_kafka_unavailable
 
     if requested == "tansu":
         return "tansu", None
@@ -183,7 +183,7 @@ def broker_kind(requested: str | None) -> tuple[str, str | None]:
 
 def broker_description(broker) -> str:
     """Which broker and version is running, e.g. "Apache Kafka 4.1.1 (one KRaft node, ...)"."""
-    from connectors import broker as brokers
+    from connectors.kafka import broker as brokers
 
     if broker.kind == "tansu":
         try:
@@ -209,7 +209,7 @@ def broker_description(broker) -> str:
     except (OSError, subprocess.SubprocessError):
         pass
     return (f"Apache Kafka {version} (one KRaft node, broker + controller in one JVM, log on "
-            f"disk{java}, {broker.bootstrap_servers}; connectors.broker.TEST_SETTINGS: "
+            f"disk{java}, {broker.bootstrap_servers}; connectors.kafka.broker.TEST_SETTINGS: "
             f"group.initial.rebalance.delay.ms="
             f"{broker.settings.get('group.initial.rebalance.delay.ms', '3000 (default)')})")
 
@@ -221,7 +221,7 @@ def warm_broker(bootstrap: str, topic: str) -> None:
     group join or transaction on a fresh Apache Kafka waits for it)."""
     from confluent_kafka import Consumer, KafkaException, Producer
 
-    from connectors.broker import create_topics
+    from connectors.kafka.broker import create_topics
 
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": "bench-warm-broker",
@@ -432,7 +432,7 @@ class ContenderFailed(RuntimeError):
 def run_contender(name: str, bootstrap: str, topic: str, n: int, partitions: int, run_id: str,
                   extra: list[str] = (), members: int = 1) -> dict:
     """Run a contender (`members` processes in one group) until all `n` predictions are out."""
-    from connectors.broker import create_topics
+    from connectors.kafka.broker import create_topics
 
     out = f"out.{run_id}"
     group = f"group.{run_id}"
@@ -567,7 +567,7 @@ def checkpoint_benchmark(bootstrap: str, n_features: int = 1000, n: int = 3000) 
     """Checkpoint + commit times of an ALMA model with `n_features` features, in process."""
     import numpy as np
 
-    from connectors.broker import create_topics
+    from connectors.kafka.broker import create_topics
     from connectors.worker import Worker, WorkerConfig
 
     rng = np.random.default_rng(0)
@@ -757,7 +757,7 @@ def print_targets(results: dict, unavailable: dict[str, str], broker: str, n: in
 
 def main() -> None:
     global COLD_CACHE, EOS_COMMIT_INTERVAL_S
-    from connectors.broker import BROKERS
+    from connectors.kafka.broker import BROKERS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--broker", choices=BROKERS, default=None,
@@ -823,7 +823,7 @@ def main() -> None:
                 unavailable[name] = ("this checkout's `streammargin kafka` has no "
                                      "--processing-guarantee")
 
-    from connectors.broker import create_topics, make_broker
+    from connectors.kafka.broker import create_topics, make_broker
 
     kind, fell_back = broker_kind(args.broker)
     if fell_back:

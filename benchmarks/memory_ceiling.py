@@ -151,7 +151,7 @@ print(json.dumps({{
 def worker_rss(n: int) -> None:
     from kafka import KafkaProducer
 
-    from connectors.broker import EmbeddedBroker, create_topics
+    from connectors.kafka.broker import EmbeddedBroker, create_topics
     from connectors.models import short_name
 
     print(f"2. Worker RSS: the same {n:,} records through the Kafka worker, one process a model\n")

@@ -45,7 +45,7 @@ def main() -> int:
     import netns_hosts
     import outage_scenario
 
-    from connectors.broker import make_broker
+    from connectors.kafka.broker import make_broker
 
     missing = netns_hosts.unavailable()
     if missing:

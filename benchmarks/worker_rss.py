@@ -90,7 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=15.0)
     args = parser.parse_args()
-    from connectors.broker import EmbeddedBroker, create_topics
+    from connectors.kafka.broker import EmbeddedBroker, create_topics
 
     print("imports, cumulative RSS:")
     imports()

@@ -467,7 +467,7 @@ class CheckpointStore:
         Makes the reader from its kafka-python settings (keyword arguments); it must offer the
         `KafkaConsumer` calls the store reads with (assign, seek, poll, position, highwater,
         beginning_offsets, end_offsets, close). Default: `KafkaConsumer`
-        (`connectors.librdkafka_transport.CheckpointReader` reads with librdkafka).
+        (`connectors.kafka.librdkafka_transport.CheckpointReader` reads with librdkafka).
     transactional
         The producer is transactional (exactly-once): writes belong to the worker's open
         transaction, which it ends with `transaction_ended` (give the reader

@@ -28,7 +28,7 @@ import threading
 
 from kafka import KafkaConsumer, KafkaProducer
 
-from connectors.broker import FAST_GROUP_SETTINGS, EmbeddedBroker, create_topics
+from connectors.kafka.broker import FAST_GROUP_SETTINGS, EmbeddedBroker, create_topics
 from connectors.worker import Worker, WorkerConfig
 
 

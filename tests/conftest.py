@@ -54,10 +54,11 @@ def pytest_sessionfinish(session, exitstatus):
 
 # The broker under the Kafka tests ----------------------------------------------------------------
 #
-# Apache Kafka (connectors.broker.ApacheKafkaBroker: the broker users run) whenever this machine
-# has Java and the jars (or Maven to fetch them); otherwise, on a developer's machine, the embedded
-# Tansu, said in one line of the report header. Under CI (CI=true) Apache Kafka is required: a
-# missing JVM or Maven stops the run. STREAMMARGIN_TEST_BROKER=tansu|apache-kafka forces one.
+# Apache Kafka (connectors.kafka.broker.ApacheKafkaBroker: the broker users run) whenever this
+# machine has Java and the jars (or Maven to fetch them); otherwise, on a developer's machine, the
+# embedded Tansu, said in one line of the report header. Under CI (CI=true) Apache Kafka is
+# required: a missing JVM or Maven stops the run. STREAMMARGIN_TEST_BROKER=tansu|apache-kafka
+# forces one.
 
 
 def _ci() -> bool:
@@ -67,7 +68,7 @@ def _ci() -> bool:
 @functools.cache
 def test_broker_kind() -> tuple[str, str]:
     """The broker kind of the Kafka tests and the line saying why."""
-    from connectors.broker import KAFKA_VERSION, apache_kafka_unavailable
+    from connectors.kafka.broker import KAFKA_VERSION, apache_kafka_unavailable
 
     forced = os.environ.get("STREAMMARGIN_TEST_BROKER")
     if forced:
@@ -96,7 +97,7 @@ def kafka_broker(tmp_path_factory):
 
     Its storage is shared by the tests: each test uses fresh topic and group names.
     """
-    from connectors.broker import make_broker
+    from connectors.kafka.broker import make_broker
 
     kind = test_broker_kind()[0]
     options = {}
@@ -110,7 +111,7 @@ def kafka_broker(tmp_path_factory):
 def tansu_broker():
     """The embedded Tansu broker, for the conformance subset that the demo's default broker
     must pass (tests/test_tansu_conformance.py)."""
-    from connectors.broker import EmbeddedBroker
+    from connectors.kafka.broker import EmbeddedBroker
 
     with EmbeddedBroker() as broker:
         yield broker

@@ -30,7 +30,7 @@ import urllib.request
 import test_apache_kafka as ak
 import test_kafka_worker as w
 
-from connectors.broker import create_topics
+from connectors.kafka.broker import create_topics
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HTTP_PORT = 9464

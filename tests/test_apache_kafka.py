@@ -37,7 +37,7 @@ import test_kafka_worker as w
 
 import streammargin
 from connectors import checkpoint, schemas
-from connectors.broker import ApacheKafkaBroker, create_topics
+from connectors.kafka.broker import ApacheKafkaBroker, create_topics
 from connectors.worker.worker import Worker
 
 pytestmark = pytest.mark.kafka

@@ -16,7 +16,7 @@ import pytest
 import test_kafka_worker as w
 
 from connectors import checkpoint
-from connectors.broker import BROKERS, create_topics
+from connectors.kafka.broker import BROKERS, create_topics
 from connectors.worker.worker import Worker
 
 pytestmark = pytest.mark.kafka
@@ -144,7 +144,7 @@ def assignments(bootstrap: str, n: int, through_the_transport: bool) -> list[lis
     from kafka import KafkaConsumer
     from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
-    from connectors.transport import make_transport
+    from connectors.kafka.transport import make_transport
     from connectors.worker.worker import client_settings
 
     found = []

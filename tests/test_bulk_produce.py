@@ -1,4 +1,4 @@
-"""connectors/bulk_produce.py: many records to one partition without a future per record."""
+"""connectors/kafka/bulk_produce.py: many records to one partition without a future per record."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from kafka.errors import MessageSizeTooLargeError
 from kafka.producer.record_accumulator import RecordAccumulator
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from connectors.broker import create_topics
-from connectors.bulk_produce import _batch_class, send_many, supported
+from connectors.kafka.broker import create_topics
+from connectors.kafka.bulk_produce import _batch_class, send_many, supported
 
 _names = itertools.count()
 
@@ -84,7 +84,7 @@ def test_librdkafka_send_many_writes_what_send_writes_through_a_full_queue(kafka
     # A local queue of 2 records: most records of the 60 meet a full queue and wait for room;
     # some have headers (one without a value), some no key, some no timestamp.
     pytest.importorskip("confluent_kafka")
-    from connectors.librdkafka_transport import LibrdkafkaTransport
+    from connectors.kafka.librdkafka_transport import LibrdkafkaTransport
 
     bootstrap = kafka_broker.bootstrap_servers
     bulk, single = f"bulk-{next(_names)}", f"single-{next(_names)}"

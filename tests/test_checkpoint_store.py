@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 import streammargin
 from connectors import checkpoint
-from connectors.broker import create_topics
 from connectors.checkpoint import (
     ChunkAssembler,
     Generation,
@@ -34,6 +33,7 @@ from connectors.checkpoint import (
     frame_manifest,
     read_head,
 )
+from connectors.kafka.broker import create_topics
 from streammargin import StateError, state
 
 KEY = checkpoint.checkpoint_key("group", "events", 3)

@@ -9,7 +9,7 @@ import pytest
 
 from connectors import cli
 from connectors.cli import errors
-from connectors.broker import free_port
+from connectors.kafka.broker import free_port
 
 
 def two_lines(err: str, prog: str) -> tuple[str, str]:

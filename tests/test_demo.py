@@ -71,7 +71,7 @@ def ci() -> bool:
 
 @pytest.mark.kafka
 def test_demo_runs_on_apache_kafka_and_leaves_nothing_running(tmp_path, capsys):
-    from connectors.broker import KAFKA_VERSION, apache_kafka_unavailable
+    from connectors.kafka.broker import KAFKA_VERSION, apache_kafka_unavailable
 
     missing = apache_kafka_unavailable()
     if missing is not None and not ci():

@@ -22,7 +22,7 @@ import exactly_once_faults  # noqa: E402 (the fault harness, shared with the ben
 
 import streammargin
 from connectors import checkpoint
-from connectors.broker import create_topics
+from connectors.kafka.broker import create_topics
 from connectors.worker.worker import Worker, WorkerConfig, client_settings
 
 pytestmark = [
@@ -122,10 +122,10 @@ def test_sigkills_and_a_zombie_leave_exactly_one_prediction_per_offset_and_the_m
 
 def _transport_class(transport: str):
     if transport == "kafka-python":
-        from connectors.transport import KafkaPythonTransport
+        from connectors.kafka.transport import KafkaPythonTransport
 
         return KafkaPythonTransport
-    from connectors.librdkafka_transport import LibrdkafkaTransport
+    from connectors.kafka.librdkafka_transport import LibrdkafkaTransport
 
     return LibrdkafkaTransport
 
@@ -134,7 +134,7 @@ def _transport_class(transport: str):
 def test_an_aborted_transaction_rewinds_every_task_and_the_replay_is_exact(
     transport, kafka_broker, monkeypatch
 ):
-    from connectors.transport import TransactionAborted
+    from connectors.kafka.transport import TransactionAborted
 
     bootstrap = kafka_broker.bootstrap_servers
     name, data = labelled_topic(bootstrap, "eos-abort", 3_000, partitions=2, seed=8)

@@ -21,7 +21,7 @@ import uuid
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from connectors.broker import create_topics
+from connectors.kafka.broker import create_topics
 from connectors.observability import EndpointServer
 from connectors.worker.worker import Worker, WorkerConfig
 

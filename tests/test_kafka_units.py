@@ -820,7 +820,7 @@ def test_librdkafka_errors_become_the_workers_kafka_python_errors():
     confluent_kafka = pytest.importorskip("confluent_kafka")
     from kafka import errors
 
-    from connectors.librdkafka_transport import client_error
+    from connectors.kafka.librdkafka_transport import client_error
     from connectors.worker.worker import _send_failure
 
     code = confluent_kafka.KafkaError
@@ -836,7 +836,7 @@ def test_librdkafka_errors_become_the_workers_kafka_python_errors():
 LIBRDKAFKA_START_SCRIPT = """
 import sys
 from connectors.checkpoint import CheckpointStore
-from connectors.librdkafka_transport import CheckpointReader, LibrdkafkaTransport
+from connectors.kafka.librdkafka_transport import CheckpointReader, LibrdkafkaTransport
 from connectors.worker.worker import WorkerConfig, client_settings, _import_in_background
 settings = client_settings(WorkerConfig(topics=["t"], transport="librdkafka"))
 transport = LibrdkafkaTransport(settings)
@@ -869,8 +869,8 @@ def test_a_worker_on_librdkafka_loads_kafka_python_only_once_it_waits_for_its_gr
 def test_a_group_join_that_ends_after_the_poll_that_sent_it_is_not_lost(late):
     # kafka-python 3.0.12 dropped a JoinGroup -> SyncGroup round that ended after its poll timed
     # out: the member stayed rebalancing for good, without heartbeats or its assignment (Apache
-    # Kafka expired it; connectors/transport.py, install_pending_join_fix). No broker here: the
-    # rounds are scripted, the second ends (or fails) between two polls.
+    # Kafka expired it; connectors/kafka/transport.py, install_pending_join_fix). No broker here:
+    # the rounds are scripted, the second ends (or fails) between two polls.
     import time
 
     from kafka import KafkaConsumer, TopicPartition
@@ -880,8 +880,8 @@ def test_a_group_join_that_ends_after_the_poll_that_sent_it_is_not_lost(late):
     from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
     from kafka.structs import MemberState
 
-    from connectors.broker import free_port
-    from connectors.transport import install_pending_join_fix
+    from connectors.kafka.broker import free_port
+    from connectors.kafka.transport import install_pending_join_fix
 
     install_pending_join_fix()
     install_pending_join_fix()  # idempotent

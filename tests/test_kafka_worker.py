@@ -26,7 +26,7 @@ from river.datasets import synth
 
 import streammargin
 from connectors import checkpoint, schemas
-from connectors.broker import create_topics
+from connectors.kafka.broker import create_topics
 from connectors.worker.worker import Worker, WorkerConfig
 from streammargin import state
 
@@ -46,7 +46,7 @@ def _librdkafka_installed() -> bool:
     return True
 
 
-# The tests that exercise the Kafka client run on both transports (connectors.transport).
+# The tests that exercise the Kafka client run on both transports (connectors.kafka.transport).
 both_transports = pytest.mark.parametrize("transport", [
     "kafka-python",
     pytest.param("librdkafka", marks=pytest.mark.skipif(
@@ -803,7 +803,7 @@ def test_a_batch_the_client_cannot_decode_fails_clearly_or_is_skipped(kafka_brok
 def test_a_broker_stall_is_not_idleness_and_the_worker_exits_once_caught_up(
     transport, kafka_broker, tmp_path
 ):
-    from connectors.broker import make_broker
+    from connectors.kafka.broker import make_broker
 
     # A broker of the session's kind, of its own: it is frozen (SIGSTOP) for a while. Apache
     # Kafka's controller would fence a node frozen longer than broker.session.timeout.ms (2 s

@@ -36,7 +36,7 @@ def hosts():
 @pytest.fixture(scope="module")
 def remote_broker(hosts, kafka_broker, tmp_path_factory):
     """A broker of the session's kind on the broker host."""
-    from connectors.broker import make_broker
+    from connectors.kafka.broker import make_broker
 
     broker = make_broker(kafka_broker.kind, host=netns_hosts.BROKER_ADDRESS,
                          log_path=tmp_path_factory.mktemp("remote-broker") / "broker.log")

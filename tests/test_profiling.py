@@ -80,7 +80,7 @@ def test_a_sampled_task_spends_its_time_in_record_stages():
 def test_either_clients_poll_is_the_poll_stage():
     from kafka import KafkaConsumer
 
-    from connectors.librdkafka_transport import LibrdkafkaTransport
+    from connectors.kafka.librdkafka_transport import LibrdkafkaTransport
 
     profiler = StageProfiler()
     assert profiler._stage_of(KafkaConsumer.poll.__code__) == "poll"

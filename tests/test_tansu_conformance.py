@@ -15,7 +15,7 @@ import pytest
 import test_kafka_worker as w
 
 from connectors.cli import demo
-from connectors.broker import FAST_GROUP_SETTINGS, create_topics
+from connectors.kafka.broker import FAST_GROUP_SETTINGS, create_topics
 from connectors.worker.worker import Worker
 
 pytestmark = pytest.mark.kafka

@@ -33,8 +33,8 @@ import typing
 
 from connectors import models
 from connectors.cli import terminal
-from connectors.broker import BROKERS
 from connectors.cli.errors import EXIT_FAILURE, CommandError
+from connectors.kafka.broker import BROKERS
 
 STREAMS = ("sea", "hyperplane", "agrawal")
 
@@ -207,7 +207,7 @@ def plot(curves: dict, changes: dict, detections: dict, path: pathlib.Path, titl
 
 def broker_label(kind: str) -> str:
     """What the demo says it runs on."""
-    from connectors.broker import KAFKA_VERSION
+    from connectors.kafka.broker import KAFKA_VERSION
 
     if kind == "apache-kafka":
         return f"Apache Kafka {KAFKA_VERSION} (one KRaft node, its log in a temporary folder)"
@@ -215,9 +215,9 @@ def broker_label(kind: str) -> str:
 
 
 def start_broker(kind: str) -> typing.Any:
-    """The demo's broker of `kind` (one of `connectors.broker.BROKERS`), started; else a
+    """The demo's broker of `kind` (one of `connectors.kafka.broker.BROKERS`), started; else a
     `CommandError` naming the cause and the fix. Stopped again if the start is interrupted."""
-    from connectors.broker import (
+    from connectors.kafka.broker import (
         KAFKA_VERSION,
         BrokerError,
         apache_kafka_cache,
@@ -260,7 +260,7 @@ def start_broker(kind: str) -> typing.Any:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from connectors.broker import FAST_GROUP_SETTINGS, create_topics
+    from connectors.kafka.broker import FAST_GROUP_SETTINGS, create_topics
     from connectors.metrics import make_detector
     from connectors.worker.worker import Worker, WorkerConfig
 

@@ -60,7 +60,7 @@ _RULES: list[tuple[str, str | None, str]] = [
     (f"connectors{_SEP}worker{_SEP}worker.py", "_flush", "checkpoint"),
     (f"connectors{_SEP}worker{_SEP}worker.py", "_restore_assigned", "restore"),
     (f"kafka{_SEP}consumer{_SEP}group.py", "poll", "poll"),
-    (f"connectors{_SEP}librdkafka_transport.py", "poll", "poll"),
+    (f"connectors{_SEP}kafka{_SEP}librdkafka_transport.py", "poll", "poll"),
     (f"kafka{_SEP}producer{_SEP}", None, "produce"),
     (f"connectors{_SEP}codec.py", "decode", "decode"),
     (f"connectors{_SEP}codec.py", "label_json", "encode"),

@@ -55,10 +55,10 @@ import typing
 
 from connectors import checkpoint as checkpoint_module
 from connectors.codec import UndecodableBatch
+from connectors.kafka.transport import TRANSPORTS, TransactionAborted, Transport, make_transport
+from connectors.kafka.transport import sendable_headers as _sendable
 from connectors.metrics import Throughput
 from connectors.observability import ClientLogTail, WorkerStatus
-from connectors.transport import TRANSPORTS, TransactionAborted, Transport, make_transport
-from connectors.transport import sendable_headers as _sendable
 from connectors.worker.outage import BrokerContact, BrokerOutage
 from connectors.worker.profiling import rss_bytes
 from connectors.worker.task import (
@@ -182,7 +182,7 @@ class WorkerConfig:
     # Load (or compile) the model's numba code in a thread while connecting and joining the
     # group, instead of at the first record.
     warm_up: bool = True
-    # The Kafka client library (connectors.transport): "kafka-python" (pure Python, the
+    # The Kafka client library (connectors.kafka.transport): "kafka-python" (pure Python, the
     # default) or "librdkafka" (confluent-kafka, the streammargin[librdkafka] extra).
     transport: str = "kafka-python"
     # Settings for every client (security: security_protocol, sasl_*, ssl_*), and per client;
@@ -236,7 +236,7 @@ class WorkerConfig:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
         settings = client_settings(self)  # and client settings that contradict each other
         if self.transport == "librdkafka":
-            from connectors.librdkafka_transport import translate
+            from connectors.kafka.librdkafka_transport import translate
 
             for role, kwargs in settings.items():  # or that librdkafka has no name for
                 translate(kwargs, role)
@@ -655,7 +655,7 @@ class Worker:
         self.exit_reason: str | None = None
         self._stop = threading.Event()
         self._on_metrics: typing.Callable[[dict], typing.Any] | None = None
-        # The Kafka clients (connectors.transport), from `_connect` until `_close`.
+        # The Kafka clients (connectors.kafka.transport), from `_connect` until `_close`.
         self._transport: Transport | None = None
         self._store: checkpoint_module.CheckpointStore | None = None
         self._sends: list = []  # futures of the output sends since the last flush
@@ -1296,7 +1296,7 @@ class Worker:
             if per_message == 1:
                 # Kafka's conventions: the input record's key, timestamp and headers; in bulk
                 # where the transport can (kafka-python: one future per record batch,
-                # connectors/bulk_produce.py).
+                # connectors/kafka/bulk_produce.py).
                 self._sends.extend(transport.send_many(topic, partition, values, records.keys,
                                                        records.headers, records.timestamps))
             else:

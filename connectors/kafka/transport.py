@@ -7,8 +7,8 @@ creation, and the `CheckpointStore` it hands out (its producer and its reader ar
 transport's). Two implementations:
 
 - `KafkaPythonTransport` (``--transport kafka-python``, the default): kafka-python, pure Python;
-  predictions go out through `connectors.bulk_produce` (one future per record batch).
-- `connectors.librdkafka_transport.LibrdkafkaTransport` (``--transport librdkafka``, the
+  predictions go out through `connectors.kafka.bulk_produce` (one future per record batch).
+- `connectors.kafka.librdkafka_transport.LibrdkafkaTransport` (``--transport librdkafka``, the
   ``streammargin[librdkafka]`` extra): confluent-kafka, the C client; it takes the worker's
   kafka-python settings and translates them.
 
@@ -287,7 +287,7 @@ class KafkaPythonTransport(Transport):
     def start_producer(self) -> None:
         from kafka import KafkaProducer
 
-        from connectors import bulk_produce
+        from connectors.kafka import bulk_produce
 
         self.producer = KafkaProducer(**self.settings["producer"])
         self.bulk = bulk_produce.supported(self.producer)
@@ -415,8 +415,8 @@ class KafkaPythonTransport(Transport):
                   keys: typing.Sequence[bytes | None], headers: typing.Sequence[list | None],
                   timestamps: typing.Sequence[int | None]) -> list:
         if self.bulk:
-            # Appended in bulk, one future per record batch (connectors/bulk_produce.py).
-            from connectors.bulk_produce import send_many
+            # Appended in bulk, one future per record batch (connectors/kafka/bulk_produce.py).
+            from connectors.kafka.bulk_produce import send_many
 
             return send_many(self.producer, topic, partition, values, keys, headers, timestamps)
         send = self.send
@@ -547,7 +547,7 @@ def make_transport(name: str, settings: dict[str, dict]) -> Transport:
     if name == "kafka-python":
         return KafkaPythonTransport(settings)
     if name == "librdkafka":
-        from connectors.librdkafka_transport import LibrdkafkaTransport
+        from connectors.kafka.librdkafka_transport import LibrdkafkaTransport
 
         return LibrdkafkaTransport(settings)
     raise ValueError(f"transport must be one of {TRANSPORTS}, got {name!r}")

@@ -3,7 +3,7 @@
 confluent-kafka (the ``streammargin[librdkafka]`` extra) wraps librdkafka, Kafka's C client:
 fetching, decompression, CRC checks, batching and delivery reports happen in C threads, so the
 worker's main thread spends less of each record in the client than with kafka-python. Everything
-the worker does goes through the same `connectors.transport.Transport` interface:
+the worker does goes through the same `connectors.kafka.transport.Transport` interface:
 
 - settings: the worker's kafka-python settings (`connectors.worker.worker.client_settings`)
   translated to librdkafka properties (`translate`: ``max_request_size`` -> ``message.max.bytes``,
@@ -34,7 +34,7 @@ import logging
 import re
 import typing
 
-from connectors.transport import (
+from connectors.kafka.transport import (
     RebalanceCallbacks,
     TransactionAborted,
     Transport,
