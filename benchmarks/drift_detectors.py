@@ -1,10 +1,11 @@
 """False alarms and detection delays of the worker's drift detectors, to choose its default.
 
 The Kafka worker feeds a River drift detector with its model's error stream (1.0 for a mistake,
-0.0 otherwise, `connectors.metrics.PartitionMetrics`). A user wants a detection to mean a change:
-few false alarms on a stationary stream, and a detection soon after a real change. This measures
-both, for every detector the worker offers (`connectors.metrics.detector_names()`) at River's
-default and a few other settings:
+0.0 otherwise, `connectors.observability.metrics.PartitionMetrics`). A user wants a detection to
+mean a change: few false alarms on a stationary stream, and a detection soon after a real change.
+This measures both, for every detector the worker offers
+(`connectors.observability.metrics.detector_names()`) at River's default and a few other
+settings:
 
 1. False alarms per 100,000 records on stationary error streams: Bernoulli errors at rates
    0.02, 0.1 and 0.3, and the real error streams of the demo's model (StandardScaler | ALMA)
@@ -40,14 +41,14 @@ this 2-core machine, KSWIN on shorter streams, see KSWIN_SCALE) gave, among othe
     EDDM()                                  38.2  26.7   70.7  45.2   154 (0)   822 (0)   518 (0)
 
 DDM with warm_start=1000 and drift_threshold=4.0 is the worker's default (`WorkerConfig`,
-`--drift-detector ddm`, with `connectors.metrics.TUNED_PARAMS`) and the demo's: no false alarm
-on 1.35 million records of stationary error streams, 3 on 600,000 records around real changes,
-and every change found, at a median of 829 records after a real concept change (ADWIN: 159).
-ADWIN, the previous default, is two-sided: it also fires when the error rate falls, while the
-model learns and as it recovers after a change, which is where its alarms on the demo's
-stationary stretches came from. HDDM_A has as few alarms but misses SEA's change (the model
-re-learns it in a few hundred records). DDM only watches the error rate rise, and the warm start
-keeps it quiet while a fresh model learns.
+`--drift-detector ddm`, with `connectors.observability.metrics.TUNED_PARAMS`) and the demo's: no
+false alarm on 1.35 million records of stationary error streams, 3 on 600,000 records around real
+changes, and every change found, at a median of 829 records after a real concept change (ADWIN:
+159). ADWIN, the previous default, is two-sided: it also fires when the error rate falls, while the
+model learns and as it recovers after a change, which is where its alarms on the demo's stationary
+stretches came from. HDDM_A has as few alarms but misses SEA's change (the model re-learns it in a
+few hundred records). DDM only watches the error rate rise, and the warm start keeps it quiet while
+a fresh model learns.
 
 KSWIN runs a two-sample Kolmogorov-Smirnov test on every update (~0.4 ms each here, several
 hundred times ADWIN's cost): at the worker's rates it would be the bottleneck, so it is measured on
@@ -70,7 +71,7 @@ from river.datasets import synth
 
 import streammargin
 from connectors import river_state
-from connectors.metrics import detector_names, make_detector
+from connectors.observability.metrics import detector_names, make_detector
 
 # Settings per detector: River's default first, then a few that trade delay for false alarms.
 SETTINGS: list[tuple[str, dict]] = [

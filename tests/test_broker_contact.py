@@ -9,8 +9,8 @@ import logging
 
 import pytest
 
-from connectors.metrics import Throughput
-from connectors.observability import WorkerStatus
+from connectors.observability.metrics import Throughput
+from connectors.observability.observability import WorkerStatus
 from connectors.worker.outage import BrokerContact, BrokerOutage
 
 

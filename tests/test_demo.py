@@ -10,7 +10,7 @@ from river import preprocessing
 import streammargin
 from connectors import cli
 from connectors.cli import demo
-from connectors.metrics import PartitionMetrics, make_detector
+from connectors.observability.metrics import PartitionMetrics, make_detector
 from connectors.worker.worker import WorkerConfig
 
 

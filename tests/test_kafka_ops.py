@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from connectors.kafka.broker import create_topics
-from connectors.observability import EndpointServer
+from connectors.observability.observability import EndpointServer
 from connectors.worker.worker import Worker, WorkerConfig
 
 pytestmark = pytest.mark.kafka

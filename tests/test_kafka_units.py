@@ -17,7 +17,7 @@ from river import drift, metrics, utils
 import streammargin
 from connectors import checkpoint, codec, models
 from connectors.cli import kafka_command
-from connectors.metrics import PartitionMetrics, make_detector
+from connectors.observability.metrics import PartitionMetrics, make_detector
 from connectors.worker.worker import WorkerConfig, client_settings, connection_settings
 from streammargin import state
 
@@ -493,7 +493,7 @@ def test_multiclass_metrics_equal_rivers_progressive_validation_exactly(stream, 
 
 MACRO_F1_SCRIPT = """
 import random
-from connectors.metrics import PartitionMetrics
+from connectors.observability.metrics import PartitionMetrics
 rng = random.Random(5)
 labels = [f"class-{i}" for i in range(40)]
 metrics = PartitionMetrics()

@@ -17,7 +17,7 @@ def test_the_worker_imports_no_data_sets_stats_or_scikit_learn():
     out = run("""
         import sys
         import connectors.cli.kafka_command, connectors.worker.worker
-        from connectors.metrics import make_detector
+        from connectors.observability.metrics import make_detector
         make_detector("ddm")
         from connectors.lazy_imports import is_deferred
         loaded = [m for m in ("sklearn", "river.datasets", "river.stream", "scipy.io",
@@ -32,7 +32,7 @@ def test_deferred_modules_are_the_real_ones_once_used():
         import random
         import connectors.worker.worker
         from connectors.lazy_imports import defer, is_deferred
-        from connectors.metrics import make_detector
+        from connectors.observability.metrics import make_detector
         detector = make_detector("kswin", {"seed": 3})
         rng = random.Random(0)
         found = []

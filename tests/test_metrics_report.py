@@ -7,7 +7,12 @@ import time
 
 import pytest
 
-from connectors.metrics import PartitionMetrics, Throughput, detector_names, make_detector
+from connectors.observability.metrics import (
+    PartitionMetrics,
+    Throughput,
+    detector_names,
+    make_detector,
+)
 
 
 class FakeClock:

@@ -22,11 +22,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from connectors import observability
 from connectors.cli.kafka_command import _as_flags
 from connectors.codec import DeadLetter, JSONCodec
 from connectors.kafka.broker import free_port
-from connectors.observability import (
+from connectors.observability import observability
+from connectors.observability.observability import (
     DEAD_LETTER_KINDS,
     ClientLogFilter,
     ClientLogTail,

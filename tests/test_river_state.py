@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from river import drift
 
 from connectors import checkpoint, river_state
-from connectors.metrics import PartitionMetrics, detector_names, make_detector
+from connectors.observability.metrics import PartitionMetrics, detector_names, make_detector
 from streammargin import state
 from streammargin.errors import StateError
 

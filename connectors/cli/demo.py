@@ -83,7 +83,7 @@ def default_detector() -> tuple[str, dict]:
 def detector_label(name: str, params: dict) -> str:
     """'DDM(warm_start=1000, warning_threshold=2.0, drift_threshold=4.0)': the detector's class
     and every setting it runs with."""
-    from connectors.metrics import detector_params, make_detector
+    from connectors.observability.metrics import detector_params, make_detector
 
     detector = make_detector(name, params)
     settings = ", ".join(f"{k}={v}" for k, v in detector_params(detector).items())
@@ -261,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
     import logging
 
     from connectors.kafka.broker import FAST_GROUP_SETTINGS, create_topics
-    from connectors.metrics import make_detector
+    from connectors.observability.metrics import make_detector
     from connectors.worker.worker import Worker, WorkerConfig
 
     logging.basicConfig(level=getattr(logging, args.log_level),

@@ -14,9 +14,9 @@ line. kafka-python's own log lines are held back until the worker is connected (
 retries would bury the one line that says what is wrong), unless `--log-level DEBUG`.
 
 `--http-port N` serves `/metrics` (Prometheus), `/healthz` and `/readyz`
-(`connectors.observability.EndpointServer`); `--log-format json` writes one JSON object per log
-line. `--profile-stages FILE` writes where the main thread spent its time, by stage, at exit
-(`connectors.worker.profiling`). The worker options map onto `WorkerConfig`; `--http-*`,
+(`connectors.observability.observability.EndpointServer`); `--log-format json` writes one JSON
+object per log line. `--profile-stages FILE` writes where the main thread spent its time, by stage,
+at exit (`connectors.worker.profiling`). The worker options map onto `WorkerConfig`; `--http-*`,
 `--liveness-timeout`, `--profile-stages` and `--log-*` are the process's own.
 """
 
@@ -395,7 +395,7 @@ class _LogSetup(contextlib.AbstractContextManager):
 
     def __init__(self, level: int, log_format: str, connected: typing.Callable[[], bool],
                  held_back: typing.Callable[[], None] | None = None):
-        from connectors.observability import ClientLogFilter, JsonLogFormatter
+        from connectors.observability.observability import ClientLogFilter, JsonLogFormatter
 
         self.level = level
         self.handler = logging.StreamHandler(sys.stderr)
@@ -505,7 +505,7 @@ def run(args: argparse.Namespace) -> int:
                         "be imported here (is its package installed?)", 2, error)
         server = None
         if args.http_port is not None:
-            from connectors.observability import EndpointError, EndpointServer
+            from connectors.observability.observability import EndpointError, EndpointServer
 
             if not 0 <= args.http_port <= 65535:
                 return fail(f"--http-port must be in 0-65535 (0: a free one), got "

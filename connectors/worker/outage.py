@@ -14,8 +14,8 @@ what an operator reads:
 - one line when it starts, one summary at most every `summary_every` seconds, one line when it
   ends, with its length and the client messages held back meanwhile;
 - `streammargin_broker_contact_age_seconds` and `streammargin_broker_outages_total`
-  (connectors/observability.py), and the readiness rule: not ready once nothing was heard for
-  longer than the session timeout (the group has expired the member), ready again once the
+  (connectors/observability/observability.py), and the readiness rule: not ready once nothing was
+  heard for longer than the session timeout (the group has expired the member), ready again once the
   worker has rejoined and restored (see `WorkerStatus.readiness`);
 - idleness never counts an outage (the worker's `_idle` starts again after one);
 - `max_outage`: an outage longer than this stops the worker (`BrokerOutage`).

@@ -9,7 +9,8 @@
     decode      the codec (`JSONCodec.decode`)
     scale       the StandardScaler (`streammargin/scaler.py`)
     model       the model (every other `streammargin/` module, River's linear models)
-    metrics     progressive metrics and the drift detector (`connectors/metrics.py`, River)
+    metrics     progressive metrics and the drift detector
+                (`connectors/observability/metrics.py`, River)
     encode      building the prediction records (the statements of `PartitionTask.process` that
                 format and append them, `_proba_json`, `label_json`)
     task        the rest of `PartitionTask.process` (loop, labels, counters)
@@ -67,7 +68,7 @@ _RULES: list[tuple[str, str | None, str]] = [
     (f"connectors{_SEP}worker{_SEP}task.py", "_proba_json", "encode"),
     (f"connectors{_SEP}worker{_SEP}task.py", "_json_id", "encode"),
     (f"connectors{_SEP}worker{_SEP}task.py", "process", "task"),
-    (f"connectors{_SEP}metrics.py", None, "metrics"),
+    (f"connectors{_SEP}observability{_SEP}metrics.py", None, "metrics"),
     (f"river{_SEP}drift{_SEP}", None, "metrics"),
     (f"river{_SEP}metrics{_SEP}", None, "metrics"),
     (f"streammargin{_SEP}scaler.py", None, "scale"),

@@ -57,8 +57,8 @@ from connectors.codec import (
     label_json,
     label_to_state,
 )
-from connectors.metrics import MAX_CLASSES, PartitionMetrics, label_key, make_detector
 from connectors.models import build_model, check_model, model_class, short_name
+from connectors.observability.metrics import MAX_CLASSES, PartitionMetrics, label_key, make_detector
 from streammargin.errors import InvalidInput, StateError
 from streammargin.scaler import StandardScaler
 

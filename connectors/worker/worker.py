@@ -57,8 +57,8 @@ from connectors import checkpoint as checkpoint_module
 from connectors.codec import UndecodableBatch
 from connectors.kafka.transport import TRANSPORTS, TransactionAborted, Transport, make_transport
 from connectors.kafka.transport import sendable_headers as _sendable
-from connectors.metrics import Throughput
-from connectors.observability import ClientLogTail, WorkerStatus
+from connectors.observability.metrics import Throughput
+from connectors.observability.observability import ClientLogTail, WorkerStatus
 from connectors.worker.outage import BrokerContact, BrokerOutage
 from connectors.worker.profiling import rss_bytes
 from connectors.worker.task import (
@@ -270,7 +270,7 @@ class WorkerConfig:
 
 def _check_drift_detector(name: str, params: dict[str, typing.Any]) -> None:
     """Build the drift detector once: a refusal names the options that asked for it."""
-    from connectors.metrics import make_detector
+    from connectors.observability.metrics import make_detector
 
     try:
         make_detector(name, params)
@@ -650,7 +650,8 @@ class Worker:
         self.client_id = config.client_id or f"streammargin-{socket.gethostname()}-{os.getpid()}"
         self.tasks: dict[typing.Any, PartitionTask] = {}
         self.throughput = Throughput()
-        # What probes and /metrics see (connectors.observability): hooks at cheap points below.
+        # What probes and /metrics see (connectors.observability.observability): hooks at cheap
+        # points below.
         self.status = WorkerStatus(config.group_id, self.model_name, self.client_id)
         self.exit_reason: str | None = None
         self._stop = threading.Event()
