@@ -70,8 +70,8 @@ from river import preprocessing
 from river.datasets import synth
 
 import streammargin
-from connectors import river_state
 from connectors.observability.metrics import detector_names, make_detector
+from connectors.state import river_state
 
 # Settings per detector: River's default first, then a few that trade delay for false alarms.
 SETTINGS: list[tuple[str, dict]] = [

@@ -88,7 +88,7 @@ def read_topic(bootstrap: str, topic: str, committed: bool = True) -> list:
 def committed_checkpoints(bootstrap: str, checkpoint_topic: str, group_id: str, topic: str,
                           partitions: range) -> dict[int, dict]:
     """The latest committed checkpoint of each input partition, decoded."""
-    from connectors import checkpoint
+    from connectors.state import checkpoint
 
     store = checkpoint.CheckpointStore(bootstrap, checkpoint_topic, group_id,
                                        reader_config={"isolation_level": "read_committed"},

@@ -36,8 +36,9 @@ import pytest
 import test_kafka_worker as w
 
 import streammargin
-from connectors import checkpoint, schemas
+from connectors import schemas
 from connectors.kafka.broker import ApacheKafkaBroker, create_topics
+from connectors.state import checkpoint
 from connectors.worker.worker import Worker
 
 pytestmark = pytest.mark.kafka

@@ -15,8 +15,8 @@ import time
 import pytest
 import test_kafka_worker as w
 
-from connectors import checkpoint
 from connectors.kafka.broker import BROKERS, create_topics
+from connectors.state import checkpoint
 from connectors.worker.worker import Worker
 
 pytestmark = pytest.mark.kafka

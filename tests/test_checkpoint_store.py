@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import streammargin
-from connectors import checkpoint
-from connectors.checkpoint import (
+from connectors.kafka.broker import create_topics
+from connectors.state import checkpoint
+from connectors.state.checkpoint import (
     ChunkAssembler,
     Generation,
     Inline,
@@ -33,7 +34,6 @@ from connectors.checkpoint import (
     frame_manifest,
     read_head,
 )
-from connectors.kafka.broker import create_topics
 from streammargin import StateError, state
 
 KEY = checkpoint.checkpoint_key("group", "events", 3)

@@ -21,8 +21,8 @@ sys.path.insert(0, str(w.ROOT / "benchmarks"))
 import exactly_once_faults  # noqa: E402 (the fault harness, shared with the benchmark)
 
 import streammargin
-from connectors import checkpoint
 from connectors.kafka.broker import create_topics
+from connectors.state import checkpoint
 from connectors.worker.worker import Worker, WorkerConfig, client_settings
 
 pytestmark = [

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from river import drift, metrics, utils
 
 import streammargin
-from connectors import checkpoint, codec, models
+from connectors import codec, models
 from connectors.cli import kafka_command
 from connectors.observability.metrics import PartitionMetrics, make_detector
+from connectors.state import checkpoint
 from connectors.worker.worker import WorkerConfig, client_settings, connection_settings
 from streammargin import state
 
@@ -835,7 +836,7 @@ def test_librdkafka_errors_become_the_workers_kafka_python_errors():
 
 LIBRDKAFKA_START_SCRIPT = """
 import sys
-from connectors.checkpoint import CheckpointStore
+from connectors.state.checkpoint import CheckpointStore
 from connectors.kafka.librdkafka_transport import CheckpointReader, LibrdkafkaTransport
 from connectors.worker.worker import WorkerConfig, client_settings, _import_in_background
 settings = client_settings(WorkerConfig(topics=["t"], transport="librdkafka"))

@@ -25,8 +25,9 @@ from river import datasets, evaluate, metrics, preprocessing
 from river.datasets import synth
 
 import streammargin
-from connectors import checkpoint, schemas
+from connectors import schemas
 from connectors.kafka.broker import create_topics
+from connectors.state import checkpoint
 from connectors.worker.worker import Worker, WorkerConfig
 from streammargin import state
 

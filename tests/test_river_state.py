@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from river import drift
 
-from connectors import checkpoint, river_state
 from connectors.observability.metrics import PartitionMetrics, detector_names, make_detector
+from connectors.state import checkpoint, river_state
 from streammargin import state
 from streammargin.errors import StateError
 

@@ -21,7 +21,8 @@ from river import datasets, evaluate, metrics, preprocessing
 from river.datasets import synth
 
 import streammargin
-from connectors import checkpoint, schemas
+from connectors import schemas
+from connectors.state import checkpoint
 from connectors.worker.task import (
     ENTRY_BYTES,
     FEATURE_BYTES,

@@ -867,7 +867,7 @@ class LibrdkafkaTransport(_Fetching, Transport):
 
     def checkpoint_store(self, topic: str, group_id: str, chunk_bytes: int,
                          max_checkpoint_bytes: int) -> typing.Any:
-        from connectors.checkpoint import CheckpointStore
+        from connectors.state.checkpoint import CheckpointStore
 
         reader = dict(self.settings["checkpoint_reader"])
         servers = reader.pop("bootstrap_servers")

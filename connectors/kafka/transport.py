@@ -254,8 +254,8 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def checkpoint_store(self, topic: str, group_id: str, chunk_bytes: int,
                          max_checkpoint_bytes: int) -> typing.Any:
-        """A `connectors.checkpoint.CheckpointStore` writing with this transport's producer and
-        reading with a consumer of the same library (settings: ``checkpoint_reader``)."""
+        """A `connectors.state.checkpoint.CheckpointStore` writing with this transport's producer
+        and reading with a consumer of the same library (settings: ``checkpoint_reader``)."""
 
 
 class KafkaPythonTransport(Transport):
@@ -456,7 +456,7 @@ class KafkaPythonTransport(Transport):
 
     def checkpoint_store(self, topic: str, group_id: str, chunk_bytes: int,
                          max_checkpoint_bytes: int) -> typing.Any:
-        from connectors.checkpoint import CheckpointStore
+        from connectors.state.checkpoint import CheckpointStore
 
         reader = dict(self.settings["checkpoint_reader"])
         servers = reader.pop("bootstrap_servers")

@@ -12,7 +12,7 @@ Each labelled prediction (test-then-train, or a delayed label joined to its even
   (River's arithmetic) and their mean, River's `metrics.MacroF1` with an exactly rounded sum
   (see `PartitionMetrics.macro_f1`);
 - a River drift detector fed with the error stream (1.0 for a mistake, 0.0 otherwise): any
-  detector of `connectors.river_state.DETECTORS` by name; the worker's default is DDM with
+  detector of `connectors.state.river_state.DETECTORS` by name; the worker's default is DDM with
   `TUNED_PARAMS` (chosen by `benchmarks/drift_detectors.py`).
 
 As in River's progressive validation, a label whose prediction was None (a multiclass model that
@@ -35,8 +35,8 @@ import typing
 
 import numpy as np
 
-from connectors import river_state
 from connectors.codec import label_from_state, label_to_state
+from connectors.state import river_state
 from streammargin.errors import StateError
 
 __all__ = [

@@ -48,7 +48,6 @@ from json.encoder import encode_basestring
 
 import numpy as np
 
-from connectors import checkpoint as checkpoint_module
 from connectors.codec import (
     MAX_LABEL_CHARS,
     DeadLetter,
@@ -59,6 +58,7 @@ from connectors.codec import (
 )
 from connectors.models import build_model, check_model, model_class, short_name
 from connectors.observability.metrics import MAX_CLASSES, PartitionMetrics, label_key, make_detector
+from connectors.state import checkpoint as checkpoint_module
 from streammargin.errors import InvalidInput, StateError
 from streammargin.scaler import StandardScaler
 

@@ -53,12 +53,12 @@ import time
 import types
 import typing
 
-from connectors import checkpoint as checkpoint_module
 from connectors.codec import UndecodableBatch
 from connectors.kafka.transport import TRANSPORTS, TransactionAborted, Transport, make_transport
 from connectors.kafka.transport import sendable_headers as _sendable
 from connectors.observability.metrics import Throughput
 from connectors.observability.observability import ClientLogTail, WorkerStatus
+from connectors.state import checkpoint as checkpoint_module
 from connectors.worker.outage import BrokerContact, BrokerOutage
 from connectors.worker.profiling import rss_bytes
 from connectors.worker.task import (

@@ -27,7 +27,7 @@ its cost depends on how recent the checkpoint is, not on how long the topic is.
 A checkpoint is untrusted input (anyone who can write to the topic writes it), so it holds no
 object graph: each part has an explicit schema of named, validated fields (the model's
 `to_state`, `streammargin.StandardScaler.to_state`, `PartitionMetrics.to_state` with its drift
-detector's state from `connectors.river_state`, `PendingLabels.to_state`), and every reader
+detector's state from `connectors.state.river_state`, `PendingLabels.to_state`), and every reader
 raises `StateError` for anything malformed.
 """
 
