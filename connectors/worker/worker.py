@@ -321,18 +321,18 @@ def connection_settings() -> frozenset[str]:
     return frozenset(shared - _NOT_CONNECTION)
 
 
-def group_timeouts(config: WorkerConfig) -> tuple[float, float]:
-    """(session timeout, heartbeat interval) of the group consumer, in seconds, as given to it:
-    --consumer-config (kafka-python's or librdkafka's name) over the worker's own options.
+def group_timeouts(consumer: dict[str, typing.Any]) -> tuple[float, float]:
+    """(session timeout, heartbeat interval) in seconds, as the group consumer's settings
+    (`client_settings(...)["consumer"]`, where the worker's options and --consumer-config are
+    merged already) give them to the client: a librdkafka property wins over the kafka-python
+    name, as `translate` applies it after.
 
-    >>> group_timeouts(WorkerConfig(topics=["t"], consumer_config={"session.timeout.ms": 45000}))
+    >>> config = WorkerConfig(topics=["t"], consumer_config={"session.timeout.ms": 45000})
+    >>> group_timeouts(client_settings(config)["consumer"])
     (45.0, 3.0)
     """
-    given = {**config.client_config, **config.consumer_config}
-    session = given.get("session_timeout_ms", given.get("session.timeout.ms",
-                                                          config.session_timeout_ms))
-    heartbeat = given.get("heartbeat_interval_ms", given.get("heartbeat.interval.ms",
-                                                               config.heartbeat_interval_ms))
+    session = consumer.get("session.timeout.ms", consumer["session_timeout_ms"])
+    heartbeat = consumer.get("heartbeat.interval.ms", consumer["heartbeat_interval_ms"])
     return int(session) / 1000, int(heartbeat) / 1000
 
 
@@ -759,7 +759,7 @@ class Worker:
         settings = client_settings(config, self.client_id)
         check_tls_files(settings)
         transport = self._transport = make_transport(config.transport, settings)
-        session_s, heartbeat_s = group_timeouts(config)
+        session_s, heartbeat_s = group_timeouts(settings["consumer"])
         contact = self.contact = BrokerContact(
             session_s, heartbeat_s, max_outage=config.max_outage,
             bootstrap_servers=config.bootstrap_servers)
