@@ -44,9 +44,11 @@ class BrokerContact:
     >>> contact.lost_after(member=True)
     7.0
     >>> now[0] = 8.0; contact.turn(member=True)       # nothing heard for 8 s: an outage
-    >>> contact.in_outage, contact.outages
-    (True, 1)
+    8.0
+    >>> contact.in_outage, contact.outages, contact.silent
+    (True, 1, True)
     >>> contact.heard(); now[0] = 9.0; contact.turn(member=True)
+    1.0
     >>> contact.in_outage, round(contact.last_outage_seconds, 1), contact.quiet_since
     (False, 8.0, 8.0)
 
@@ -73,6 +75,7 @@ class BrokerContact:
         self._heard = clock()  # the worker starts having just reached the brokers (bootstrap)
         self.source: typing.Callable[[], float | None] | None = None
         self.in_outage = False
+        self.silent = False  # at the last `turn`: nothing heard for a heartbeat interval + 1 s
         self.outages = 0
         self.outage_started: float | None = None  # the last contact before the current outage
         self.last_outage_seconds: float | None = None
@@ -124,17 +127,20 @@ class BrokerContact:
 
     # The main loop ----------------------------------------------------------------------------
 
-    def turn(self, member: bool, now: float | None = None) -> None:
-        """Start, summarise or end an outage; raises `BrokerOutage` beyond `max_outage`."""
+    def turn(self, member: bool, now: float | None = None) -> float:
+        """Start, summarise or end an outage, and set `silent`; returns the contact's age.
+        Raises `BrokerOutage` beyond `max_outage`."""
         now = self._clock() if now is None else now
         age = self.age(now)
+        # A heartbeat missed: idleness, which needs the brokers' word all along, starts again.
+        self.silent = age > self.heartbeat_interval + 1.0
         if not self.in_outage:
             if age > self.lost_after(member):
                 self._start(now, age)
-            return
+            return age
         if age <= self.lost_after(True):  # heard again (the tighter bound: it is recent)
             self._end(now)
-            return
+            return age
         lasted = now - self.outage_started  # type: ignore[operator]
         if self.max_outage is not None and lasted > self.max_outage:
             raise BrokerOutage(
@@ -148,6 +154,7 @@ class BrokerContact:
                       "outage: no broker answered for %.0f s; %d client messages held back "
                       "(--log-level DEBUG shows them)", lasted, self._held_since_start(),
                       outage_seconds=round(lasted, 1))
+        return age
 
     def _start(self, now: float, age: float) -> None:
         self.in_outage = True

@@ -902,15 +902,12 @@ class Worker:
         stops."""
         contact = self.contact
         try:
-            contact.turn(self._member, now)  # type: ignore[union-attr]
+            age = contact.turn(self._member, now)  # type: ignore[union-attr]
         except BrokerOutage as error:
             self.exit_reason = "outage"
             raise WorkerError(str(error)) from None
-        age = contact.age(now)  # type: ignore[union-attr]
-        # Idleness needs the broker's word all along: a heartbeat missed (silence beyond one
-        # interval and a second) starts the idle period again, outage or not.
-        if age > contact.heartbeat_interval + 1.0:  # type: ignore[union-attr]
-            self._idle_since = None
+        if contact.silent:  # type: ignore[union-attr]
+            self._idle_since = None  # idleness needs the brokers' word all along
         self.status.watch_session(age)
 
     def _run_task(self, task: PartitionTask, records: list) -> None:
@@ -978,10 +975,9 @@ class Worker:
         The log end only grows, so equal positions and ends at both checks mean nothing arrived
         in between, while a broker that does not answer (an outage) is never idleness.
         """
-        contact = self.contact
-        if contact.age(now) > contact.heartbeat_interval + 1.0:  # type: ignore[union-attr]
-            # The brokers are silent: asking them would block the loop for nothing.
-            self._idle_since = None
+        if self.contact.silent:  # type: ignore[union-attr]
+            # The brokers are silent (`_watch_contact` ran this turn and restarted the period):
+            # asking them would block the loop for nothing.
             return False
         if self._idle_since is None:
             if now < self._next_idle_check:
