@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -53,6 +54,9 @@ class Outcome:
     log_lines_in_outage: int = 0
     seconds: float = 0.0  # from the worker's start to its exit
     summary: dict = dataclasses.field(default_factory=dict)
+    # Each partition's latest checkpoint, decoded, and the labelled records produced
+    final_tasks: dict = dataclasses.field(default_factory=dict)
+    data: list = dataclasses.field(default_factory=list)
 
 
 class Prober(threading.Thread):
@@ -120,7 +124,7 @@ def run_partition(hosts, bootstrap: str, transport: str, cut_s: float, n: int,
     ])
     with open(log_path, "wb") as log:
         worker = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                  env={**__import__("os").environ, "PYTHONUNBUFFERED": "1"})
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
     started = time.monotonic()
     prober = Prober(hosts, started)
     prober.start()
@@ -179,8 +183,7 @@ def run_partition(hosts, bootstrap: str, transport: str, cut_s: float, n: int,
     found = re.search(r"^(\{\"reason\".*\})$", text, re.MULTILINE)
     if found:
         outcome.summary = json.loads(found.group(1))
-    outcome.final_tasks = final_tasks  # type: ignore[attr-defined]
-    outcome.data = data  # type: ignore[attr-defined]
+    outcome.final_tasks, outcome.data = final_tasks, data
     return outcome
 
 
@@ -213,9 +216,8 @@ def check(outcome: Outcome) -> list[str]:
         except AssertionError as error:
             broken.append(f"partition {partition}: {error}")
     for partition in (0, 1):
-        task = outcome.final_tasks[partition]  # type: ignore[attr-defined]
-        model, _ = w.straight_run(outcome.data[partition::2],  # type: ignore[attr-defined]
-                                  streammargin.ALMAClassifier())
+        task = outcome.final_tasks[partition]
+        model, _ = w.straight_run(outcome.data[partition::2], streammargin.ALMAClassifier())
         if task["next_offset"] != n or w.saved_model_bytes(task) != w.model_bytes(model):
             broken.append(f"partition {partition}: the model differs from an uninterrupted run")
     if "lost contact with the brokers" not in outcome.log:

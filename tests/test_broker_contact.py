@@ -105,12 +105,17 @@ def test_the_transport_report_counts_and_a_failing_one_is_ignored():
     assert watched.age() == 4.0
 
 
+def watched_status(clock) -> tuple[WorkerStatus, BrokerContact]:
+    """A connected worker's status with its broker contact, on `clock`."""
+    status = WorkerStatus("g", "alma", "w", clock=clock)
+    status.contact = contact(clock, log_lines=False)
+    status.connected(lambda tp: None)
+    return status, status.contact
+
+
 def test_readiness_turns_503_past_the_session_timeout_and_200_after_the_rejoin_and_restore():
     clock = Clock()
-    status = WorkerStatus("g", "alma", "w", clock=clock)
-    watched = contact(clock, log_lines=False)
-    status.contact = watched
-    status.connected(lambda tp: None)
+    status, watched = watched_status(clock)
 
     class TP:
         topic, partition = "t", 0
@@ -139,10 +144,7 @@ def test_readiness_turns_503_past_the_session_timeout_and_200_after_the_rejoin_a
 
 def test_readiness_comes_back_without_a_rebalance_when_the_group_kept_the_member():
     clock = Clock()
-    status = WorkerStatus("g", "alma", "w", clock=clock)
-    watched = contact(clock, log_lines=False)
-    status.contact = watched
-    status.connected(lambda tp: None)
+    status, watched = watched_status(clock)
     status.member = True
     clock.now += 11.0
     status.watch_session(watched.age())
