@@ -23,8 +23,8 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-DOCS = ("README.md", "docs/ARCHITECTURE.md", "docs/kafka.md", "docs/models.md", "docs/operations.md",
-        "docs/performance.md")
+DOCS = ("README.md", "docs/ARCHITECTURE.md", "docs/kafka.md", "docs/models.md",
+        "docs/operations.md", "docs/performance.md")
 # Package -> the pattern of its modules: connectors/ with its packages (connectors/worker/, ...).
 PACKAGES = {"streammargin": "*.py", "streammargin/jit": "*.py", "connectors": "**/*.py"}
 EXTENSIONS = (".py", ".md", ".toml", ".txt", ".json", ".cfg", ".yml", ".yaml", ".sh", ".csv", ".c", ".xml")
