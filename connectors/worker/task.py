@@ -802,6 +802,32 @@ def _describe(model: typing.Any) -> str:
 _COUNTER_NAMES = ("records", "predictions", "dead_letters", "unjoinable", "undecodable")
 
 
+def check_model_kind(model: typing.Any, settings: TaskSettings) -> None:
+    """`StateError` unless `model` (restored from untrusted bytes: a checkpoint, a model-exchange
+    record) is the kind of model `settings` build: its class (wrapped one-vs-rest or not, as
+    `settings.one_vs_rest` says), binary or multiclass, and for a multiclass model classes the
+    codec could give."""
+    wanted = model_class(settings.model)
+    if settings.one_vs_rest:
+        inner = getattr(model, "classifier", None)
+        if type(model) is not _one_vs_rest_class() or not _built_by(wanted, inner):
+            raise StateError(
+                f"it holds a {_describe(model)}, not the one-vs-rest {wanted.__name__} of "
+                f"--model {settings.model} --one-vs-rest"
+            )
+    elif not _built_by(wanted, model):
+        raise StateError(
+            f"it holds a {_describe(model)}, not the {wanted.__name__} of --model "
+            f"{settings.model}"
+        )
+    if _is_multiclass(model) != settings.multiclass:
+        kind = "multiclass" if settings.multiclass else "binary"
+        raise StateError(f"it holds a {'binary' if settings.multiclass else 'multiclass'} "
+                         f"{_describe(model)} where the settings ask for a {kind} model")
+    if settings.multiclass:
+        _restore_part("model", _check_classes, model)
+
+
 class PartitionTask:
     """The model of one input partition and everything that goes with it.
 
@@ -958,25 +984,7 @@ class PartitionTask:
         next_offset = _count(fields.get("next_offset"), "next_offset")
         saved_model = _field(fields, "model", dict)
         model = _restore_part("model", streammargin.from_state, saved_model)
-        wanted = model_class(settings.model)
-        if settings.one_vs_rest:
-            inner = getattr(model, "classifier", None)
-            if type(model) is not _one_vs_rest_class() or not _built_by(wanted, inner):
-                raise StateError(
-                    f"it holds a {_describe(model)}, not the one-vs-rest {wanted.__name__} of "
-                    f"--model {settings.model} --one-vs-rest"
-                )
-        elif not _built_by(wanted, model):
-            raise StateError(
-                f"it holds a {_describe(model)}, not the {wanted.__name__} of --model "
-                f"{settings.model}"
-            )
-        if _is_multiclass(model) != settings.multiclass:
-            kind = "multiclass" if settings.multiclass else "binary"
-            raise StateError(f"it holds a {'binary' if settings.multiclass else 'multiclass'} "
-                             f"{_describe(model)} where the settings ask for a {kind} model")
-        if settings.multiclass:
-            _restore_part("model", _check_classes, model)
+        check_model_kind(model, settings)
         saved_scaler = fields.get("scaler")
         if (saved_scaler is not None) != settings.scale:
             raise StateError(
