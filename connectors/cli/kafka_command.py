@@ -96,6 +96,15 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
      " or exactly-once (each commit interval's outputs, checkpoints and input offsets are one "
      "Kafka transaction: read_committed consumers see each output once; outputs appear at each "
      "commit, see --checkpoint-every/--checkpoint-interval)"),
+    ("--model-scope", "str", "partition",
+     "partition (each input partition trains its own model) or topic (a worker's partitions of "
+     "a topic share one model, and the workers exchange theirs through --model-topic and mix "
+     "them every --mix-every records: one model learns from the whole topic; at-least-once "
+     "only)"),
+    ("--model-topic", "str", "streammargin.models",
+     "with --model-scope topic: the compacted topic of the partitions' models"),
+    ("--mix-every", "int", 2_000,
+     "with --model-scope topic: records a worker processes (of a topic) between two exchanges"),
     ("--transport", "str", "kafka-python",
      "Kafka client library: kafka-python (pure Python) or librdkafka (confluent-kafka, the "
      "streammargin[librdkafka] extra; faster, takes kafka-python setting names and librdkafka "
@@ -297,6 +306,9 @@ def config_from_args(args: argparse.Namespace) -> typing.Any:
         on_bad_checkpoint=args.on_bad_checkpoint,
         on_undecodable=args.on_undecodable,
         processing_guarantee=args.processing_guarantee,
+        model_scope=args.model_scope,
+        model_topic=args.model_topic,
+        mix_every=args.mix_every,
         transport=args.transport,
         session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms,

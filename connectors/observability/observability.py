@@ -272,6 +272,9 @@ class WorkerStatus:
         # Broker contact (connectors/worker/outage.BrokerContact, set by the worker once connected):
         # silence beyond the session timeout means the group has expired this member.
         self.contact: typing.Any = None
+        # The model exchange of --model-scope topic (connectors/worker/model_scope.ModelScope,
+        # set by the worker once connected): its counters go to /metrics.
+        self.model_scope: typing.Any = None
         self._session_expired = False
         self._expired_in = 0  # the outage (BrokerContact.outages) that expired the session
         self._member_before_expiry = False
@@ -594,6 +597,28 @@ class _Collector:
                 "streammargin_client_log_lines_held_back",
                 "The Kafka client's own log lines not shown (--log-level DEBUG shows them).",
                 value=contact.held_back_lines)
+        scope = status.model_scope
+        if scope is not None:
+            yield CounterMetricFamily(
+                "streammargin_model_exchanges",
+                "--model-scope topic: exchanges of this worker's models with its peers'.",
+                value=scope.exchanges)
+            yield CounterMetricFamily(
+                "streammargin_model_peer_models",
+                "--model-scope topic: other partitions' models mixed in.",
+                value=scope.peer_models)
+            yield CounterMetricFamily(
+                "streammargin_model_records_refused",
+                "--model-scope topic: model-topic records refused (malformed, another model or "
+                "parameters, beyond the memory ceiling) and left out of the mix.",
+                value=scope.refused)
+            exchanged = CounterMetricFamily(
+                "streammargin_model_exchange_bytes",
+                "--model-scope topic: model-record bytes written and read.",
+                labels=["direction"])
+            exchanged.add_metric(["written"], scope.bytes_written)
+            exchanged.add_metric(["read"], scope.bytes_read)
+            yield exchanged
         yield GaugeMetricFamily("streammargin_assigned_partitions",
                                 "Partitions this worker owns and has restored.",
                                 value=len(snap.partitions))

@@ -907,6 +907,9 @@ class PartitionTask:
         self.n_unjoinable = counters.get("unjoinable", 0)
         self.n_undecodable = counters.get("undecodable", 0)
         self.since_checkpoint = 0
+        # Records processed since the model was last mixed with the other partitions' models
+        # (--model-scope topic, connectors/worker/model_scope.py): its weight in the next exchange.
+        self.since_mix = 0
         self._prefix = (
             f'{{"topic":{encode_basestring(topic)},"partition":{partition},'
             f'"model":{encode_basestring(self.model_name)},"offset":'
@@ -1255,6 +1258,7 @@ class PartitionTask:
         self.n_records, self.n_predictions = n_records, n_predictions
         self.n_unjoinable = n_unjoinable
         self.since_checkpoint += n_done
+        self.since_mix += n_done
         if drift:
             out.metrics.append(self.metrics_event("drift"))
         if n_done and n_records % metrics_every == 0:
