@@ -192,6 +192,11 @@ class ModelScope:
             "seconds": round(self.seconds, 3),
         }
 
+    def records_to_exchange(self, tasks: typing.Iterable[PartitionTask], topic: str) -> int:
+        """Records the tasks of `topic` may still process before the next exchange (>= 1)."""
+        done = sum(task.since_mix for task in tasks if task.topic == topic)
+        return max(1, self.mix_every - done)
+
     def due(self, tasks: typing.Iterable[PartitionTask]) -> bool:
         """Whether the tasks of some topic processed `mix_every` records since the last
         exchange, or some task does not share its topic's model yet (new, restored)."""

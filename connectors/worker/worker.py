@@ -978,16 +978,26 @@ class Worker:
     def _run_task(self, task: PartitionTask, records: list) -> None:
         """Feed a partition's records to its task and send what comes out."""
         stop_set = self._stop.is_set
+        scope = self.model_scope
         start, end = 0, len(records)
         while start < end:
             started = time.monotonic()  # the rate's clock includes the first batch
-            output = task.process(records, start, stop_set)
+            if scope is None:
+                output = task.process(records, start, stop_set)
+            else:
+                # --model-scope topic: the exchange comes every --mix-every records, also in
+                # the middle of a partition's batch (a poll holds up to --max-poll-records).
+                limit = start + scope.records_to_exchange(self.tasks.values(), task.topic)
+                output = task.process(records if limit >= end else records[:limit], start,
+                                      stop_set)
             self.status.processed(task, output)
             self._send_output(task, output)
             self.throughput.add(output.processed, started)
             start = output.end
             if stop_set():
                 return
+            if scope is not None and scope.due(self.tasks.values()):
+                self._exchange_models(scope)
 
     def _close(self, graceful: bool) -> None:
         transport = self._transport
