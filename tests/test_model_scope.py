@@ -4,7 +4,9 @@ model.
 - Without a broker: the model-topic record round-trips; a hostile one (garbage, a pickle, another
   model, other parameters, a memory bomb, fields out of range, fuzzed bytes) raises `StateError`
   and nothing else, before allocating beyond this worker's ceiling; a worker's tasks share one
-  model, a peer's record is mixed in once, a refused one is counted and logged once.
+  model, a peer's record is mixed in once, a refused one is counted and logged once; every
+  registered model goes through an exchange; an exchange's memory peak stays within the
+  documented (P + 2) x the model's ceiling.
 - On the test broker (Apache Kafka): one worker in topic scope learns a drifting backlog as one
   model would, far above partition scope; hostile records on the model topic are refused while
   the stream goes on, and a valid peer record is mixed in; two worker processes in topic scope,
@@ -438,3 +440,33 @@ def test_a_sigkill_in_topic_scope_repeats_only_what_it_must_and_ends_near_an_unb
     assert len(by_partition) == 4
     # The divergence a kill leaves: measured 1-2 points of accuracy.
     assert abs(broken - unbroken) < 0.04, (broken, unbroken)
+
+
+@pytest.mark.parametrize("model", ["budgetsvm", "alma", "convexpolytope"])
+def test_an_exchange_stays_within_its_documented_memory_ceiling(model):
+    # docs/kafka.md: an exchange holds at most (P + 2) x the model's ceiling (its own model, the
+    # mix, one model per other partition's record), P the topic's partitions.
+    import tracemalloc
+
+    settings = TaskSettings(group_id="g", model=model)
+    store = MemoryStore()
+    partitions = 6
+    data = [(x, bool(y)) for x, y in synth.Agrawal(classification_function=2, seed=9).take(600)]
+    for peer in range(1, partitions):  # full models from every other partition
+        task = PartitionTask.new("events", peer, settings)
+        task.process([_record(peer, j, w.event(j, x, y))
+                      for j, (x, y) in enumerate(data[peer::partitions])])
+        store.write({("events", peer): encode_model_record(settings, "events", peer, peer, 100,
+                                                           task.model)})
+    own = PartitionTask.new("events", 0, settings)
+    own.process([_record(0, j, w.event(j, x, y)) for j, (x, y) in enumerate(data[::partitions])])
+    scope = ModelScope(store, settings, 1, lambda topic: set(range(partitions)))
+    ceiling = memory_bound(own.model)
+    tracemalloc.start()
+    try:
+        scope.exchange([own])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert scope.peer_models == partitions - 1
+    assert peak <= (partitions + 2) * ceiling, (peak, ceiling)
