@@ -25,6 +25,8 @@ BENCHMARKS = [
     ("feature_bound_accuracy.py", [], ["--quick"]),
     ("memory_ceiling.py", [], ["--quick"]),
     ("drift_detectors.py", [], ["--quick"]),
+    ("model_scope_worker.py", [], ["--records", "6000", "--streams", "RBF drift", "SEA",
+                                   "--models", "alma", "budgetsvm"]),
 ]
 
 

@@ -1,0 +1,183 @@
+"""`--model-scope partition` against `--model-scope topic`, through the worker on a broker
+(issue 25): three workers of one group share a keyed topic of P partitions.
+
+For each stream and model (`StandardScaler() | model`: the worker's `--scale`): the records
+are produced round robin over the partitions (a keyed producer's spread) while three in-process
+workers run (one group, their threads taking turns on the GIL: the same for both scopes), until
+they are idle. Printed per scope: the progressive
+accuracy over all predictions, its gap to one model learning the stream in order (River's
+progressive validation, no broker), the records per second of the workers' busy time
+(processing and exchanging; waits for records left out) and its ratio to partition scope's, the
+model-topic bytes written over the input's bytes, the share of the busy time spent exchanging
+models (writing, reading, checking, mixing), and the exchanges. The scopes take turns on each
+stream.
+
+Run: .venv/bin/python benchmarks/model_scope_worker.py [--records 12000] [--partitions 12]
+     [--mix-every N [N ...]] [--scopes partition topic] [--streams ...] [--models ...]
+     [--broker apache-kafka|tansu]
+Several --mix-every values run topic scope once per value (the period's trade-off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import pathlib
+import statistics
+import sys
+import threading
+import time
+
+from river import evaluate, metrics, preprocessing
+from river.datasets import synth
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from connectors.kafka.broker import create_topics, make_broker
+from connectors.models import build_model
+from connectors.worker.worker import Worker, WorkerConfig
+
+WORKERS = 3
+
+
+def streams(n: int) -> dict[str, list]:
+    made = {
+        "RBF drift": synth.RandomRBFDrift(seed_model=7, seed_sample=7, n_classes=2,
+                                          n_features=10, n_centroids=50, change_speed=0.001),
+        "Hyperplane 20": synth.Hyperplane(seed=42, n_features=20, n_drift_features=10,
+                                          mag_change=0.001),
+        "SEA drift": synth.ConceptDriftStream(synth.SEA(variant=0, seed=1),
+                                              synth.SEA(variant=2, seed=2), position=n // 2,
+                                              width=n // 10, seed=1),
+        "SEA": synth.SEA(variant=0, seed=1),
+    }
+    return {name: [(x, bool(y)) for x, y in stream.take(n)] for name, stream in made.items()}
+
+
+def one_model(records: list, model: str) -> float:
+    pipeline = preprocessing.StandardScaler() | build_model(model)
+    score = evaluate.progressive_val_score(records, pipeline, metrics.Accuracy())
+    return score.get()
+
+
+def produce(bootstrap: str, topic: str, records: list, partitions: int) -> int:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=10)
+    size = 0
+    for i, (x, y) in enumerate(records):
+        value = json.dumps({"id": f"e{i}", "x": x, "y": y}).encode()
+        size += len(value)
+        producer.send(topic, value, partition=i % partitions)
+    producer.flush()
+    producer.close()
+    return size
+
+
+def read_accuracy(bootstrap: str, topic: str, partitions: int, expected: int) -> float:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                             enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    seen: dict[tuple[int, int], bool] = {}
+    deadline = time.monotonic() + 60
+    while len(seen) < expected and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=500).values():
+            for record in batch:
+                p = json.loads(record.value)
+                seen.setdefault((p["partition"], p["offset"]), p["y_pred"] == p["y"])
+    consumer.close()
+    if len(seen) < expected:
+        raise SystemExit(f"only {len(seen)} of {expected} predictions on {topic}")
+    return sum(seen.values()) / len(seen)
+
+
+def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
+        mix_every: int, tag: str) -> dict:
+    name = f"scope-{tag}-{time.time_ns()}"
+    cfg = WorkerConfig(
+        topics=[name], bootstrap_servers=bootstrap, group_id=f"{name}.group",
+        predictions_topic=f"{name}.predictions", metrics_topic=f"{name}.metrics",
+        dead_letter_topic=f"{name}.dead", checkpoint_topic=f"{name}.checkpoints",
+        model=model, model_scope=scope, model_topic=f"{name}.models", mix_every=mix_every,
+        scale=True, max_poll_records=500, idle_timeout=3.0, session_timeout_ms=6000,
+        heartbeat_interval_ms=1000,
+    )
+    create_topics(bootstrap, [name, cfg.predictions_topic, cfg.metrics_topic,
+                              cfg.dead_letter_topic], partitions=partitions)
+    create_topics(bootstrap, [cfg.checkpoint_topic, cfg.model_topic], compacted=True)
+    summaries: list = []
+    workers = [Worker(cfg) for _ in range(WORKERS)]
+    threads = [threading.Thread(target=lambda wk=wk: summaries.append(wk.run()))
+               for wk in workers]
+    for thread in threads:
+        thread.start()
+    time.sleep(3.0)  # the three join the group before the records come
+    size = produce(bootstrap, name, records, partitions)
+    for thread in threads:
+        thread.join(600)
+    accuracy = read_accuracy(bootstrap, cfg.predictions_topic, partitions, len(records))
+    scopes = [s.get("model_scope") or {} for s in summaries]
+    # The workers' busy time: processing (records / their processing rate, which leaves waits
+    # for records out) plus exchanging (which happens outside the processing clock).
+    processing = sum(s["records"] / s["records_per_s"] for s in summaries if s["records"])
+    exchanging = sum(s.get("seconds", 0.0) for s in scopes)
+    return {
+        "accuracy": accuracy,
+        "rate": len(records) / (processing + exchanging),
+        "bytes": sum(s.get("bytes_written", 0) for s in scopes) / size,
+        "exchanging": exchanging / (processing + exchanging),
+        "exchanges": sum(s.get("exchanges", 0) for s in scopes),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=12_000)
+    parser.add_argument("--partitions", type=int, default=12)
+    parser.add_argument("--mix-every", type=int, nargs="+", default=[2_000])
+    parser.add_argument("--scopes", nargs="+", default=["partition", "topic"])
+    parser.add_argument("--streams", nargs="*", default=None)
+    parser.add_argument("--models", nargs="*", default=["alma", "budgetsvm", "auto"])
+    parser.add_argument("--broker", default="apache-kafka")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    data = streams(args.records)
+    names = args.streams or list(data)
+    runs = [("partition", 0)] if "partition" in args.scopes else []
+    if "topic" in args.scopes:
+        runs += [("topic", m) for m in args.mix_every]
+    print(f"{args.records:,} records a stream over {args.partitions} partitions, "
+          f"{WORKERS} workers, StandardScaler | model, {args.broker}; gap: points of progressive "
+          "accuracy to one model; rate: records/s of busy time; ratio: to partition scope")
+    print(f"{'stream':14} {'model':10} {'one':>6} {'scope':>11} {'accuracy':>8} {'gap':>6} "
+          f"{'rate':>6} {'ratio':>6} {'bytes%':>7} {'exch%':>6} {'exch':>5}")
+    gaps: dict[str, list[float]] = {}
+    with make_broker(args.broker) as broker:
+        for stream in names:
+            for model in args.models:
+                one = one_model(data[stream], model)
+                base_rate = None
+                for scope, mix_every in runs:
+                    found = run(broker.bootstrap_servers, data[stream], model, scope,
+                                args.partitions, mix_every or 1, f"{model}-{scope}")
+                    label = scope if scope == "partition" else f"topic {mix_every}"
+                    gap = 100 * (found["accuracy"] - one)
+                    gaps.setdefault(label, []).append(gap)
+                    if scope == "partition":
+                        base_rate = found["rate"]
+                    ratio = f"{found['rate'] / base_rate:6.2f}" if base_rate else f"{'':6}"
+                    print(f"{stream:14} {model:10} {one:6.3f} {label:>11} "
+                          f"{found['accuracy']:8.3f} {gap:+6.1f} {found['rate']:6.0f} {ratio} "
+                          f"{100 * found['bytes']:7.1f} {100 * found['exchanging']:6.1f} "
+                          f"{found['exchanges']:5d}", flush=True)
+    for label, values in gaps.items():
+        print(f"{label}: mean gap {statistics.mean(values):+.1f} points, worst {min(values):+.1f}")
+
+
+if __name__ == "__main__":
+    main()
