@@ -8,8 +8,9 @@ they are idle. Printed per scope: the progressive
 accuracy over all predictions, its gap to one model learning the stream in order (River's
 progressive validation, no broker), the records per second of the workers' busy time
 (processing and exchanging; waits for records left out) and its ratio to partition scope's, the
-model-topic bytes written over the input's bytes, the share of the busy time spent exchanging
-models (writing, reading, checking, mixing), and the exchanges. The scopes take turns on each
+model-topic bytes written over the input's bytes, the share of the busy time the main thread
+spent on exchanges (encoding and mixing; the rest of an exchange runs beside it), and the
+exchanges. The scopes take turns on each
 stream.
 
 Run: .venv/bin/python benchmarks/model_scope_worker.py [--records 12000] [--partitions 12]
@@ -123,7 +124,9 @@ def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
     accuracy = read_accuracy(bootstrap, cfg.predictions_topic, partitions, len(records))
     scopes = [s.get("model_scope") or {} for s in summaries]
     # The workers' busy time: processing (records / their processing rate, which leaves waits
-    # for records out) plus exchanging (which happens outside the processing clock).
+    # for records out) plus the main thread's share of the exchanges (encoding and mixing, outside
+    # the processing clock; writing, reading and checking run on the scope's own thread, beside
+    # the processing, which its CPU slows down).
     processing = sum(s["records"] / s["records_per_s"] for s in summaries if s["records"])
     exchanging = sum(s.get("seconds", 0.0) for s in scopes)
     return {

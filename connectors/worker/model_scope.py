@@ -44,6 +44,7 @@ the mix, counted (`streammargin_model_records_refused_total`) and logged once; t
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import random
@@ -144,15 +145,33 @@ def _shared_scaler(own: list[PartitionTask]) -> typing.Any:
     return max(scalers.values(), key=lambda s: sum(s.counts.values()))
 
 
+@dataclasses.dataclass
+class _Exchange:
+    """One exchange between its start (the worker's models encoded, its weight) and its end
+    (the peers' records read and checked in the background, then mixed in)."""
+
+    weights: dict[str, int]
+    future: concurrent.futures.Future
+    started: float
+
+
 class ModelScope:
     """A worker's side of `--model-scope topic`: one model per topic shared by its tasks,
     exchanged with its peers' and mixed.
+
+    An exchange has two halves. The main thread encodes the worker's model of each topic (its
+    state at that record) and hands the rest to a thread of the scope's own: writing the record,
+    reading the model topic, checking the peers' records (`decode_model_record`: numba code and
+    waits on the broker, ~150 ms a read measured, which the main thread went on processing
+    through). Once that is done, the main thread mixes the peers' models into the worker's model
+    as it is then (`step`). `exchange` does both halves at once.
 
     Parameters
     ----------
     store
         A `CheckpointStore` on the model topic (`Transport.checkpoint_store`): chunking, size
-        limits and reading the latest record of each key come with it.
+        limits and reading the latest record of each key come with it. Only the scope's thread
+        uses it, one exchange at a time.
     settings
         The tasks' settings (what a peer's model must be).
     mix_every
@@ -171,6 +190,9 @@ class ModelScope:
         self.mix_every = mix_every
         self.partitions_for = partitions_for
         self._random = random.Random()
+        self._thread = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="streammargin-model-exchange")
+        self._exchange: _Exchange | None = None
         # The serial of each peer record last mixed in: a peer record is mixed in once.
         self._mixed_in: dict[tuple[str, int], int] = {}
         # The model-topic offset of each key's last refused record: logged once each.
@@ -180,7 +202,8 @@ class ModelScope:
         self.refused = 0
         self.bytes_written = 0
         self.bytes_read = 0
-        self.seconds = 0.0
+        self.seconds = 0.0  # on the main thread: encoding and mixing
+        self.background_seconds = 0.0  # on the scope's thread: writing, reading, checking
 
     def counters(self) -> dict[str, typing.Any]:
         return {
@@ -190,10 +213,13 @@ class ModelScope:
             "bytes_written": self.bytes_written,
             "bytes_read": self.bytes_read,
             "seconds": round(self.seconds, 3),
+            "background_seconds": round(self.background_seconds, 3),
         }
 
     def records_to_exchange(self, tasks: typing.Iterable[PartitionTask], topic: str) -> int:
         """Records the tasks of `topic` may still process before the next exchange (>= 1)."""
+        if self._exchange is not None:
+            return self.mix_every  # the next one starts once this one has ended
         done = sum(task.since_mix for task in tasks if task.topic == topic)
         return max(1, self.mix_every - done)
 
@@ -208,41 +234,119 @@ class ModelScope:
         return any(n >= self.mix_every for n in since.values()) or any(
             len(ids) > 1 for ids in models.values())
 
-    def exchange(self, tasks: typing.Sequence[PartitionTask]) -> None:
-        """Per topic: one model of the tasks' models, written with its weight; the peers'
-        records read; the weighted mean of all given to every task. Raises `CheckpointError`
-        when the model topic cannot be written or read."""
-        started = time.perf_counter()
-        by_topic: dict[str, list[PartitionTask]] = {}
-        for task in tasks:
-            by_topic.setdefault(task.topic, []).append(task)
-        local = {topic: self._local_model(own) for topic, own in sorted(by_topic.items())}
-        payloads = {}
-        for topic, (model, weight) in local.items():
-            if weight > 0:
-                lowest = min(t.partition for t in by_topic[topic])
-                serial = self._random.getrandbits(63)
-                payloads[(topic, lowest)] = encode_model_record(
-                    self.settings, topic, lowest, serial, weight, model)
-        if payloads:
-            self.store.write(payloads)
-            self.bytes_written += sum(len(p) for p in payloads.values())
-        for topic, (model, weight) in local.items():
-            own = by_topic[topic]
-            peers = self._peers(topic, {t.partition for t in own}, model)
-            if peers:
-                from streammargin.mixing import mix
+    def step(self, tasks: typing.Sequence[PartitionTask]) -> None:
+        """The main loop's call: ends the exchange under way if its reading is done, and
+        starts the next one if it is due. Raises `CheckpointError` when the model topic could
+        not be written or read."""
+        if self._exchange is not None:
+            if not self._exchange.future.done():
+                return
+            self._finish(tasks)
+        if self.due(tasks):
+            self._start(tasks)
 
-                model = mix([model, *[p.model for p in peers]],
-                            [max(weight, 1), *[p.weight for p in peers]])
-                for peer in peers:
-                    self._mixed_in[(peer.topic, peer.partition)] = peer.serial
-                self.peer_models += len(peers)
+    def exchange(self, tasks: typing.Sequence[PartitionTask]) -> None:
+        """A whole exchange now: the one under way ended (waiting for it), then a new one
+        started and ended."""
+        if self._exchange is not None:
+            self._finish(tasks)
+        self._start(tasks)
+        self._finish(tasks)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Wait for the exchange under way (its result is dropped), then close the store."""
+        exchange, self._exchange = self._exchange, None
+        if exchange is not None:
+            concurrent.futures.wait([exchange.future], timeout)
+        self._thread.shutdown(wait=False, cancel_futures=True)
+        self.store.close()
+
+    # The two halves ----------------------------------------------------------------------------
+
+    def _start(self, tasks: typing.Sequence[PartitionTask]) -> None:
+        started = time.perf_counter()
+        by_topic = _by_topic(tasks)
+        payloads, weights, wanted = {}, {}, {}
+        for topic, own in by_topic.items():
+            model, weight = self._local_model(own)
             scaler = _shared_scaler(own)
             for task in own:
+                task.model, task.scaler, task.since_mix = model, scaler, 0
+            weights[topic] = weight
+            if weight > 0:
+                lowest = min(t.partition for t in own)
+                payloads[(topic, lowest)] = encode_model_record(
+                    self.settings, topic, lowest, self._random.getrandbits(63), weight, model)
+            owned = {t.partition for t in own}
+            partitions = self.partitions_for(topic) or ()
+            wanted[topic] = ([(topic, p) for p in sorted(partitions) if p not in owned],
+                             model._get_params(), memory_bound(model))
+        future = self._thread.submit(self._write_and_read, payloads, wanted, dict(self._mixed_in),
+                                     dict(self._refused_at))
+        self._exchange = _Exchange(weights, future, started)
+        self.bytes_written += sum(len(p) for p in payloads.values())
+        self.seconds += time.perf_counter() - started
+
+    def _write_and_read(self, payloads: dict, wanted: dict, mixed_in: dict,
+                        refused_at: dict) -> dict[str, list[tuple]]:
+        """The scope's thread: the worker's records written (acknowledged), then per topic the
+        peers' latest records read and checked: (key, offset, PeerModel or the reason it is
+        refused, bytes read) for each new one."""
+        started = time.perf_counter()
+        if payloads:
+            self.store.write(payloads)
+        found: dict[str, list[tuple]] = {}
+        for topic, (keys, params, max_model_bytes) in wanted.items():
+            found[topic] = []
+            if not keys:
+                continue
+            for key, loaded in sorted(self.store.load(keys).items()):
+                if isinstance(loaded, checkpoint_module.RefusedCheckpoint):
+                    found[topic].append((key, loaded.offset, loaded.reason, 0))
+                    continue
+                if refused_at.get(key) == loaded.offset:
+                    continue  # the record refused before: counted and logged once
+                size = len(loaded.payload)
+                try:
+                    head = state_module.peek(loaded.payload)
+                    if head.get("serial") == mixed_in.get(key) or head.get("weight") == 0:
+                        continue  # nothing new since it was mixed in: not decoded again
+                    peer = decode_model_record(loaded.payload, self.settings, key[0], key[1],
+                                               params, max_model_bytes)
+                except StateError as error:
+                    found[topic].append((key, loaded.offset, str(error), size))
+                    continue
+                found[topic].append((key, loaded.offset, peer, size))
+        self.background_seconds += time.perf_counter() - started
+        return found
+
+    def _finish(self, tasks: typing.Sequence[PartitionTask]) -> None:
+        exchange, self._exchange = self._exchange, None
+        found = exchange.future.result()  # CheckpointError from the scope's thread
+        started = time.perf_counter()
+        for topic, own in _by_topic(tasks).items():
+            owned = {t.partition for t in own}
+            peers = []
+            for key, offset, result, size in found.get(topic, ()):
+                self.bytes_read += size
+                if isinstance(result, str):
+                    self._refuse(key, offset, result)
+                elif key[1] not in owned and self._mixed_in.get(key) != result.serial:
+                    peers.append(result)  # (a partition taken over since is the worker's own)
+            if not peers:
+                continue
+            from streammargin.mixing import mix
+
+            # The worker's model as it is now: what it had written, and what it learnt since.
+            model, since = self._local_model(own)
+            weight = exchange.weights.get(topic, 0) + since
+            model = mix([model, *[p.model for p in peers]],
+                        [max(weight, 1), *[p.weight for p in peers]])
+            for task in own:
                 task.model = model
-                task.scaler = scaler
-                task.since_mix = 0
+            for peer in peers:
+                self._mixed_in[(peer.topic, peer.partition)] = peer.serial
+            self.peer_models += len(peers)
         self.exchanges += 1
         self.seconds += time.perf_counter() - started
 
@@ -264,33 +368,6 @@ class ModelScope:
         keys = list(models)
         return mix([models[k] for k in keys], [max(weights[k], 1) for k in keys]), total
 
-    def _peers(self, topic: str, own: set[int], model: typing.Any) -> list[PeerModel]:
-        """The peers' records of `topic` not mixed in yet, checked against this worker's
-        `model`: its parameters and memory ceiling."""
-        partitions = self.partitions_for(topic) or ()
-        wanted = [(topic, p) for p in sorted(partitions) if p not in own]
-        if not wanted:
-            return []
-        params, max_model_bytes = model._get_params(), memory_bound(model)
-        fresh = []
-        for key, loaded in sorted(self.store.load(wanted).items()):
-            if isinstance(loaded, checkpoint_module.RefusedCheckpoint):
-                self._refuse(key, loaded.offset, loaded.reason)
-                continue
-            if self._refused_at.get(key) == loaded.offset:
-                continue  # the record refused before: counted and logged once
-            self.bytes_read += len(loaded.payload)
-            try:
-                peer = decode_model_record(loaded.payload, self.settings, key[0], key[1],
-                                           params, max_model_bytes)
-            except StateError as error:
-                self._refuse(key, loaded.offset, str(error))
-                continue
-            if peer.weight == 0 or self._mixed_in.get(key) == peer.serial:
-                continue  # nothing new since it was mixed in
-            fresh.append(peer)
-        return fresh
-
     def _refuse(self, key: tuple[str, int], offset: int, reason: str) -> None:
         if self._refused_at.get(key) == offset:
             return  # still the record refused before
@@ -301,3 +378,10 @@ class ModelScope:
             "%s. Fix: only the workers of group %r may write to that topic",
             key[0], key[1], self.store.topic, offset, reason, self.settings.group_id,
         )
+
+
+def _by_topic(tasks: typing.Iterable[PartitionTask]) -> dict[str, list[PartitionTask]]:
+    by_topic: dict[str, list[PartitionTask]] = {}
+    for task in sorted(tasks, key=lambda t: (t.topic, t.partition)):
+        by_topic.setdefault(task.topic, []).append(task)
+    return by_topic

@@ -937,7 +937,7 @@ class Worker:
                 self.exit_reason = "idle"
                 return
             scope = self.model_scope
-            if scope is not None and not stop.is_set() and scope.due(self.tasks.values()):
+            if scope is not None and not stop.is_set():
                 self._exchange_models(scope)
             due = [t for t in self.tasks.values() if t.since_checkpoint >= config.checkpoint_every]
             if next_checkpoint is not None and now >= next_checkpoint:
@@ -953,9 +953,10 @@ class Worker:
         self.exit_reason = "stopped"
 
     def _exchange_models(self, scope: ModelScope) -> None:
-        """--model-scope topic: write the tasks' models, read the peers', mix."""
+        """--model-scope topic: end the exchange under way if its reading is done (mix the
+        peers' models in), start the next if it is due (connectors/worker/model_scope.py)."""
         try:
-            scope.exchange(list(self.tasks.values()))
+            scope.step(list(self.tasks.values()))
         except checkpoint_module.CheckpointError as error:
             raise WorkerError(f"{error} (while exchanging models on {self.config.model_topic}). "
                               "Fix: check that the workers can write and read that topic"
@@ -996,7 +997,7 @@ class Worker:
             start = output.end
             if stop_set():
                 return
-            if scope is not None and scope.due(self.tasks.values()):
+            if scope is not None:
                 self._exchange_models(scope)
 
     def _close(self, graceful: bool) -> None:
@@ -1020,7 +1021,8 @@ class Worker:
             if self._store is not None:
                 closers.append(self._store.close)
             if self.model_scope is not None:
-                closers.append(self.model_scope.store.close)
+                scope = self.model_scope
+                closers.append(lambda: scope.close(None if graceful else 0))
             if transport is not None and transport.producing:
                 if self._exactly_once and not graceful:
                     # Failing: nothing of the open transaction may stand. Aborted now, readers
