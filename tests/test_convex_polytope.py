@@ -380,7 +380,8 @@ def test_multiclass_state_and_pickle_round_trips(params):
 
 
 @pytest.mark.parametrize("params", MULTICLASS)
-@pytest.mark.parametrize("label", [None, float("nan"), np.nan, [1], {"a": 1}, object()], ids=repr)
+@pytest.mark.parametrize("label", [None, float("nan"), np.nan, [1], {"a": 1}, object()],
+                         ids=lambda label: "object()" if type(label) is object else repr(label))
 def test_multiclass_rejects_labels_that_are_not_classes(params, label):
     model = ConvexPolytopeClassifier(**params)
     model.learn_one({"a": 1.0}, "x")
