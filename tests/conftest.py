@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pathlib
+import shutil
+import signal
+import tempfile
 
 import pytest
 
@@ -30,26 +34,55 @@ def pytest_collection_modifyitems(session, config, items):
         raise pytest.UsageError(f"test modules that collected no tests: {empty}")
 
 
-_stop_at_finish: list = []
+def _xdist_worker() -> str | None:
+    """This process's pytest-xdist worker id ("gw0", ...), or None: the run's own process."""
+    return os.environ.get("PYTEST_XDIST_WORKER")
+
+
+RUN_FOLDER = "STREAMMARGIN_TEST_RUN_FOLDER"
+
+
+def pytest_configure(config):
+    # One folder for the whole run, made by the run's own process (the pytest-xdist controller
+    # under `-n`) before the workers start: they inherit it through the environment.
+    if _xdist_worker() is None:
+        os.environ[RUN_FOLDER] = tempfile.mkdtemp(prefix="streammargin-tests-")
+
+
+def run_folder() -> pathlib.Path:
+    """The folder shared by every process of this run (see pytest_configure)."""
+    return pathlib.Path(os.environ[RUN_FOLDER])
 
 
 def _start_early(items: list) -> None:
-    """A test marked `started_early(start, stop)` waits on a slow process of its own
-    (tests/test_aot.py: numba's JIT compiling every model, ~70 s on CI): `start` launches it
-    now, while the rest of the suite runs (mostly waiting on Kafka, a core idle), and the test
-    runs last; `stop` ends it after the session if the test did not (-x, an interrupt)."""
+    """A test marked `started_early(start)` waits on a slow process of its own (tests/test_aot.py:
+    numba's JIT compiling every model, ~70 s on CI): `start(folder)` launches it now, once per run
+    (under pytest-xdist, in the worker gw0 only: every worker collects), while the rest of the
+    suite runs (mostly waiting on Kafka), and the test runs last. The process leaves its results
+    in `folder` (the run's, shared by the workers), so the test may run in any worker; it must be
+    the leader of a new session (start_new_session): its group is killed after the run if it is
+    still running then (-x, an interrupt)."""
     early = [item for item in items if item.get_closest_marker("started_early")]
     for item in early:
         items.remove(item)
         items.append(item)
-        marker = item.get_closest_marker("started_early")
-        marker.kwargs["start"]()
-        _stop_at_finish.append(marker.kwargs["stop"])
+        if _xdist_worker() in (None, "gw0"):
+            process = item.get_closest_marker("started_early").kwargs["start"](run_folder())
+            mark = run_folder() / f"{process.pid}.early"  # the process removes it as it ends
+            mark.touch()
+            if process.poll() is not None:  # ended already
+                mark.unlink(missing_ok=True)
 
 
-def pytest_sessionfinish(session, exitstatus):
-    for stop in _stop_at_finish:
-        stop()
+def pytest_unconfigure(config):
+    if _xdist_worker() is not None or RUN_FOLDER not in os.environ:
+        return
+    folder = run_folder()
+    for started in folder.glob("*.early"):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(int(started.stem), signal.SIGKILL)
+    shutil.rmtree(folder, ignore_errors=True)
+    del os.environ[RUN_FOLDER]
 
 
 # The broker under the Kafka tests ----------------------------------------------------------------

@@ -11,6 +11,7 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+import time
 
 import numba
 import numpy as np
@@ -132,34 +133,28 @@ print(json.dumps({"numba": "numba" in sys.modules, "modules": len(aot.loaded_mod
 """
 
 
-_jit_process: list[subprocess.Popen] = []
-
-
-def start_jit_fingerprint() -> None:
+def start_jit_fingerprint(folder: pathlib.Path) -> subprocess.Popen:
     """The fingerprint on numba's JIT, in a process of its own (conftest starts it when the
-    test is collected: it compiles every model, ~70 s)."""
-    if not _jit_process:
-        _jit_process.append(subprocess.Popen(
-            [sys.executable, "-c", FINGERPRINT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, cwd=ROOT, env={**os.environ, "STREAMMARGIN_AOT": "0"},
-        ))
+    test is collected, once per run: it compiles every model, ~70 s). It writes its output to
+    `folder`, then its exit status to jit.rc, and removes its `.early` mark (tests/conftest.py)."""
+    script = ('"$0" -c "$1" >"$2/jit.out" 2>"$2/jit.err"; echo $? >"$2/jit.part"; '
+              'mv "$2/jit.part" "$2/jit.rc"; rm -f "$2/$$.early"')
+    return subprocess.Popen(["sh", "-c", script, sys.executable, FINGERPRINT, str(folder)],
+                            cwd=ROOT, env={**os.environ, "STREAMMARGIN_AOT": "0"},
+                            start_new_session=True)
 
 
-def stop_jit_fingerprint() -> None:
-    for process in _jit_process:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-
-
-@pytest.mark.started_early(start=start_jit_fingerprint, stop=stop_jit_fingerprint)
+@pytest.mark.started_early(start=start_jit_fingerprint)
 def test_the_compiled_modules_compute_what_the_jit_computes_bit_for_bit():
     compiled = json.loads(python(FINGERPRINT))
-    start_jit_fingerprint()
-    process = _jit_process[0]
-    out, err = process.communicate(timeout=900)
-    assert process.returncode == 0, err[-3000:]
-    jit = json.loads(out.strip().splitlines()[-1])
+    folder = pathlib.Path(os.environ["STREAMMARGIN_TEST_RUN_FOLDER"])
+    deadline = time.monotonic() + 900
+    while not (folder / "jit.rc").exists():
+        assert time.monotonic() < deadline, "the JIT's fingerprint took over 900 s"
+        time.sleep(0.2)
+    err = (folder / "jit.err").read_text()
+    assert (folder / "jit.rc").read_text().strip() == "0", err[-3000:]
+    jit = json.loads((folder / "jit.out").read_text().strip().splitlines()[-1])
     assert not compiled["numba"] and compiled["modules"] >= 8, REBUILD
     assert jit["numba"] and jit["modules"] == 0
     assert len(compiled["digests"]) > 40
