@@ -28,8 +28,10 @@ apache-kafka: $(STAMP)
 demo: compiled
 	$(VENV)/bin/streammargin demo
 
+# The suite in three processes (pytest-xdist), each with brokers of its own (tests/conftest.py):
+# most of its time is spent waiting on brokers and worker processes, not on the two cores.
 test: compiled apache-kafka
-	$(PY) -m pytest
+	$(PY) -m pytest -n 3
 
 # The benchmarks also need the bench extra (Quix Streams, for benchmarks/kafka_throughput.py).
 $(BENCH_STAMP): $(STAMP)
