@@ -29,9 +29,11 @@ demo: compiled
 	$(VENV)/bin/streammargin demo
 
 # The suite in three processes (pytest-xdist), each with brokers of its own (tests/conftest.py):
-# most of its time is spent waiting on brokers and worker processes, not on the two cores.
+# most of its time is spent waiting on brokers and worker processes, not on the two cores. The
+# Kafka tests come first (conftest) and are handed out two at a time (--maxschedchunk), so the
+# long ones spread over the processes and the short ones even out the end.
 test: compiled apache-kafka
-	$(PY) -m pytest -n 3
+	$(PY) -m pytest -n 3 --maxschedchunk 2
 
 # The benchmarks also need the bench extra (Quix Streams, for benchmarks/kafka_throughput.py).
 $(BENCH_STAMP): $(STAMP)
