@@ -342,8 +342,9 @@ class ModelScope:
             weight = exchange.weights.get(topic, 0) + since
             model = mix([model, *[p.model for p in peers]],
                         [max(weight, 1), *[p.weight for p in peers]])
+            scaler = _shared_scaler(own)  # (a task taken on since the start shares it too)
             for task in own:
-                task.model = model
+                task.model, task.scaler = model, scaler
             for peer in peers:
                 self._mixed_in[(peer.topic, peer.partition)] = peer.serial
             self.peer_models += len(peers)
