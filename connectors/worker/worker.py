@@ -414,7 +414,13 @@ def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> di
         # as fatal (TransactionManager.classify_batch_error) and fails every later send: a dead
         # letter above the topic's max.message.bytes then stopped the worker instead of going
         # out without its value. librdkafka's producer is not idempotent by default either.
-        transactions = {"enable_idempotence": False}
+        # Without idempotence, one request in flight per broker keeps a partition's outputs in
+        # their input order across retries: with five, a broker killed under two in-flight
+        # batches of predictions took their retries in the other order (input offsets 360-459
+        # written before 260-359; tests/test_apache_kafka.py's broker-kill test, 1 run in 35,
+        # read it as lost predictions). kafka-python then also mutes a partition while its
+        # batch is in flight (guarantee_message_order).
+        transactions = {"enable_idempotence": False, "max_in_flight_requests_per_connection": 1}
     producer = {
         **base,
         "linger_ms": 20,
