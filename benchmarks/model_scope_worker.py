@@ -15,7 +15,7 @@ stream.
 
 Run: .venv/bin/python benchmarks/model_scope_worker.py [--records 12000] [--partitions 12]
      [--mix-every N [N ...]] [--scopes partition topic] [--streams ...] [--models ...]
-     [--broker apache-kafka|tansu]
+     [--max-model-bytes-share S] [--broker apache-kafka|tansu]
 Several --mix-every values run topic scope once per value (the period's trade-off).
 """
 
@@ -37,6 +37,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from connectors.kafka.broker import create_topics, make_broker
 from connectors.models import build_model
+from connectors.worker.model_scope import DEFAULT_MAX_MODEL_BYTES_SHARE
 from connectors.worker.worker import Worker, WorkerConfig
 
 WORKERS = 3
@@ -98,13 +99,14 @@ def read_accuracy(bootstrap: str, topic: str, partitions: int, expected: int) ->
 
 
 def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
-        mix_every: int, tag: str) -> dict:
+        mix_every: int, tag: str, bytes_share: float | None = None) -> dict:
     name = f"scope-{tag}-{time.time_ns()}"
     cfg = WorkerConfig(
         topics=[name], bootstrap_servers=bootstrap, group_id=f"{name}.group",
         predictions_topic=f"{name}.predictions", metrics_topic=f"{name}.metrics",
         dead_letter_topic=f"{name}.dead", checkpoint_topic=f"{name}.checkpoints",
         model=model, model_scope=scope, model_topic=f"{name}.models", mix_every=mix_every,
+        max_model_bytes_share=bytes_share,
         scale=True, max_poll_records=500, idle_timeout=3.0, session_timeout_ms=6000,
         heartbeat_interval_ms=1000,
     )
@@ -147,6 +149,11 @@ def main() -> None:
     parser.add_argument("--streams", nargs="*", default=None)
     parser.add_argument("--models", nargs="*", default=["alma", "budgetsvm", "auto"])
     parser.add_argument("--broker", default="apache-kafka")
+    parser.add_argument("--max-model-bytes-share", default=str(DEFAULT_MAX_MODEL_BYTES_SHARE),
+                        type=lambda text: None if text == "none" else float(text),
+                        help="topic scope's budget of model-topic bytes, a share of the input's"
+                        f" ('none': no budget; default {DEFAULT_MAX_MODEL_BYTES_SHARE}, the "
+                        "worker's)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     data = streams(args.records)
@@ -167,7 +174,8 @@ def main() -> None:
                 base_rate = None
                 for scope, mix_every in runs:
                     found = run(broker.bootstrap_servers, data[stream], model, scope,
-                                args.partitions, mix_every or 1, f"{model}-{scope}")
+                                args.partitions, mix_every or 1, f"{model}-{scope}",
+                                args.max_model_bytes_share)
                     label = scope if scope == "partition" else f"topic {mix_every}"
                     gap = 100 * (found["accuracy"] - one)
                     gaps.setdefault(label, []).append(gap)

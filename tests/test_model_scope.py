@@ -470,3 +470,34 @@ def test_an_exchange_stays_within_its_documented_memory_ceiling(model):
         tracemalloc.stop()
     assert scope.peer_models == partitions - 1
     assert peak <= (partitions + 2) * ceiling, (peak, ceiling)
+
+
+def test_a_bytes_budget_holds_exchanges_back_until_the_input_read_allows_them():
+    # --max-model-bytes-share: a record goes out only while the bytes written stay within the
+    # share of the input read; one held back keeps its records' weight for the next, and no
+    # exchange is due until the input read allows one more record as large as the last.
+    store = MemoryStore()
+    scope = ModelScope(store, SETTINGS, 10, lambda topic: {0, 1}, max_bytes_share=0.05)
+    own = tasks_of([0])
+    scope.read(10)
+    assert scope.due(own)
+    scope.exchange(own)  # the record is larger than 5% of 10 bytes: held back
+    record_bytes = scope._last_record_bytes
+    assert record_bytes > 0 and scope.bytes_written == 0 and not store.latest
+    assert own[0].since_mix == 30  # its weight waits for the next record
+    assert not scope.due(own)  # nothing due until the input allows it
+    assert scope.records_to_exchange(own, "events") == 10  # and no one-record slices meanwhile
+    scope.read(20 * record_bytes)
+    assert scope.within_budget() and scope.due(own)
+    scope.exchange(own)
+    assert scope.bytes_written == record_bytes and set(store.latest) == {("events", 0)}
+    assert own[0].since_mix == 0
+    assert scope.bytes_written <= 0.05 * scope.input_bytes
+    own[0].since_mix = 10
+    scope.read(10 * record_bytes)  # 2 x record_bytes > 5% of 30 x: not yet
+    assert not scope.due(own)
+    scope.read(10 * record_bytes)
+    assert scope.due(own)
+    # Without a budget the period alone decides.
+    free = ModelScope(MemoryStore(), SETTINGS, 10, lambda topic: {0, 1})
+    assert free.within_budget() and free.due(tasks_of([0]))

@@ -105,6 +105,9 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
      "with --model-scope topic: the compacted topic of the partitions' models"),
     ("--mix-every", "int", 2_000,
      "with --model-scope topic: records a worker processes (of a topic) between two exchanges"),
+    ("--max-model-bytes-share", "float", 0.05,
+     "with --model-scope topic: at most this share of the input's bytes goes to the model "
+     "topic; a model record waits until the input read allows it ('none': no budget)"),
     ("--transport", "str", "kafka-python",
      "Kafka client library: kafka-python (pure Python) or librdkafka (confluent-kafka, the "
      "streammargin[librdkafka] extra; faster, takes kafka-python setting names and librdkafka "
@@ -309,6 +312,7 @@ def config_from_args(args: argparse.Namespace) -> typing.Any:
         model_scope=args.model_scope,
         model_topic=args.model_topic,
         mix_every=args.mix_every,
+        max_model_bytes_share=args.max_model_bytes_share,
         transport=args.transport,
         session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms,

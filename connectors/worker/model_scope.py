@@ -63,6 +63,7 @@ log = logging.getLogger("connectors.worker")
 MODEL_SCOPES = ("partition", "topic")
 MODEL_RECORD_FORMAT = "streammargin-model/1"
 DEFAULT_MIX_EVERY = 2_000
+DEFAULT_MAX_MODEL_BYTES_SHARE = 0.05
 # Weights (records since the last exchange) and serials above this are impossible.
 MAX_COUNT = (1 << 63) - 1
 
@@ -178,13 +179,23 @@ class ModelScope:
         Records a worker's tasks of a topic process between two exchanges.
     partitions_for
         The partitions of an input topic (the transport's metadata).
+    max_bytes_share
+        At most this share of the input's bytes (those the worker's tasks read, `read`) goes to
+        the model topic: an exchange due by `mix_every` waits until the bytes written, with a
+        record as large as the last, stay within it. None: no budget.
 
     """
 
     def __init__(self, store: checkpoint_module.CheckpointStore, settings: TaskSettings,
-                 mix_every: int, partitions_for: typing.Callable[[str], typing.Any]):
+                 mix_every: int, partitions_for: typing.Callable[[str], typing.Any],
+                 max_bytes_share: float | None = None):
         if mix_every < 1:
             raise ValueError(f"mix_every must be >= 1, got {mix_every!r}")
+        if max_bytes_share is not None and not 0.0 < max_bytes_share:
+            raise ValueError(f"max_bytes_share must be > 0, got {max_bytes_share!r}")
+        self.max_bytes_share = max_bytes_share
+        self.input_bytes = 0
+        self._last_record_bytes = 0
         self.store = store
         self.settings = settings
         self.mix_every = mix_every
@@ -212,13 +223,27 @@ class ModelScope:
             "refused": self.refused,
             "bytes_written": self.bytes_written,
             "bytes_read": self.bytes_read,
+            "input_bytes": self.input_bytes,
             "seconds": round(self.seconds, 3),
             "background_seconds": round(self.background_seconds, 3),
         }
 
+    def read(self, n_bytes: int) -> None:
+        """The worker's tasks read `n_bytes` more of input (the budget of `max_bytes_share`)."""
+        self.input_bytes += n_bytes
+
+    def within_budget(self) -> bool:
+        """Whether one more record, as large as the last, keeps the bytes written within
+        `max_bytes_share` of the input read."""
+        return self._affordable(self._last_record_bytes)
+
+    def _affordable(self, size: int) -> bool:
+        share = self.max_bytes_share
+        return share is None or self.bytes_written + size <= share * self.input_bytes
+
     def records_to_exchange(self, tasks: typing.Iterable[PartitionTask], topic: str) -> int:
         """Records the tasks of `topic` may still process before the next exchange (>= 1)."""
-        if self._exchange is not None:
+        if self._exchange is not None or not self.within_budget():
             return self.mix_every  # the next one starts once this one has ended
         done = sum(task.since_mix for task in tasks if task.topic == topic)
         return max(1, self.mix_every - done)
@@ -231,7 +256,7 @@ class ModelScope:
         for task in tasks:
             since[task.topic] = since.get(task.topic, 0) + task.since_mix
             models.setdefault(task.topic, set()).add(id(task.model))
-        return any(n >= self.mix_every for n in since.values()) or any(
+        return (any(n >= self.mix_every for n in since.values()) and self.within_budget()) or any(
             len(ids) > 1 for ids in models.values())
 
     def step(self, tasks: typing.Sequence[PartitionTask]) -> None:
@@ -271,12 +296,21 @@ class ModelScope:
             model, weight = self._local_model(own)
             scaler = _shared_scaler(own)
             for task in own:
-                task.model, task.scaler, task.since_mix = model, scaler, 0
-            weights[topic] = weight
+                task.model, task.scaler = model, scaler
+            weights[topic] = 0
             if weight > 0:
                 lowest = min(t.partition for t in own)
-                payloads[(topic, lowest)] = encode_model_record(
+                payload = encode_model_record(
                     self.settings, topic, lowest, self._random.getrandbits(63), weight, model)
+                self._last_record_bytes = len(payload)
+                if self._affordable(len(payload)):
+                    payloads[(topic, lowest)] = payload
+                    self.bytes_written += len(payload)
+                    weights[topic] = weight
+                    for task in own:
+                        task.since_mix = 0
+                # Else --max-model-bytes-share holds the record back: the records it learnt
+                # stay counted, and go out with the next record the budget allows.
             owned = {t.partition for t in own}
             partitions = self.partitions_for(topic) or ()
             wanted[topic] = ([(topic, p) for p in sorted(partitions) if p not in owned],
@@ -284,7 +318,6 @@ class ModelScope:
         future = self._thread.submit(self._write_and_read, payloads, wanted, dict(self._mixed_in),
                                      dict(self._refused_at))
         self._exchange = _Exchange(weights, future, started)
-        self.bytes_written += sum(len(p) for p in payloads.values())
         self.seconds += time.perf_counter() - started
 
     def _write_and_read(self, payloads: dict, wanted: dict, mixed_in: dict,

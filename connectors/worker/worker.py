@@ -59,7 +59,12 @@ from connectors.kafka.transport import sendable_headers as _sendable
 from connectors.observability.metrics import Throughput
 from connectors.observability.observability import ClientLogTail, WorkerStatus
 from connectors.state import checkpoint as checkpoint_module
-from connectors.worker.model_scope import DEFAULT_MIX_EVERY, MODEL_SCOPES, ModelScope
+from connectors.worker.model_scope import (
+    DEFAULT_MAX_MODEL_BYTES_SHARE,
+    DEFAULT_MIX_EVERY,
+    MODEL_SCOPES,
+    ModelScope,
+)
 from connectors.worker.outage import BrokerContact, BrokerOutage
 from connectors.worker.profiling import rss_bytes
 from connectors.worker.task import (
@@ -180,6 +185,13 @@ class WorkerConfig:
     model_scope: str = "partition"
     model_topic: str = "streammargin.models"
     mix_every: int = DEFAULT_MIX_EVERY
+    # At most this share of the input's bytes goes to the model topic (a record waits until the
+    # input read allows it); None: no budget, an exchange every mix_every records. 5% keeps
+    # ALMA's exchanges as they are (its records are under 1% of the input) and holds kernel
+    # models' whole support sets back (10-54% without it) at no measured cost in accuracy: at
+    # three workers their gain is the model a worker's partitions share, not the exchange
+    # (benchmarks/model_scope_worker.py, docs/kafka.md).
+    max_model_bytes_share: float | None = DEFAULT_MAX_MODEL_BYTES_SHARE
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
     # Big polls pay: measured 12.9k -> 14-17k records/s end to end going from 2000 to 5000.
@@ -227,6 +239,9 @@ class WorkerConfig:
         if set(self.topics) & {self.checkpoint_topic, self.model_topic,
                                *[t for t in outputs if t]}:
             raise ValueError("an input topic cannot also be an output, checkpoint or model topic")
+        share = self.max_model_bytes_share
+        if share is not None and not share > 0:
+            raise ValueError(f"max_model_bytes_share must be > 0, got {share!r}")
         if self.model_scope not in MODEL_SCOPES:
             raise ValueError(f"model_scope must be one of {MODEL_SCOPES}, "
                              f"got {self.model_scope!r}")
@@ -865,7 +880,8 @@ class Worker:
             chunk_bytes=config.checkpoint_chunk_bytes,
             max_checkpoint_bytes=min(config.max_checkpoint_bytes, ceiling),
         )
-        return ModelScope(store, self.settings, config.mix_every, transport.partitions_for)
+        return ModelScope(store, self.settings, config.mix_every, transport.partitions_for,
+                          config.max_model_bytes_share)
 
     def _create_topics(self, transport: Transport) -> None:
         """Create the missing output topics (as many partitions as the inputs have)."""
@@ -1000,6 +1016,8 @@ class Worker:
             self.status.processed(task, output)
             self._send_output(task, output)
             self.throughput.add(output.processed, started)
+            if scope is not None and scope.max_bytes_share is not None:
+                scope.read(sum(len(records[i].value or b"") for i in range(start, output.end)))
             start = output.end
             if stop_set():
                 return
