@@ -53,7 +53,7 @@ import typing
 
 import streammargin
 from connectors.state import checkpoint as checkpoint_module
-from connectors.worker.task import PartitionTask, TaskSettings, check_model_kind
+from connectors.worker.task import PartitionTask, TaskSettings, check_model_kind, checked_count
 from streammargin import state as state_module
 from streammargin.errors import StateError
 from streammargin.memory import memory_bound
@@ -64,8 +64,6 @@ MODEL_SCOPES = ("partition", "topic")
 MODEL_RECORD_FORMAT = "streammargin-model/1"
 DEFAULT_MIX_EVERY = 2_000
 DEFAULT_MAX_MODEL_BYTES_SHARE = 0.05
-# Weights (records since the last exchange) and serials above this are impossible.
-MAX_COUNT = (1 << 63) - 1
 
 
 def encode_model_record(settings: TaskSettings, topic: str, partition: int, serial: int,
@@ -96,13 +94,6 @@ class PeerModel:
     model: typing.Any
 
 
-def _whole(fields: dict, name: str) -> int:
-    value = fields.get(name)
-    if type(value) is not int or not 0 <= value <= MAX_COUNT:
-        raise StateError(f"{name} {value!r:.40} is not a whole number within [0, 2**63)")
-    return value
-
-
 def decode_model_record(payload: bytes, settings: TaskSettings, topic: str, partition: int,
                         params: dict, max_model_bytes: int) -> PeerModel:
     """The model of a model-topic record under the key of `topic`/`partition`; `StateError`
@@ -118,8 +109,8 @@ def decode_model_record(payload: bytes, settings: TaskSettings, topic: str, part
     if written_for != (settings.group_id, topic, partition):
         raise StateError(f"it was written for {'/'.join(map(str, written_for))!r:.200}, not "
                          f"{settings.group_id}/{topic}/{partition}")
-    serial = _whole(fields, "serial")
-    weight = _whole(fields, "weight")
+    serial = checked_count(fields.get("serial"), "serial")
+    weight = checked_count(fields.get("weight"), "weight")
     saved = fields.get("model")
     if not isinstance(saved, dict):
         raise StateError("it has no model state")

@@ -333,7 +333,9 @@ def _field(fields: dict, name: str, kinds: type | tuple[type, ...]) -> typing.An
     return value
 
 
-def _count(value: typing.Any, what: str) -> int:
+def checked_count(value: typing.Any, what: str) -> int:
+    """`value` if it is a whole number in [0, 2**63) (a count, an offset read from untrusted
+    bytes), else `StateError` naming `what`."""
     if type(value) is not int or not 0 <= value <= _INT64_MAX:
         raise StateError(f"{what} must be an integer in [0, 2**63), got {value!r:.60}")
     return value
@@ -633,7 +635,8 @@ class PendingLabels:
         max_timestamp = data.get("max_timestamp")
         if type(max_timestamp) is not int or not -(1 << 63) <= max_timestamp <= _INT64_MAX:
             raise StateError(f"pending labels max_timestamp {max_timestamp!r:.40} is not an int64")
-        counts = {name: _count(data.get(name), f"pending labels {name}") for name in cls._COUNTERS}
+        counts = {name: checked_count(data.get(name), f"pending labels {name}")
+                  for name in cls._COUNTERS}
         names, values = columns["names"], columns["values"]
         for i in range(n):
             if (not isinstance(names[i], list) or not isinstance(values[i], list)
@@ -984,7 +987,7 @@ class PartitionTask:
                 f"it belongs to group/topic/partition {'/'.join(map(str, saved_at))!r:.200}, "
                 f"not {settings.group_id}/{topic}/{partition}"
             )
-        next_offset = _count(fields.get("next_offset"), "next_offset")
+        next_offset = checked_count(fields.get("next_offset"), "next_offset")
         saved_model = _field(fields, "model", dict)
         model = _restore_part("model", streammargin.from_state, saved_model)
         check_model_kind(model, settings)
@@ -1013,7 +1016,7 @@ class PartitionTask:
         )
         saved_counters = _field(fields, "counters", dict)
         counters = {
-            name: _count(saved_counters.get(name, 0), f"counter {name!r}")
+            name: checked_count(saved_counters.get(name, 0), f"counter {name!r}")
             for name in _COUNTER_NAMES
         }
         restored = model
