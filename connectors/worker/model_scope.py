@@ -144,7 +144,6 @@ class _Exchange:
 
     weights: dict[str, int]
     future: concurrent.futures.Future
-    started: float
 
 
 class ModelScope:
@@ -308,7 +307,7 @@ class ModelScope:
                              model._get_params(), memory_bound(model))
         future = self._thread.submit(self._write_and_read, payloads, wanted, dict(self._mixed_in),
                                      dict(self._refused_at))
-        self._exchange = _Exchange(weights, future, started)
+        self._exchange = _Exchange(weights, future)
         self.seconds += time.perf_counter() - started
 
     def _write_and_read(self, payloads: dict, wanted: dict, mixed_in: dict,
