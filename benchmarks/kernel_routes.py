@@ -25,21 +25,19 @@ import sys
 
 import numpy as np
 from river import evaluate, metrics
-from river.datasets import synth
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import partition_learning  # (this folder: the script's own)
 
 import streammargin
 
 
 def streams(n: int) -> dict[str, list]:
-    made = {
-        "RBF drift": synth.RandomRBFDrift(seed_model=7, seed_sample=7, n_classes=2,
-                                          n_features=10, n_centroids=50, change_speed=0.001),
-        "Hyperplane 20": synth.Hyperplane(seed=42, n_features=20, n_drift_features=10,
-                                          mag_change=0.001),
-    }
-    return {name: [(x, bool(y)) for x, y in stream.take(n)] for name, stream in made.items()}
+    """RBF drift and the hyperplane of benchmarks/partition_learning.py, labels as booleans."""
+    made = partition_learning.streams(n)
+    return {name: [(x, bool(y)) for x, y in made[name][0]] for name in ("RBF drift",
+                                                                        "Hyperplane 20")}
 
 
 def accuracy(rows: list, model) -> float:

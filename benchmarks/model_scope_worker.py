@@ -31,9 +31,10 @@ import threading
 import time
 
 from river import evaluate, metrics, preprocessing
-from river.datasets import synth
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import partition_learning  # (this folder: the script's own)
 
 from connectors.kafka.broker import create_topics, make_broker
 from connectors.models import build_model
@@ -41,20 +42,14 @@ from connectors.worker.model_scope import DEFAULT_MAX_MODEL_BYTES_SHARE
 from connectors.worker.worker import Worker, WorkerConfig
 
 WORKERS = 3
+STREAMS = ("RBF drift", "Hyperplane 20", "SEA drift", "SEA")
 
 
 def streams(n: int) -> dict[str, list]:
-    made = {
-        "RBF drift": synth.RandomRBFDrift(seed_model=7, seed_sample=7, n_classes=2,
-                                          n_features=10, n_centroids=50, change_speed=0.001),
-        "Hyperplane 20": synth.Hyperplane(seed=42, n_features=20, n_drift_features=10,
-                                          mag_change=0.001),
-        "SEA drift": synth.ConceptDriftStream(synth.SEA(variant=0, seed=1),
-                                              synth.SEA(variant=2, seed=2), position=n // 2,
-                                              width=n // 10, seed=1),
-        "SEA": synth.SEA(variant=0, seed=1),
-    }
-    return {name: [(x, bool(y)) for x, y in stream.take(n)] for name, stream in made.items()}
+    """The drifting and stationary streams of benchmarks/partition_learning.py (the broker-free
+    side of the same question), labels as booleans (the worker's binary records)."""
+    made = partition_learning.streams(n)
+    return {name: [(x, bool(y)) for x, y in made[name][0]] for name in STREAMS}
 
 
 def one_model(records: list, model: str) -> float:
