@@ -124,13 +124,15 @@ def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
     # for records out) plus the main thread's share of the exchanges (encoding and mixing, outside
     # the processing clock; writing, reading and checking run on the scope's own thread, beside
     # the processing, which its CPU slows down).
-    processing = sum(s["records"] / s["records_per_s"] for s in summaries if s["records"])
+    # A worker with too little processing for a rate (Throughput.rates: 0.0) is left out.
+    processing = sum(s["records"] / s["records_per_s"] for s in summaries if s["records_per_s"])
     exchanging = sum(s.get("seconds", 0.0) for s in scopes)
+    busy = processing + exchanging
     return {
         "accuracy": accuracy,
-        "rate": len(records) / (processing + exchanging),
+        "rate": len(records) / busy if busy > 0 else float("nan"),
         "bytes": sum(s.get("bytes_written", 0) for s in scopes) / size,
-        "exchanging": exchanging / (processing + exchanging),
+        "exchanging": exchanging / busy if busy > 0 else float("nan"),
         "exchanges": sum(s.get("exchanges", 0) for s in scopes),
     }
 
