@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import logging
 import random
 import time
@@ -53,7 +54,13 @@ import typing
 
 import streammargin
 from connectors.state import checkpoint as checkpoint_module
-from connectors.worker.task import PartitionTask, TaskSettings, check_model_kind, checked_count
+from connectors.worker.task import (
+    PartitionTask,
+    TaskSettings,
+    check_model_kind,
+    checked_count,
+    restore_part,
+)
 from streammargin import state as state_module
 from streammargin.errors import StateError
 from streammargin.memory import memory_bound
@@ -114,12 +121,8 @@ def decode_model_record(payload: bytes, settings: TaskSettings, topic: str, part
     saved = fields.get("model")
     if not isinstance(saved, dict):
         raise StateError("it has no model state")
-    try:
-        model = streammargin.from_state(saved, max_bytes=max_model_bytes)
-    except StateError:
-        raise
-    except Exception as error:  # from_state's contract is StateError: a breach is a refusal
-        raise StateError(f"model state: {type(error).__name__}: {error}") from None
+    model = restore_part("model", functools.partial(streammargin.from_state,
+                                                    max_bytes=max_model_bytes), saved)
     check_model_kind(model, settings)
     if model._get_params() != params:
         raise StateError(f"its model's parameters differ from this worker's ({params!r:.200})")

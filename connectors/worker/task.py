@@ -305,12 +305,13 @@ def _metrics_from_state(data: typing.Any) -> PartitionMetrics:
     return PartitionMetrics.from_state(data)
 
 
-def _restore_part(part: str, restore: typing.Callable, data: typing.Any) -> typing.Any:
+def restore_part(part: str, restore: typing.Callable, data: typing.Any) -> typing.Any:
     """`restore(data)`, with any refusal turned into one `StateError` naming the part.
 
     The parsers of the parts promise `StateError`; the other exceptions listed are what a parser
-    that does not yet keep that promise raises on malformed input. A checkpoint is untrusted, so
-    any of them means "cannot be restored", never a crash of the worker.
+    that does not yet keep that promise raises on malformed input. A checkpoint (or a
+    model-exchange record) is untrusted, so any of them means "cannot be restored", never a crash
+    of the worker.
     """
     try:
         return restore(data)
@@ -828,7 +829,7 @@ def check_model_kind(model: typing.Any, settings: TaskSettings) -> None:
         raise StateError(f"it holds a {'binary' if settings.multiclass else 'multiclass'} "
                          f"{_describe(model)} where the settings ask for a {kind} model")
     if settings.multiclass:
-        _restore_part("model", _check_classes, model)
+        restore_part("model", _check_classes, model)
 
 
 class PartitionTask:
@@ -977,7 +978,7 @@ class PartitionTask:
         """
         import streammargin
 
-        fields = _restore_part("checkpoint", checkpoint_module.decode_checkpoint, payload)
+        fields = restore_part("checkpoint", checkpoint_module.decode_checkpoint, payload)
         if not isinstance(fields, dict):
             raise StateError("the checkpoint is not a dict of fields")
         saved_at = (_field(fields, "group", str), _field(fields, "topic", str),
@@ -989,7 +990,7 @@ class PartitionTask:
             )
         next_offset = checked_count(fields.get("next_offset"), "next_offset")
         saved_model = _field(fields, "model", dict)
-        model = _restore_part("model", streammargin.from_state, saved_model)
+        model = restore_part("model", streammargin.from_state, saved_model)
         check_model_kind(model, settings)
         saved_scaler = fields.get("scaler")
         if (saved_scaler is not None) != settings.scale:
@@ -998,12 +999,12 @@ class PartitionTask:
             )
         scaler = None
         if saved_scaler is not None:
-            scaler = _restore_part("scaler", _scaler_from_state, saved_scaler)
+            scaler = restore_part("scaler", _scaler_from_state, saved_scaler)
             if type(scaler) is not type(_new_scaler()):
                 raise StateError(f"scaler: a {type(scaler).__name__}, not a StandardScaler")
-        metrics = _restore_part("metrics", _metrics_from_state, _field(fields, "metrics", dict))
+        metrics = restore_part("metrics", _metrics_from_state, _field(fields, "metrics", dict))
         max_classes = _max_classes(model) if settings.multiclass else 2
-        pending = _restore_part(
+        pending = restore_part(
             "pending labels",
             functools.partial(
                 PendingLabels.from_state, max_size=settings.label_store_size,
