@@ -37,7 +37,8 @@ def produce_batches(bootstrap: str, topic: str, sizes, partition: int = 0) -> No
     """One record batch of each size, in order (a flush after each)."""
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=1_000, batch_size=1 << 20)
+    # Only flush() sends (the linger never runs out), so a batch's size holds on a slow machine.
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=60_000, batch_size=1 << 20)
     data = w.labelled_stream(sum(sizes), seed=3)
     done = 0
     for size in sizes:
@@ -256,8 +257,8 @@ def test_a_head_at_the_end_of_a_large_batch_is_found_whatever_end_offsets_says(b
         # One batch: 1,000 records of other keys, then the key's newest checkpoint. On Tansu
         # end_offsets says 2 (the batch's base offset + 1), so the scan starts ~1,000 records
         # before the head (the default window is 64) and must read on to the true end.
-        producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=1_000,
-                                 batch_size=1 << 20)
+        producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=60_000,
+                                 batch_size=1 << 20)  # only flush() sends: one batch
         for i in range(1_000):
             producer.send(topic, b"x", key=f"other/t/{i}".encode())
         producer.send(topic, checkpoint.frame_inline(b"new"),

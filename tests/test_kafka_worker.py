@@ -651,8 +651,10 @@ def produce_compressed(bootstrap: str, topic: str, partition: int, values, codec
     if corrupt:
         default_records.gzip_encode = lambda payload, **_: b"not gzip at all " * 4
     try:
+        # Only flush() sends, so the values go out as one batch however slow the appends are:
+        # with linger_ms=100, a loaded CI machine once split the snappy batch in two.
         producer = KafkaProducer(bootstrap_servers=bootstrap, compression_type=codec,
-                                 linger_ms=100, batch_size=1 << 20)
+                                 linger_ms=60_000, batch_size=1 << 20)
         futures = [producer.send(topic, value, partition=partition) for value in values]
         producer.flush()
         producer.close()
