@@ -1127,8 +1127,10 @@ class PartitionTask:
         records: typing.Sequence[typing.Any],
         start: int = 0,
         stop: typing.Callable[[], bool] | None = None,
+        end: int | None = None,
     ) -> TaskOutput:
-        """Predict, learn and count `records[start:]` (in offset order); returns the outputs.
+        """Predict, learn and count `records[start:end]` (in offset order; `end` None: to the
+        last record); returns the outputs.
 
         Returns early, right after a record that produced a metrics event (so the caller sees
         each event before later records are processed), or before a record when `stop()` says
@@ -1176,7 +1178,8 @@ class PartitionTask:
         n_done = 0
         drift = False
         index = start
-        end = len(records)
+        if end is None:
+            end = len(records)
         while index < end:
             record = records[index]
             offset = record.offset

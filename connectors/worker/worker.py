@@ -64,6 +64,7 @@ from connectors.worker.model_scope import (
     DEFAULT_MIX_EVERY,
     MODEL_SCOPES,
     ModelScope,
+    in_time_order,
 )
 from connectors.worker.outage import BrokerContact, BrokerOutage
 from connectors.worker.profiling import rss_bytes
@@ -943,6 +944,7 @@ class Worker:
             self._watch_contact(now)
             if batches:
                 self._idle_since = None
+                ready = []
                 for tp, records in batches.items():
                     task = self.tasks.get(tp)
                     if task is None:
@@ -951,7 +953,9 @@ class Worker:
                         self._unrestored.add(tp)
                         self.status.assigned([tp])
                         continue
-                    self._run_task(task, records)
+                    ready.append((task, records))
+                for task, records, start, end in self._runs(ready):
+                    self._run_task(task, records, start, end)
                     if stop.is_set():
                         break
                 self._check_sends()
@@ -998,21 +1002,33 @@ class Worker:
             self._idle_since = None  # idleness needs the brokers' word all along
         self.status.watch_session(age)
 
-    def _run_task(self, task: PartitionTask, records: list) -> None:
-        """Feed a partition's records to its task and send what comes out."""
+    def _runs(self, ready: list[tuple[PartitionTask, list]]) -> typing.Iterable[tuple]:
+        """The order a poll's batches are processed in: `(task, records, start, end)`. In
+        partition scope, batch after batch. In topic scope the tasks of a topic share a model,
+        so their batches are interleaved by timestamp (`model_scope.in_time_order`)."""
+        if self.model_scope is None:
+            return [(task, records, 0, len(records)) for task, records in ready]
+        by_topic: dict[str, list] = {}
+        for task, records in ready:
+            by_topic.setdefault(task.topic, []).append((task, records))
+        return [run for batches in by_topic.values() for run in in_time_order(batches)]
+
+    def _run_task(self, task: PartitionTask, records: list, start: int = 0,
+                  end: int | None = None) -> None:
+        """Feed a partition's `records[start:end]` to its task and send what comes out."""
         stop_set = self._stop.is_set
         scope = self.model_scope
-        start, end = 0, len(records)
+        if end is None:
+            end = len(records)
         while start < end:
             started = time.monotonic()  # the rate's clock includes the first batch
             if scope is None:
-                output = task.process(records, start, stop_set)
+                output = task.process(records, start, stop_set, end)
             else:
                 # --model-scope topic: the exchange comes every --mix-every records, also in
                 # the middle of a partition's batch (a poll holds up to --max-poll-records).
                 limit = start + scope.records_to_exchange(self.tasks.values(), task.topic)
-                output = task.process(records if limit >= end else records[:limit], start,
-                                      stop_set)
+                output = task.process(records, start, stop_set, min(limit, end))
             self.status.processed(task, output)
             self._send_output(task, output)
             self.throughput.add(output.processed, started)
