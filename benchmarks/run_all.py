@@ -27,6 +27,7 @@ BENCHMARKS = [
     ("drift_detectors.py", [], ["--quick"]),
     ("model_scope_worker.py", [], ["--records", "6000", "--streams", "RBF drift", "SEA",
                                    "--models", "alma", "budgetsvm"]),
+    ("topic_scope_sim.py", [], ["--records", "4000", "--streams", "RBF drift"]),
 ]
 
 

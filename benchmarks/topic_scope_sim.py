@@ -1,0 +1,158 @@
+"""`--model-scope topic` without a broker, at the worker's granularity (issue 25): what the order
+a worker learns its partitions' records in, and the exchange period, cost in accuracy.
+
+Twelve partitions (Kafka's default partitioner on the record's index as key), three workers of
+four partitions each. A worker's partitions share one `StandardScaler() | model` (the scaler is
+the worker's own, as in the worker: scalers are not exchanged). The workers advance in lockstep:
+the j-th record a worker learns comes at the same time as every other worker's j-th. Each record
+is predicted, then learnt: progressive accuracy over all records, against one model learning the
+stream in order. Settings (several per run):
+
+- `runs R`: a worker takes its partitions' records in runs of R records of one partition, in
+  turn. A poll without `model_scope.in_time_order` gives runs of what one fetch holds (64 KiB
+  in topic scope: some 260 of these records); `in_time_order` gives runs of `MIN_RUN` (32)
+  when the partitions' records were written together;
+- `mix N`: every N records a worker, the three models are replaced by `streammargin.mixing.mix`
+  of them, each weighted by the records it learnt since the last mix and without a base, as the
+  worker mixes (here synchronously: the best case of the worker's exchange, which has no
+  barrier);
+- `share S` (kernel models with a cache, the budget SVM): every S records a worker, the peers
+  learn the records that entered its cache since (through their own scaler), the route of
+  exchanging support vectors instead of models. `peer/input` is how many records each worker
+  learnt from its peers per record of its own: the price of the route.
+
+Run: .venv/bin/python benchmarks/topic_scope_sim.py [--records 12000] [--streams ...]
+     [--models ...] [--settings "runs 260 mix 2000" "runs 32 mix 2000" ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import pathlib
+import statistics
+import sys
+import time
+
+from river import compose
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import partition_learning  # (this folder: the script's own)
+
+from streammargin.jit import budget_svm as svm_jit
+from streammargin.mixing import mix
+
+PARTITIONS = 12
+WORKERS = 3
+DEFAULT_SETTINGS = ("runs 260 mix 2000", "runs 32 mix 2000", "runs 1 mix 2000",
+                    "runs 32 mix 200", "runs 32 share 200", "runs 32 share 50")
+
+
+def parse(setting: str) -> tuple[int, str, int]:
+    words = setting.split()
+    if len(words) != 4 or words[0] != "runs" or words[2] not in ("mix", "share"):
+        raise SystemExit(f"a setting is 'runs R mix N' or 'runs R share S', not {setting!r}")
+    return int(words[1]), words[2], int(words[3])
+
+
+def worker_orders(n: int, run: int) -> list[list[int]]:
+    """Each worker's records, in runs of `run` records of one partition at a time."""
+    parts = partition_learning.partitions_of(n, PARTITIONS)
+    per_worker = PARTITIONS // WORKERS
+    orders = []
+    for k in range(WORKERS):
+        queues = [collections.deque(parts[p]) for p in range(k * per_worker, (k + 1) * per_worker)]
+        order: list[int] = []
+        while any(queues):
+            for queue in queues:
+                for _ in range(min(run, len(queue))):
+                    order.append(queue.popleft())
+        orders.append(order)
+    return orders
+
+
+def cache_entries(model) -> float:
+    """The records that entered a budget SVM's cache so far (its ADDED counter)."""
+    return float(model._st[svm_jit.ADDED])
+
+
+def simulate(rows: list, model_name: str, run: int, route: str, period: int) -> dict:
+    orders = worker_orders(len(rows), run)
+    pipes = [partition_learning.pipeline(model_name) for _ in range(WORKERS)]
+    since = [0] * WORKERS
+    outbox: list[list] = [[] for _ in range(WORKERS)]
+    correct = learnt_from_peers = 0
+    steps = max(len(order) for order in orders)
+    for j in range(steps):
+        for k in range(WORKERS):
+            if j >= len(orders[k]):
+                continue
+            x, y = rows[orders[k][j]]
+            pipe = pipes[k]
+            correct += pipe.predict_one(x) == y
+            if route == "share":
+                model = list(pipe.steps.values())[1]
+                before = cache_entries(model)
+                pipe.learn_one(x, y)
+                if cache_entries(model) != before:
+                    outbox[k].append((x, y))
+            else:
+                pipe.learn_one(x, y)
+            since[k] += 1
+            if since[k] % period:
+                continue
+            if route == "share":
+                for peer in range(WORKERS):
+                    if peer != k:
+                        scaler, model = pipes[peer].steps.values()
+                        for xs, ys in outbox[k]:
+                            model.learn_one(scaler.transform_one(xs), ys)
+                        learnt_from_peers += len(outbox[k])
+                outbox[k] = []
+            elif k == WORKERS - 1:  # the three mix once all have learnt `period` more
+                total = sum(since)
+                steps = [list(p.steps.values()) for p in pipes]
+                merged = mix([model for _, model in steps], [s / total for s in since])
+                pipes = [compose.Pipeline(scaler, type(merged).from_state(merged.to_state()))
+                         for scaler, _ in steps]
+                since = [0] * WORKERS
+    return {"accuracy": correct / len(rows), "peer": learnt_from_peers / len(rows)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=12_000)
+    parser.add_argument("--streams", nargs="+", default=["RBF drift", "Hyperplane 20",
+                                                          "SEA drift"])
+    parser.add_argument("--models", nargs="+", default=["ALMA", "BudgetSVM", "Auto"])
+    parser.add_argument("--settings", nargs="+", default=list(DEFAULT_SETTINGS))
+    args = parser.parse_args()
+    settings = [(s, *parse(s)) for s in args.settings]
+    made = partition_learning.streams(args.records)
+    print(f"{args.records:,} records a stream, {PARTITIONS} partitions over {WORKERS} workers "
+          "(lockstep), StandardScaler | model; gap: points of progressive accuracy to one model; "
+          "peer/input: records learnt from peers per input record")
+    print(f"{'stream':14} {'model':10} {'one':>6}  {'setting':20} {'accuracy':>8} {'gap':>6} "
+          f"{'peer/input':>10} {'s':>5}")
+    gaps: dict[str, list[float]] = {}
+    for stream in args.streams:
+        rows = made[stream][0]
+        for model_name in args.models:
+            one = partition_learning.run(rows, model_name, 1, "partition", 0, 500)["accuracy"]
+            for label, run, route, period in settings:
+                if route == "share" and model_name != "BudgetSVM":
+                    continue
+                started = time.perf_counter()
+                found = simulate(rows, model_name, run, route, period)
+                gap = 100 * (found["accuracy"] - one)
+                gaps.setdefault(label, []).append(gap)
+                print(f"{stream:14} {model_name:10} {one:6.3f}  {label:20} "
+                      f"{found['accuracy']:8.3f} {gap:+6.1f} {found['peer']:10.2f} "
+                      f"{time.perf_counter() - started:5.0f}", flush=True)
+    for label, values in gaps.items():
+        print(f"{label}: mean gap {statistics.mean(values):+.1f} points, worst {min(values):+.1f}")
+
+
+if __name__ == "__main__":
+    main()
