@@ -711,6 +711,8 @@ class Worker:
         # --model-scope topic: the model exchange (connectors/worker/model_scope.py).
         self.model_scope: ModelScope | None = None
         self._sends: list = []  # futures of the output sends since the last flush
+        # --model-scope topic: the predictions of a poll, per output partition (_hold_predictions)
+        self._held: dict[int | None, OutputRecords] = {}
         # Dead letters in flight, kept until they succeed: one too large for the broker is sent
         # again without its value.
         self._dead_letter_sends: list[tuple[typing.Any, typing.Any]] = []
@@ -958,6 +960,7 @@ class Worker:
                     self._run_task(task, records, start, end)
                     if stop.is_set():
                         break
+                self._send_held()
                 self._check_sends()
             elif config.idle_timeout is not None and self._idle(now):
                 self.exit_reason = "idle"
@@ -1030,7 +1033,10 @@ class Worker:
                 limit = start + scope.records_to_exchange(self.tasks.values(), task.topic)
                 output = task.process(records, start, stop_set, min(limit, end))
             self.status.processed(task, output)
-            self._send_output(task, output)
+            if scope is None:
+                self._send_output(task, output)
+            else:
+                self._hold_predictions(task, output)
             self.throughput.add(output.processed, started)
             if scope is not None and scope.max_bytes_share is not None:
                 scope.read(sum(len(records[i].value or b"") for i in range(start, output.end)))
@@ -1395,6 +1401,31 @@ class Worker:
             self._send_dead_letters(output.dead_letters)
         for record in output.metrics:
             self._publish_metrics(task, record)
+
+    def _hold_predictions(self, task: PartitionTask, output: TaskOutput) -> None:
+        """Topic scope: a poll's batches are processed in short runs (`in_time_order`), and a
+        send per run made a record batch of some 32 predictions each (measured: 20 us a record
+        in sends against 12 with a send per batch). The predictions wait for the end of the
+        poll (`_send_held`): one send per output partition. Dead letters and metrics go now."""
+        predictions = output.predictions
+        if predictions.values:
+            held = self._held.get(predictions.partition)
+            if held is None:
+                held = self._held[predictions.partition] = OutputRecords(predictions.partition)
+            held.values += predictions.values
+            held.keys += predictions.keys
+            held.headers += predictions.headers
+            held.timestamps += predictions.timestamps
+        if output.dead_letters.values:
+            self._send_dead_letters(output.dead_letters)
+        for record in output.metrics:
+            self._publish_metrics(task, record)
+
+    def _send_held(self) -> None:
+        """Send the predictions `_hold_predictions` kept back during a poll."""
+        held, self._held = self._held, {}
+        for records in held.values():
+            self._send_predictions(records)
 
     def _send_predictions(self, records: OutputRecords) -> None:
         from kafka.errors import KafkaError
