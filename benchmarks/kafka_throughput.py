@@ -14,6 +14,10 @@ group and output topic, `--rounds` times (the order rotates each round):
 - ``worker-eos`` and ``worker-librdkafka-eos``: `worker` on kafka-python and on librdkafka with
   `--processing-guarantee exactly-once` (`EOS_OPTIONS`: each commit interval's outputs,
   checkpoints and input offsets in one Kafka transaction);
+- ``worker-topic`` (only when named in `--contenders`): `worker` with `--model-scope topic`
+  (issue 25): its partitions share one model, learnt in timestamp order, and it writes that
+  model to the model topic every `--mix-every` records. One process owns every partition, so
+  there is no peer to mix: this is topic scope's cost on the main thread without peers;
 - ``quix`` and ``quix-eos``: a Quix Streams 3.28 app (`Application`, `app.dataframe(topic)
   .apply(...)`, `to_topic`, `app.run()`) running River's `preprocessing.StandardScaler() |
   linear_model.ALMAClassifier()`, one pipeline per input partition, one prediction record per
@@ -63,7 +67,7 @@ default). The checkpoint section times checkpoint + commit of an ALMA model with
 Run: .venv/bin/python benchmarks/kafka_throughput.py [--broker apache-kafka|tansu]
      [--records 50000] [--rounds 3]
      [--contenders worker,worker-fast,worker-librdkafka,worker-eos,worker-librdkafka-eos,quix,
-                   quix-eos,loop]
+                   quix-eos,loop,worker-topic]
 Quix Streams comes with the `bench` extra (`pip install -e '.[bench]'`, which `make bench` does);
 Apache Kafka needs Java 17+ and its jars (`make apache-kafka`); without them the default broker
 falls back to Tansu, saying so (`--broker apache-kafka` given explicitly fails instead).
@@ -99,8 +103,11 @@ EOS_COMMIT_RECORDS = 10_000
 EOS_COMMIT_INTERVAL_S = 1.0
 AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
 CONTENDERS = ("worker", "worker-fast", "worker-librdkafka", "worker-eos", "worker-librdkafka-eos",
-              "quix", "quix-eos", "loop", "baseline")
-OURS = ("worker", "worker-fast", "worker-librdkafka", "worker-eos", "worker-librdkafka-eos")
+              "quix", "quix-eos", "loop", "baseline", "worker-topic")
+OURS = ("worker", "worker-fast", "worker-librdkafka", "worker-eos", "worker-librdkafka-eos",
+        "worker-topic")
+# Run only when named in --contenders (not part of the comparison with Quix).
+ON_REQUEST = ("baseline", "worker-topic")
 EXACTLY_ONCE_CONTENDERS = ("worker-eos", "worker-librdkafka-eos", "quix-eos")
 # `--baseline DIR`: the contender "baseline" runs the worker of another checkout (e.g. `git
 # archive` of an earlier commit), to measure a change against what it replaces in the same run.
@@ -131,6 +138,7 @@ def worker_options(name: str) -> list[str]:
         "worker-librdkafka": [*FAST_OPTIONS, *LIBRDKAFKA_OPTIONS],
         "worker-eos": eos_options(),
         "worker-librdkafka-eos": [*LIBRDKAFKA_OPTIONS, *eos_options()],
+        "worker-topic": ["--model-scope", "topic"],
     }[name]
 
 
@@ -633,6 +641,7 @@ TARGETS = [
     ("exactly-once vs Quix exactly-once, librdkafka", "worker-librdkafka-eos", "quix-eos", 2.0),
     ("at-least-once vs Quix, fastest documented configuration", "worker-librdkafka", "quix", 2.0),
     ("at-least-once vs Quix, default install", "worker", "quix", 1.3),
+    ("topic scope vs partition scope, one worker (issue 25)", "worker-topic", "worker", 0.9),
 ]
 
 
@@ -803,7 +812,8 @@ def main() -> None:
         return
     logging.basicConfig(level=logging.ERROR)
     if args.contenders is None:  # every contender; the baseline when there is one to run
-        args.contenders = ",".join(c for c in CONTENDERS if c != "baseline" or args.baseline)
+        args.contenders = ",".join(c for c in CONTENDERS if c not in ON_REQUEST
+                                   or (c == "baseline" and args.baseline))
     contenders = [name.strip() for name in args.contenders.split(",") if name.strip()]
     unknown = set(contenders) - set(CONTENDERS)
     if unknown:
