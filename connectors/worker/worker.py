@@ -373,6 +373,17 @@ def group_timeouts(consumer: dict[str, typing.Any]) -> tuple[float, float]:
     return int(session) / 1000, int(heartbeat) / 1000
 
 
+# --model-scope topic: the partitions' model is one, so it must learn their records in about the
+# order they were written. A fetch of this much a partition, every partition's stretch taken by
+# one poll (Worker._poll_records) and interleaved by timestamp (model_scope.in_time_order):
+# 8 partitions of RBF drift as a backlog (8,000 records, one worker, the budget SVM) gave 0.902
+# on kafka-python and 0.903 on librdkafka, one model 0.904, against 0.882 with 64 KiB fetches and
+# polls of 500 records, and 0.749 in partition scope (tests/test_model_scope.py). One worker on 12
+# partitions (ALMA): 512 KiB fetches ran at 40,900 records/s, 64 KiB at 24,800 (each fetch's
+# round trip was waited out per 3,000 records), partition scope at 35,500.
+TOPIC_SCOPE_FETCH_BYTES = 512 << 10
+
+
 def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> dict[str, dict]:
     """The keyword arguments of each Kafka client of a worker.
 
@@ -458,13 +469,9 @@ def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> di
         "max_poll_records": config.max_poll_records,
         "fetch_max_wait_ms": 100,
         # Room for a whole poll of one partition in one fetch (the default is 1 MiB). With
-        # --model-scope topic, the partitions' model is one: fetches of 64 KiB a partition
-        # interleave them (each poll holds a few hundred records of each), so that the model
-        # learns a backlog roughly in time order, not one partition's whole stretch after the
-        # other's (8 partitions of RBF drift, 8,000 records, one worker: 0.883 accuracy against
-        # 0.717 with 4 MiB fetches and 0.749 in partition scope).
-        "max_partition_fetch_bytes": (64 << 10 if config.model_scope == "topic"
-                                      else max(4 << 20, config.max_record_bytes)),
+        # --model-scope topic, see TOPIC_SCOPE_FETCH_BYTES.
+        "max_partition_fetch_bytes": max(TOPIC_SCOPE_FETCH_BYTES if config.model_scope == "topic"
+                                         else 4 << 20, config.max_record_bytes),
         "fetch_max_bytes": 64 << 20,
         "metrics_enabled": False,
         **reading,
@@ -713,6 +720,7 @@ class Worker:
         self._sends: list = []  # futures of the output sends since the last flush
         # --model-scope topic: the predictions of a poll, per output partition (_hold_predictions)
         self._held: dict[int | None, OutputRecords] = {}
+        self._held_count = 0
         # Dead letters in flight, kept until they succeed: one too large for the broker is sent
         # again without its value.
         self._dead_letter_sends: list[tuple[typing.Any, typing.Any]] = []
@@ -927,7 +935,7 @@ class Worker:
             if self._unrestored:
                 self._restore_assigned()
             try:
-                batches = consumer.poll(timeout_ms=200, max_records=config.max_poll_records)
+                batches = consumer.poll(timeout_ms=200, max_records=self._poll_records())
             except UndecodableBatch as error:
                 self._raise_callback_error()
                 self._undecodable(error)
@@ -1004,6 +1012,16 @@ class Worker:
         if contact.silent:  # type: ignore[union-attr]
             self._idle_since = None  # idleness needs the brokers' word all along
         self.status.watch_session(age)
+
+    def _poll_records(self) -> int:
+        """The most records a poll may return: --max-poll-records; in topic scope that many a
+        partition, so that a poll takes every partition's fetched stretch at once and
+        `in_time_order` can interleave them all (a poll of a few partitions' records, then of
+        the others', learns the same span of the stream twice over)."""
+        records = self.config.max_poll_records
+        if self.model_scope is None:
+            return records
+        return records * max(1, len(self.tasks))
 
     def _runs(self, ready: list[tuple[PartitionTask, list]]) -> typing.Iterable[tuple]:
         """The order a poll's batches are processed in: `(task, records, start, end)`. In
@@ -1406,7 +1424,10 @@ class Worker:
         """Topic scope: a poll's batches are processed in short runs (`in_time_order`), and a
         send per run made a record batch of some 32 predictions each (measured: 20 us a record
         in sends against 12 with a send per batch). The predictions wait for the end of the
-        poll (`_send_held`): one send per output partition. Dead letters and metrics go now."""
+        poll, or until --max-poll-records of them wait (a topic-scope poll holds that many a
+        partition: the first predictions of a backlog must not wait for all of it), then go
+        out with one send per output partition (`_send_held`). Dead letters and metrics go
+        now."""
         predictions = output.predictions
         if predictions.values:
             held = self._held.get(predictions.partition)
@@ -1416,6 +1437,9 @@ class Worker:
             held.keys += predictions.keys
             held.headers += predictions.headers
             held.timestamps += predictions.timestamps
+            self._held_count += len(predictions.values)
+            if self._held_count >= self.config.max_poll_records:
+                self._send_held()
         if output.dead_letters.values:
             self._send_dead_letters(output.dead_letters)
         for record in output.metrics:
@@ -1424,6 +1448,7 @@ class Worker:
     def _send_held(self) -> None:
         """Send the predictions `_hold_predictions` kept back during a poll."""
         held, self._held = self._held, {}
+        self._held_count = 0
         for records in held.values():
             self._send_predictions(records)
 
