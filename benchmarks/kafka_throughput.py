@@ -52,7 +52,8 @@ seen, over the time between: a contender that sends a batch of predictions at on
 that batch as done in no time), records/s from process start to the last prediction, the
 process's CPU seconds per record (user + system, from `os.wait4`: start-up and shutdown
 included; the harness and the broker are not counted) and the CPU seconds per record predicted
-between the first and the last prediction ("proc. CPU", from /proc: the processing alone).
+between the first and the last prediction ("proc. CPU", from /proc: the processing alone),
+and its peak RSS ("peak MiB", `ru_maxrss` from `os.wait4`; the largest of a run's processes).
 Ratios are computed within each round (the machine's speed drifts, a round's contenders see the
 same drift), then their median is printed; the section "targets" prints the ratios the
 exactly-once issue asks for against their targets.
@@ -480,6 +481,7 @@ def run_contender(name: str, bootstrap: str, topic: str, n: int, partitions: int
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
         cpu = 0.0
+        peak_rss = 0  # the largest of the processes' peak RSS, KiB (Linux's ru_maxrss)
         errors = []
         for process in processes:
             try:
@@ -489,6 +491,7 @@ def run_contender(name: str, bootstrap: str, topic: str, n: int, partitions: int
                 usage = None
             if usage is not None:
                 cpu += usage.ru_utime + usage.ru_stime
+                peak_rss = max(peak_rss, usage.ru_maxrss)
             stderr = process.stderr.read().decode(errors="replace")
             if process.returncode not in (0, -signal.SIGTERM) or failure:
                 errors.append(f"exit {process.returncode}: {stderr.strip()[-2000:]}")
@@ -512,6 +515,7 @@ def run_contender(name: str, bootstrap: str, topic: str, n: int, partitions: int
         "processing_cpu_us_per_record": (1e6 * (cpu_last - cpu_first) / after_first
                                          if measurable else float("nan")),
         "started_wall": started_wall,
+        "peak_rss_mib": peak_rss / 1024 if peak_rss else float("nan"),
     }
 
 
@@ -687,7 +691,7 @@ def print_results(results: dict, contenders: list[str], unavailable: dict[str, s
           "isolation.level=read_committed")
     print()
     print(f"{'contender':<23}{'guarantee':<15}{'rec/s first->last':>18}{'rec/s start->last':>18}"
-          f"{'first pred. s':>14}{'CPU us/rec':>11}{'proc. CPU':>10}"
+          f"{'first pred. s':>14}{'CPU us/rec':>11}{'proc. CPU':>10}{'peak MiB':>9}"
           "   first->last of each round")
     for name in contenders:
         if name in unavailable:
@@ -702,6 +706,7 @@ def print_results(results: dict, contenders: list[str], unavailable: dict[str, s
               f"{median_of(rows, 'first_prediction_s'):>14.2f}"
               f"{median_of(rows, 'cpu_us_per_record'):>11.1f}"
               f"{median_of(rows, 'processing_cpu_us_per_record'):>10.1f}"
+              f"{median_of(rows, 'peak_rss_mib'):>9.0f}"
               "   " + " ".join("failed" if r is None else f"{r['rate_first_last']:.0f}"
                                for r in rows))
     print()
