@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
 import threading
 import time
 
@@ -473,6 +474,55 @@ def test_chunked_checkpoints_restore_exactly_after_and_while_the_cleaner_compact
     fields = w.saved_tasks(bootstrap, cfg, [0])[0]
     assert fields["next_offset"] == len(data)
     assert w.saved_model_bytes(fields) == w.model_bytes(model)
+
+
+# The launcher ---------------------------------------------------------------------------------
+
+
+@pytest.mark.kafka
+def test_a_port_taken_before_the_node_binds_it_is_given_up_for_fresh_ones(tmp_path, monkeypatch):
+    # free_port's port can be taken before the JVM binds it (an xdist worker's broker or a
+    # client starting at the same moment): here a socket holds the first port it gives.
+    import socket
+
+    from connectors.kafka import broker as broker_module
+
+    require_apache_kafka()
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    taken = held.getsockname()[1]
+    real = broker_module.free_port
+    ports = iter([taken])
+    monkeypatch.setattr(broker_module, "free_port", lambda host="127.0.0.1": next(ports, None)
+                        or real(host))
+    try:
+        with ApacheKafkaBroker(data_dir=tmp_path / "data", log_path=tmp_path / "broker.log",
+                               ) as node:
+            assert node.port != taken
+            create_topics(node.bootstrap_servers, ["after-a-taken-port"], partitions=1)
+    finally:
+        held.close()
+    logs = (tmp_path / "broker.log").read_text() + (tmp_path / "data" / "console.log").read_text()
+    assert "Address already in use" in logs
+
+
+@pytest.mark.kafka
+def test_the_launcher_waits_for_its_own_node_not_a_broker_that_answers_on_its_port(kafka_broker):
+    # Another process's broker on the port answers metadata requests; the launcher must not
+    # take it for the node it started (which dies of the taken port and is started again).
+    from connectors.kafka.broker import BrokerError, _wait_ready
+
+    require_apache_kafka()
+    ours = subprocess.Popen(["sleep", "30"])
+    try:
+        with pytest.raises(BrokerError, match="answers as cluster"):
+            _wait_ready("127.0.0.1", kafka_broker.port, ours, 3.0, "Apache Kafka",
+                        cluster_id="not-the-session-cluster")
+        _wait_ready("127.0.0.1", kafka_broker.port, ours, 10.0, "Apache Kafka",
+                    cluster_id=kafka_broker.cluster_id)
+    finally:
+        ours.kill()
+        ours.wait()
 
 
 # 3. The broker SIGKILLed mid-stream and started again on its log --------------------------------

@@ -29,6 +29,7 @@ and enforces no `max.message.bytes`. The tests use fresh topic and group names o
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import os
@@ -100,6 +101,27 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def _size(path: pathlib.Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _says(sizes: dict[pathlib.Path, int], text: bytes) -> bool:
+    """Whether any of the files has `text` in what was written to it past its size in `sizes`
+    (a start's own lines, not an earlier run's: logs are appended to)."""
+    for path, size in sizes.items():
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(size)
+                if text in handle.read(4 << 20):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def _accepts_connections(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.2):
@@ -109,8 +131,10 @@ def _accepts_connections(host: str, port: int) -> bool:
 
 
 def _wait_ready(host: str, port: int, process: subprocess.Popen, timeout: float,
-                name: str) -> None:
-    """Return once the broker answers a metadata request (listening is not serving yet)."""
+                name: str, cluster_id: str | None = None) -> None:
+    """Return once the broker answers a metadata request (listening is not serving yet); with
+    `cluster_id`, once it answers as that cluster (another broker that took the port is not
+    ours: its answers are waited past until ours dies of the taken port)."""
     deadline = time.monotonic() + timeout
     while not _accepts_connections(host, port):
         if process.poll() is not None:
@@ -127,8 +151,14 @@ def _wait_ready(host: str, port: int, process: subprocess.Popen, timeout: float,
         try:
             admin = KafkaAdminClient(bootstrap_servers=f"{host}:{port}", request_timeout_ms=2000)
             try:
-                admin.list_topics()
-                return
+                if cluster_id is None:
+                    admin.list_topics()
+                    return
+                answered = admin.describe_cluster().get("cluster_id")
+                if answered == cluster_id:
+                    return
+                last_error = BrokerError(f"{host}:{port} answers as cluster {answered!r}")
+                time.sleep(0.05)
             finally:
                 admin.close()
         except Exception as error:  # the client raises several kinds while the broker boots
@@ -468,6 +498,9 @@ class ApacheKafkaBroker(_BrokerProcess):
         self.heap = heap
         self._process: subprocess.Popen | None = None
         self._formatted = False
+        # A cluster id of its own (16 random bytes, base64 as Kafka writes them): the launcher
+        # tells its node from another test process's broker that took its port meanwhile.
+        self.cluster_id = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
     kind = "apache-kafka"
 
@@ -517,17 +550,40 @@ class ApacheKafkaBroker(_BrokerProcess):
         log_path = self.log_path or self.data_dir / "broker.log"
         (self.data_dir / "log4j2.properties").write_text(
             _LOG4J2.format(log=log_path, level="INFO"))
-        if self.port is None:
-            self.port = free_port(self.host)
-            self.controller_port = free_port(self.host)
-            while self.controller_port == self.port:
+        # Ports picked by free_port can be taken by someone else (another test process's broker
+        # or client) before the JVM binds them: a first start retries on fresh ports when the
+        # node died of "Address already in use". A restart keeps its ports: clients know them.
+        choose = self.port is None
+        logs = (log_path, self.data_dir / "console.log")
+        for attempt in range(3 if choose else 1):
+            if choose:
+                self.port = free_port(self.host)
                 self.controller_port = free_port(self.host)
-        properties = self.data_dir / "server.properties"
+                while self.controller_port == self.port:
+                    self.controller_port = free_port(self.host)
+            sizes = {path: _size(path) for path in logs}
+            try:
+                return self._start_node(jars, log_path, timeout)
+            except BrokerError:
+                if not (choose and attempt < 2 and _says(sizes, b"Address already in use")):
+                    raise
+        raise AssertionError("unreachable")  # (the last attempt returns or raises)
+
+    def _start_node(self, jars: pathlib.Path, log_path: pathlib.Path,
+                    timeout: float) -> ApacheKafkaBroker:
+        """One start of the JVM on the ports set; killed again if it does not come up."""
+        properties = self.data_dir / "server.properties"  # type: ignore[operator]
         properties.write_text(self._properties())
         if not self._formatted:
-            cluster = "streammargin-test-kafka"[:22]  # a 16-byte base64 id: 22 characters
+            # A log folder formatted before (a data_dir given again) keeps its cluster id.
+            meta = self.data_dir / "log" / "meta.properties"  # type: ignore[operator]
+            if meta.exists():
+                for line in meta.read_text().splitlines():
+                    if line.startswith("cluster.id="):
+                        self.cluster_id = line.split("=", 1)[1].strip()
             formatted = subprocess.run(
-                self._java_command(jars, "kafka.tools.StorageTool", "format", "-t", cluster,
+                self._java_command(jars, "kafka.tools.StorageTool", "format", "-t",
+                                   self.cluster_id,
                                    "-c", str(properties), "--ignore-formatted"),
                 stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
             )
@@ -545,7 +601,8 @@ class ApacheKafkaBroker(_BrokerProcess):
         finally:
             console.close()
         try:
-            _wait_ready(self.host, self.port, self._process, timeout, "Apache Kafka")
+            _wait_ready(self.host, self.port, self._process, timeout, "Apache Kafka",
+                        self.cluster_id)
         except BrokerError:
             self.kill()
             raise
