@@ -53,7 +53,8 @@ that batch as done in no time), records/s from process start to the last predict
 process's CPU seconds per record (user + system, from `os.wait4`: start-up and shutdown
 included; the harness and the broker are not counted) and the CPU seconds per record predicted
 between the first and the last prediction ("proc. CPU", from /proc: the processing alone),
-and its peak RSS ("peak MiB", `ru_maxrss` from `os.wait4`; the largest of a run's processes).
+and its peak RSS at its last prediction ("peak MiB", VmHWM from /proc; the largest of a run's
+processes).
 Ratios are computed within each round (the machine's speed drifts, a round's contenders see the
 same drift), then their median is printed; the section "targets" prints the ratios the
 exactly-once issue asks for against their targets.
@@ -458,6 +459,7 @@ def run_contender(name: str, bootstrap: str, topic: str, n: int, partitions: int
     started_wall = time.time()
     first = last = None
     cpu_first = cpu_last = 0.0
+    peak_rss = 0
     failure = None
     try:
         while True:
@@ -469,6 +471,7 @@ def run_contender(name: str, bootstrap: str, topic: str, n: int, partitions: int
             if count >= n:
                 last = now
                 cpu_last = sum(process_cpu(p.pid) for p in processes)
+                peak_rss = max(peak_rss_kib(p.pid) for p in processes)
                 break
             if (now - started > TIMEOUT_S
                     or (first is None and now - started > FIRST_PREDICTION_TIMEOUT_S)
@@ -481,7 +484,6 @@ def run_contender(name: str, bootstrap: str, topic: str, n: int, partitions: int
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
         cpu = 0.0
-        peak_rss = 0  # the largest of the processes' peak RSS, KiB (Linux's ru_maxrss)
         errors = []
         for process in processes:
             try:
@@ -491,7 +493,6 @@ def run_contender(name: str, bootstrap: str, topic: str, n: int, partitions: int
                 usage = None
             if usage is not None:
                 cpu += usage.ru_utime + usage.ru_stime
-                peak_rss = max(peak_rss, usage.ru_maxrss)
             stderr = process.stderr.read().decode(errors="replace")
             if process.returncode not in (0, -signal.SIGTERM) or failure:
                 errors.append(f"exit {process.returncode}: {stderr.strip()[-2000:]}")
@@ -563,6 +564,20 @@ def scale_out(name: str, bootstrap: str, topic: str, n: int, partitions: int,
           f"included: {shown(ratios['whole'])}; throughput first->last "
           f"{shown(ratios['first_last'])}, start->last {shown(ratios['start_last'])} (2 cores, "
           "shared with the broker)")
+
+
+def peak_rss_kib(pid: int) -> int:
+    """A running process's peak RSS since its exec, KiB (VmHWM in /proc; 0 elsewhere). Not
+    `ru_maxrss` from wait4: Linux carries that across exec, so a child started by this harness
+    reported the harness's own peak (227 MiB for every contender)."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def process_cpu(pid: int) -> float:
