@@ -378,10 +378,13 @@ def group_timeouts(consumer: dict[str, typing.Any]) -> tuple[float, float]:
 # one poll (Worker._poll_records) and interleaved by timestamp (model_scope.in_time_order):
 # 8 partitions of RBF drift as a backlog (8,000 records, one worker, the budget SVM) gave 0.902
 # on kafka-python and 0.903 on librdkafka, one model 0.904, against 0.882 with 64 KiB fetches and
-# polls of 500 records, and 0.749 in partition scope (tests/test_model_scope.py). One worker on 12
-# partitions (ALMA): 512 KiB fetches ran at 40,900 records/s, 64 KiB at 24,800 (each fetch's
-# round trip was waited out per 3,000 records), partition scope at 35,500.
-TOPIC_SCOPE_FETCH_BYTES = 512 << 10
+# polls of 500 records, and 0.749 in partition scope (tests/test_model_scope.py). The size trades
+# speed for memory, as a poll holds every partition's stretch: one worker on 12 partitions (ALMA,
+# 120,000 records, 2 rounds) ran at 35,000 records/s with a peak RSS of 84 MiB at 128 KiB, 41,000
+# and 100 MiB at 256 KiB, 45,000 and 183 MiB at 1 MiB; partition scope (4 MiB fetches) 42,000
+# and 191 MiB. At 64 KiB each fetch's round trip was waited out per 3,000 records (0.74x). (A
+# larger record still comes: a fetch returns at least one batch, KIP-74.)
+TOPIC_SCOPE_FETCH_BYTES = 256 << 10
 
 
 def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> dict[str, dict]:
@@ -470,8 +473,8 @@ def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> di
         "fetch_max_wait_ms": 100,
         # Room for a whole poll of one partition in one fetch (the default is 1 MiB). With
         # --model-scope topic, see TOPIC_SCOPE_FETCH_BYTES.
-        "max_partition_fetch_bytes": max(TOPIC_SCOPE_FETCH_BYTES if config.model_scope == "topic"
-                                         else 4 << 20, config.max_record_bytes),
+        "max_partition_fetch_bytes": (TOPIC_SCOPE_FETCH_BYTES if config.model_scope == "topic"
+                                      else max(4 << 20, config.max_record_bytes)),
         "fetch_max_bytes": 64 << 20,
         "metrics_enabled": False,
         **reading,
