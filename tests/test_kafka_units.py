@@ -815,6 +815,16 @@ def test_the_transport_is_chosen_by_option_and_checked_with_its_settings(monkeyp
                  consumer_config={"queued.max.messages.kbytes": 1024})
     with pytest.raises(ValueError, match="consumer setting selector has no librdkafka"):
         WorkerConfig(topics=["t"], transport="librdkafka", consumer_config={"selector": None})
+    # And a setting kafka-python does not know is refused before connecting too, named (it
+    # raised a bare ValueError in the producer's constructor: "unexpected error").
+    WorkerConfig(topics=["t"], consumer_config={"fetch_min_bytes": 1},
+                 producer_config={"linger_ms": 5})
+    with pytest.raises(ValueError, match="--producer-config buffer_memory: kafka-python .* no "
+                                         "such KafkaProducer setting"):
+        WorkerConfig(topics=["t"], producer_config={"buffer_memory": 1 << 20})
+    with pytest.raises(ValueError, match="--consumer-config queued.max.messages.kbytes: "
+                                         "kafka-python .* KafkaConsumer.*--transport librdkafka"):
+        WorkerConfig(topics=["t"], consumer_config={"queued.max.messages.kbytes": 1024})
 
 
 def test_librdkafka_errors_become_the_workers_kafka_python_errors():

@@ -277,6 +277,8 @@ class WorkerConfig:
 
             for role, kwargs in settings.items():  # or that librdkafka has no name for
                 translate(kwargs, role)
+        else:
+            _check_kafka_python_settings(self.consumer_config, self.producer_config)
 
     @property
     def exactly_once(self) -> bool:
@@ -314,6 +316,26 @@ def _check_drift_detector(name: str, params: dict[str, typing.Any]) -> None:
     except (ValueError, TypeError) as error:
         given = "".join(f" --drift-param {k}={v}" for k, v in params.items())
         raise ValueError(f"--drift-detector {name}{given}: {error}") from None
+
+
+def _check_kafka_python_settings(consumer: dict[str, typing.Any],
+                                 producer: dict[str, typing.Any]) -> None:
+    """A --consumer-config or --producer-config name kafka-python does not know fails here,
+    naming it. kafka-python raises it only in the client's constructor: the producer's as a bare
+    ValueError (the worker's "unexpected error"), the consumer's after the producer has waited
+    out its bootstrap (a misleading "cannot connect")."""
+    import kafka
+    from kafka import KafkaConsumer, KafkaProducer
+
+    for option, given, client in (("--consumer-config", consumer, KafkaConsumer),
+                                  ("--producer-config", producer, KafkaProducer)):
+        unknown = sorted(set(given) - set(client.DEFAULT_CONFIG))
+        if unknown:
+            raise ValueError(
+                f"{option} {unknown[0]}: kafka-python {kafka.__version__} has no such "
+                f"{client.__name__} setting. Fix: give one of its settings (kafka-python's "
+                f"{client.__name__} documentation), or a librdkafka property (a dotted name) "
+                "with --transport librdkafka")
 
 
 def _check_model_params(model: str, params: dict[str, typing.Any]) -> None:
