@@ -386,7 +386,8 @@ def group_timeouts(consumer: dict[str, typing.Any]) -> tuple[float, float]:
     merged already) give them to the client: a librdkafka property wins over the kafka-python
     name, as `translate` applies it after.
 
-    >>> config = WorkerConfig(topics=["t"], consumer_config={"session.timeout.ms": 45000})
+    >>> config = WorkerConfig(topics=["t"], transport="librdkafka",
+    ...                       consumer_config={"session.timeout.ms": 45000})
     >>> group_timeouts(client_settings(config)["consumer"])
     (45.0, 3.0)
     """
