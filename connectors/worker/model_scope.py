@@ -48,6 +48,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import heapq
 import logging
 import random
 import time
@@ -426,8 +427,6 @@ def in_time_order(batches: typing.Sequence[tuple[typing.Any, typing.Sequence[typ
     batch), and carries on while its records are older than every other partition's head:
     equal timestamps (a burst written in one millisecond) take turns. Each batch keeps its
     offset order."""
-    import heapq
-
     if len(batches) < 2:
         return [(owner, records, 0, len(records)) for owner, records in batches if records]
     # (head timestamp, records taken, batch): at equal timestamps the batch that has given

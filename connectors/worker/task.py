@@ -384,6 +384,13 @@ class OutputRecords:
         self.headers.append(headers)
         self.timestamps.append(timestamp_ms)
 
+    def extend(self, other: OutputRecords) -> None:
+        """Append `other`'s records, in order."""
+        self.values += other.values
+        self.keys += other.keys
+        self.headers += other.headers
+        self.timestamps += other.timestamps
+
     def __len__(self) -> int:
         return len(self.values)
 

@@ -746,7 +746,6 @@ class Worker:
         self._sends: list = []  # futures of the output sends since the last flush
         # --model-scope topic: the predictions of a poll, per output partition (_hold_predictions)
         self._held: dict[int | None, OutputRecords] = {}
-        self._held_count = 0
         # Dead letters in flight, kept until they succeed: one too large for the broker is sent
         # again without its value.
         self._dead_letter_sends: list[tuple[typing.Any, typing.Any]] = []
@@ -1077,10 +1076,7 @@ class Worker:
                 limit = start + scope.records_to_exchange(self.tasks.values(), task.topic)
                 output = task.process(records, start, stop_set, min(limit, end))
             self.status.processed(task, output)
-            if scope is None:
-                self._send_output(task, output)
-            else:
-                self._hold_predictions(task, output)
+            self._send_output(task, output)
             self.throughput.add(output.processed, started)
             if scope is not None and scope.max_bytes_share is not None:
                 scope.read(sum(len(records[i].value or b"") for i in range(start, output.end)))
@@ -1440,41 +1436,33 @@ class Worker:
 
     def _send_output(self, task: PartitionTask, output: TaskOutput) -> None:
         if output.predictions.values:
-            self._send_predictions(output.predictions)
+            if self.model_scope is None:
+                self._send_predictions(output.predictions)
+            else:
+                self._hold_predictions(output.predictions)
         if output.dead_letters.values:
             self._send_dead_letters(output.dead_letters)
         for record in output.metrics:
             self._publish_metrics(task, record)
 
-    def _hold_predictions(self, task: PartitionTask, output: TaskOutput) -> None:
+    def _hold_predictions(self, predictions: OutputRecords) -> None:
         """Topic scope: a poll's batches are processed in short runs (`in_time_order`), and a
         send per run made a record batch of some 32 predictions each (measured: 20 us a record
         in sends against 12 with a send per batch). The predictions wait for the end of the
         poll, or until --max-poll-records of them wait (a topic-scope poll holds that many a
         partition: the first predictions of a backlog must not wait for all of it), then go
-        out with one send per output partition (`_send_held`). Dead letters and metrics go
-        now."""
-        predictions = output.predictions
-        if predictions.values:
-            held = self._held.get(predictions.partition)
-            if held is None:
-                held = self._held[predictions.partition] = OutputRecords(predictions.partition)
-            held.values += predictions.values
-            held.keys += predictions.keys
-            held.headers += predictions.headers
-            held.timestamps += predictions.timestamps
-            self._held_count += len(predictions.values)
-            if self._held_count >= self.config.max_poll_records:
-                self._send_held()
-        if output.dead_letters.values:
-            self._send_dead_letters(output.dead_letters)
-        for record in output.metrics:
-            self._publish_metrics(task, record)
+        out with one send per output partition (`_send_held`). Dead letters and metrics are
+        not held."""
+        held = self._held.get(predictions.partition)
+        if held is None:
+            held = self._held[predictions.partition] = OutputRecords(predictions.partition)
+        held.extend(predictions)
+        if sum(map(len, self._held.values())) >= self.config.max_poll_records:
+            self._send_held()
 
     def _send_held(self) -> None:
         """Send the predictions `_hold_predictions` kept back during a poll."""
         held, self._held = self._held, {}
-        self._held_count = 0
         for records in held.values():
             self._send_predictions(records)
 
