@@ -535,7 +535,9 @@ def install_batch_errors() -> None:
     iterator died is never drained). The wrapper around the fetcher's batch parser drains the
     partition's records, then raises with the partition, the offsets and the codec; the
     consumer's position stays at the first offset not returned, so the caller can fail, or seek
-    past the batch. Idempotent.
+    past the batch. Inside it, `connectors.kafka.fetched_records` reads the batches (in C where
+    it is built; a corrupt batch is then refused whole, where kafka-python returned its records
+    before the corrupt one). Idempotent.
     """
     from kafka.consumer.fetcher import Fetcher
 
@@ -544,10 +546,13 @@ def install_batch_errors() -> None:
     if getattr(original, "_streammargin", False):
         return
 
+    from connectors.kafka.fetched_records import unpack_records
+
     def _unpack_records(self, tp, records, *args, **kwargs):
         tracked = _TrackedRecords(records)
         try:
-            yield from original(self, tp, tracked, *args, **kwargs)
+            # kafka-python's reading, a batch at a time in C where it can be (fetched_records)
+            yield from unpack_records(self, tp, tracked, original, *args, **kwargs)
         except Exception as error:
             first = max(self.next_fetch_offset, self.fetch_offset)
             batch = tracked.batch
@@ -561,4 +566,5 @@ def install_batch_errors() -> None:
                                    error) from error
 
     _unpack_records._streammargin = True  # type: ignore[attr-defined]
+    _unpack_records._original = original  # type: ignore[attr-defined]  (kafka-python's reader)
     partition_records._unpack_records = _unpack_records

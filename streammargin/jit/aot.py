@@ -12,8 +12,9 @@ the next build. The code is compiled for the architecture's generic CPU unless `
 so an image built on one machine runs on another.
 
 Beside them the build compiles the package's C (`NATIVE_SOURCES`: `records.c`, the per-record
-encoding of a feature dict, which numba cannot compile) with the C compiler Python was built
-with, under the same stamp; `native` gives such a module, or None.
+encoding of a feature dict, which numba cannot compile, and the Kafka worker's record-batch
+reader) with the C compiler Python was built with, under the same stamp; `native` gives such a
+module, or None.
 
 Where the modules are looked for: `$STREAMMARGIN_AOT_DIR` if set, else `_aot/` beside this file
 (where `build` writes by default). `STREAMMARGIN_AOT=0` turns them off (numba compiles all).
@@ -43,8 +44,14 @@ __all__ = ["BuildError", "NATIVE_SOURCES", "build", "built", "directory", "enabl
 
 EXPORTS_FILE = pathlib.Path(__file__).with_name("exports.json")
 DEFAULT_DIRECTORY = pathlib.Path(__file__).with_name("_aot")
-#: The package's C modules (short name -> source), built beside the numba ones.
+#: The package's C modules (short name -> source), built beside the numba ones. The Kafka
+#: worker's record-batch reader (`connectors/kafka/record_batch.c`) is built here too, where the
+#: `connectors` package sits beside this one (one distribution, one `streammargin warmup`); it is
+#: found by path, so that this package never imports `connectors`.
 NATIVE_SOURCES = {"records": pathlib.Path(__file__).with_name("records.c")}
+_KAFKA_RECORDS = pathlib.Path(__file__).parents[2] / "connectors" / "kafka" / "record_batch.c"
+if _KAFKA_RECORDS.is_file():
+    NATIVE_SOURCES["kafka_records"] = _KAFKA_RECORDS
 DIRECTORY_VARIABLE = "STREAMMARGIN_AOT_DIR"
 SWITCH_VARIABLE = "STREAMMARGIN_AOT"
 
