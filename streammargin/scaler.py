@@ -18,8 +18,10 @@ would grow without bound, fail or go non-finite:
 `counters` counts each case, so a metrics record can show how often the bounds act.
 
 A record whose names all have columns and whose values are floats, ints or bools is scaled in one
-numba call (`streammargin.jit.scaler`, the same operations in the same order, and the C library's
-`pow` where River computes `var ** 0.5`); any other record takes the Python path.
+compiled call (the same operations in the same order, and the C library's `pow` where River
+computes `var ** 0.5`): `streammargin/jit/records.c` (`scale_known`) when its names are the last
+such record's, in its order, and `streammargin.jit.scaler` (numba) otherwise; any other record
+takes the Python path.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ _SCALE_RECORD = EntryPoint(scaler_jit.scale_record, *_STATS, np.zeros(1, np.int6
 _APPLY_UPDATE = EntryPoint(scaler_jit.apply_update, *_STATS, np.zeros(1, np.int64),
                            np.zeros((scaler_jit.ROWS, 1)))
 _compiled: tuple | None = None
+_native: typing.Any = False  # records.c's module, None where it is not built (False: not looked up)
 
 
 def _welford(count: int, old_mean: float, old_var: float, x: float) -> tuple | None:
@@ -72,6 +75,20 @@ def _welford(count: int, old_mean: float, old_var: float, x: float) -> tuple | N
     if -_MAX_FLOAT <= mean <= _MAX_FLOAT and 0.0 <= var <= _MAX_FLOAT:
         return count, mean, var
     return None
+
+
+def _native_scaler() -> typing.Any:
+    """The C module (`streammargin/jit/records.c`: `scale_known`, `apply_scaled`) where `streammargin
+    warmup` built it, else None. It does what `_compiled_functions` do with the same arithmetic,
+    without the Python around them (names checked, values read, dicts made: ~1.3 us a record at
+    10 features against ~4.9 through numba). None while `dispatch.recording()` is open, so that
+    the exercise records the numba functions, which the records the C path refuses still use."""
+    global _native
+    if _native is False:
+        from streammargin.jit import aot
+
+        _native = aot.native("records")
+    return None if dispatch.is_recording() else _native
 
 
 def _compiled_functions() -> tuple:
@@ -301,6 +318,11 @@ class StandardScaler(base.Transformer):
         return names, columns, work, overflow
 
     def transform_one(self, x: dict) -> dict:
+        native, record = _native_scaler(), self._record
+        if native is not None and record is not None:
+            found = native.scale_known(x, *record, self._counts, self._means, self._vars, 0.5)
+            if found is not None:
+                return found[0]
         scaled = self._scaled(x)
         if scaled is not None:
             return dict(zip(scaled[0], scaled[2][scaler_jit.BEFORE].tolist()))
@@ -326,8 +348,8 @@ class StandardScaler(base.Transformer):
         then does exactly what `learn_one(x)` does.
 
         A record whose names all have columns and whose values are floats, ints or bools takes
-        the compiled path (`streammargin.jit.scaler`: the same operations, one call per
-        record); any other takes the Python one.
+        a compiled path (records.c's or `streammargin.jit.scaler`'s: the same operations, one
+        call per record); any other takes the Python one.
 
         River's pipeline scales a labelled record twice: for the prediction with the statistics
         before the record, for learning with those after it. This gives both to the last bit
@@ -335,6 +357,13 @@ class StandardScaler(base.Transformer):
         `transform_one`, and leaves learning to the caller, once the prediction succeeded.
         `InvalidInput` (a value that is not a finite real number) before anything changes.
         """
+        native, record = _native_scaler(), self._record
+        if native is not None and record is not None:
+            # the names of the last record of known names, in its order: one C call
+            found = native.scale_known(x, *record, self._counts, self._means, self._vars, 0.5)
+            if found is not None:
+                before, after, update, overflow = found
+                return before, after, (record[1], update, overflow)
         scaled = self._scaled(x)
         if scaled is not None:
             names, columns, work, overflow = scaled
@@ -388,7 +417,10 @@ class StandardScaler(base.Transformer):
         once, before anything else changes the scaler."""
         if len(update) == 3:  # from the compiled path
             columns, work, overflow = update
-            _compiled_functions()[1](self._counts, self._means, self._vars, columns, work)
+            if type(work) is bytes:  # from the C one
+                _native.apply_scaled(columns, self._counts, self._means, self._vars, work)
+            else:
+                _compiled_functions()[1](self._counts, self._means, self._vars, columns, work)
             if overflow:
                 self.counters["overflow_skipped"] += overflow
             return

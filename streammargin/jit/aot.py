@@ -265,7 +265,9 @@ def _compile_native(short: str, output: pathlib.Path, cpu: str) -> pathlib.Path:
     command = [
         *shlex.split(sysconfig.get_config_var("LDSHARED") or "cc -shared"),
         *shlex.split(sysconfig.get_config_var("CCSHARED") or "-fPIC"),
-        "-O2", *(["-march=native"] if cpu == "host" else []),
+        # -ffp-contract=off: no fused multiply-add where the target has one (-march=native),
+        # so that records.c's scaler arithmetic stays River's to the last bit.
+        "-O2", "-ffp-contract=off", *(["-march=native"] if cpu == "host" else []),
         "-I", sysconfig.get_paths()["include"], f"-DMODULE={name}",
         str(NATIVE_SOURCES[short]), "-o", str(building),
     ]

@@ -1,5 +1,6 @@
-/* The per-record encoding of a feature dict, in C: the one hot loop numba cannot compile (it
- * reads a Python dict).
+/* The per-record work on a feature dict, in C: the hot loops numba cannot compile (they read
+ * a Python dict): a model's encoding of a record, and the StandardScaler's step (`scale_known`
+ * and `apply_scaled`, below).
  *
  * `sorted_known(x, index)` is `streammargin.features.FeatureSpace`'s encoding of a record whose
  * names all have columns of their own, to the byte: the names, the value objects, the int64
@@ -14,11 +15,12 @@
  * the same names in the same order (a dense stream's next record), without a lookup per name.
  *
  * Built by `streammargin.jit.aot` (`streammargin warmup`) beside the numba modules, under the
- * same stamp; `streammargin.features` uses it when it is there.
+ * same stamp; `streammargin.features` and `streammargin.scaler` use it when it is there.
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -290,11 +292,206 @@ miss:
     Py_RETURN_NONE;
 }
 
+/* The StandardScaler's step for a record of known names (`streammargin.scaler`), the numba
+ * `scale_record` and `apply_update` of `streammargin/jit/scaler.py` with the same arithmetic in
+ * the same order (see there: River's to the last bit, `pow(var, half)` with half = 0.5 given at
+ * run time so the compiler cannot make it a sqrt), without the Python around them: a record's
+ * names checked against the last record's, its values read, both scalings made into dicts. */
+
+/* Per feature, in the update `scale_known` returns: whether its statistics learn, then them. */
+#define UPDATE_FIELDS 3
+
+static int stats_buffers(PyObject *const *args, Py_buffer *views, int writable) {
+    /* args: columns (int64), counts (int64), means, variances (float64) */
+    for (int k = 0; k < 4; k++) {
+        int flags = PyBUF_C_CONTIGUOUS | (k > 0 && writable ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(args[k], &views[k], flags) < 0) {
+            for (int done = 0; done < k; done++) {
+                PyBuffer_Release(&views[done]);
+            }
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void release_buffers(Py_buffer *views) {
+    for (int k = 0; k < 4; k++) {
+        PyBuffer_Release(&views[k]);
+    }
+}
+
+/* Whether the columns are within the statistics' length (they are: the scaler made both). */
+static int columns_fit(const Py_buffer *views, Py_ssize_t n) {
+    if (views[0].len != n * (Py_ssize_t)sizeof(int64_t) || views[1].len % sizeof(int64_t)
+            || views[2].len != views[1].len || views[3].len != views[1].len) {
+        return 0;
+    }
+    const int64_t *columns = views[0].buf;
+    int64_t size = views[1].len / (Py_ssize_t)sizeof(int64_t);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (columns[j] < 0 || columns[j] >= size) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* `scale_known(x, names, columns, counts, means, variances, half)`: for a dict whose keys are
+ * `names` in that order (the same objects, or equal exact str) and whose values are finite
+ * floats, ints or bools, `(before, after, update, overflow)`: the dicts of x scaled with the
+ * statistics before and after learning it, the update `apply_scaled` writes, and how many
+ * features it leaves unchanged (an overflow). None for any other dict, or a count at its
+ * maximum (the caller's other paths handle them). Changes nothing. */
+static PyObject *scale_known(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "scale_known(x, names, columns, counts, means, variances, half)");
+        return NULL;
+    }
+    PyObject *x = args[0], *names = args[1];
+    if (!PyDict_CheckExact(x) || !PyTuple_CheckExact(names)) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (n < 1 || PyDict_GET_SIZE(x) != n
+            || (size_t)n > PY_SSIZE_T_MAX / (UPDATE_FIELDS * sizeof(double))) {
+        Py_RETURN_NONE;
+    }
+    double half = PyFloat_AsDouble(args[6]);
+    if (half == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer views[4];
+    if (stats_buffers(args + 2, views, 0) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL, *before = NULL, *after = NULL, *update = NULL;
+    if (!columns_fit(views, n)) {
+        goto miss;
+    }
+    const int64_t *columns = views[0].buf, *counts = views[1].buf;
+    const double *means = views[2].buf, *variances = views[3].buf;
+    before = PyDict_New();
+    after = PyDict_New();
+    update = PyBytes_FromStringAndSize(NULL, n * UPDATE_FIELDS * (Py_ssize_t)sizeof(double));
+    if (before == NULL || after == NULL || update == NULL) {
+        goto done;
+    }
+    double *out = (double *)PyBytes_AS_STRING(update);
+    Py_ssize_t position = 0, j = 0, overflow = 0;
+    PyObject *name, *raw;
+    while (PyDict_Next(x, &position, &name, &raw)) {
+        if (j >= n) {
+            goto miss;
+        }
+        PyObject *expected = PyTuple_GET_ITEM(names, j);
+        if (name != expected && (!PyUnicode_CheckExact(name) || !PyUnicode_CheckExact(expected)
+                                 || PyUnicode_Compare(name, expected) != 0)) {
+            goto miss;
+        }
+        double value;
+        if (!plain_value(raw, &value)) {
+            goto miss;
+        }
+        int64_t column = columns[j];
+        int64_t count = counts[column];
+        if (count == INT64_MAX) {
+            goto miss;
+        }
+        double old_mean = means[column], old_var = variances[column];
+        double scaled_before = old_var != 0.0 ? (value - old_mean) / pow(old_var, half) : 0.0;
+        count += 1;
+        double mean = old_mean + (value - old_mean) / (double)count;
+        double var = old_var + ((value - old_mean) * (value - mean) - old_var) / (double)count;
+        double scaled_after;
+        double *field = out + j * UPDATE_FIELDS;
+        if (-DBL_MAX <= mean && mean <= DBL_MAX && 0.0 <= var && var <= DBL_MAX) {
+            field[0] = 1.0;
+            field[1] = mean;
+            field[2] = var;
+            scaled_after = var != 0.0 ? (value - mean) / pow(var, half) : 0.0;
+        } else { /* an overflow (or NaN) would poison this feature for ever */
+            overflow++;
+            field[0] = 0.0;
+            field[1] = old_mean;
+            field[2] = old_var;
+            scaled_after = scaled_before;
+        }
+        PyObject *first = PyFloat_FromDouble(scaled_before);
+        PyObject *second = PyFloat_FromDouble(scaled_after);
+        int failed = first == NULL || second == NULL || PyDict_SetItem(before, name, first) < 0
+                     || PyDict_SetItem(after, name, second) < 0;
+        Py_XDECREF(first);
+        Py_XDECREF(second);
+        if (failed) {
+            goto done;
+        }
+        j++;
+    }
+    if (j != n) {
+        goto miss;
+    }
+    result = Py_BuildValue("(OOOn)", before, after, update, overflow);
+    goto done;
+miss:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(before);
+    Py_XDECREF(after);
+    Py_XDECREF(update);
+    release_buffers(views);
+    return result;
+}
+
+/* `apply_scaled(columns, counts, means, variances, update)`: write the update `scale_known`
+ * returned for these columns into the statistics (a feature that would overflow keeps its). */
+static PyObject *apply_scaled(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 5 || !PyBytes_CheckExact(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "apply_scaled(columns, counts, means, variances, update: bytes)");
+        return NULL;
+    }
+    Py_buffer views[4];
+    if (stats_buffers(args, views, 1) < 0) {
+        return NULL;
+    }
+    Py_ssize_t n = views[0].len / (Py_ssize_t)sizeof(int64_t);
+    if (PyBytes_GET_SIZE(args[4]) != n * UPDATE_FIELDS * (Py_ssize_t)sizeof(double)
+            || !columns_fit(views, n)) {
+        release_buffers(views);
+        PyErr_SetString(PyExc_ValueError, "apply_scaled: an update of other columns");
+        return NULL;
+    }
+    const int64_t *columns = views[0].buf;
+    int64_t *counts = views[1].buf;
+    double *means = views[2].buf, *variances = views[3].buf;
+    const double *in = (const double *)PyBytes_AS_STRING(args[4]);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        const double *field = in + j * UPDATE_FIELDS;
+        if (field[0] != 0.0) {
+            int64_t column = columns[j];
+            counts[column] += 1;
+            means[column] = field[1];
+            variances[column] = field[2];
+        }
+    }
+    release_buffers(views);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"sorted_known", (PyCFunction)(void (*)(void))sorted_known, METH_FASTCALL,
      "sorted_known(x, index) -> (names, values, columns, packed, dict_names, ranks) or None"},
     {"pack_as", (PyCFunction)(void (*)(void))pack_as, METH_FASTCALL,
      "pack_as(x, dict_names, ranks) -> (values, packed) or None"},
+    {"scale_known", (PyCFunction)(void (*)(void))scale_known, METH_FASTCALL,
+     "scale_known(x, names, columns, counts, means, variances, half) -> "
+     "(before, after, update, overflow) or None"},
+    {"apply_scaled", (PyCFunction)(void (*)(void))apply_scaled, METH_FASTCALL,
+     "apply_scaled(columns, counts, means, variances, update)"},
     {NULL, NULL, 0, NULL},
 };
 
