@@ -527,7 +527,13 @@ class _TrackedRecords:
         return getattr(self.records, name)
 
 
-def install_batch_errors() -> None:
+# How the wrapper of `install_batch_errors` reads a partition's fetched batches: kafka-python's
+# own reader, or the one the transport gives (`connectors.kafka.fetched_records.unpack_records`,
+# called with kafka-python's as its fallback).
+_unpack: typing.Callable | None = None
+
+
+def install_batch_errors(unpack: typing.Callable | None = None) -> None:
     """Make kafka-python raise `UndecodableBatch` for a fetched batch it cannot decode.
 
     Without it, the client raises an error that names no partition or offset and, on the next
@@ -537,22 +543,25 @@ def install_batch_errors() -> None:
     consumer's position stays at the first offset not returned, so the caller can fail, or seek
     past the batch. Inside it, `connectors.kafka.fetched_records` reads the batches (in C where
     it is built; a corrupt batch is then refused whole, where kafka-python returned its records
-    before the corrupt one). Idempotent.
+    before the corrupt one), when the transport gives it as `unpack`. Idempotent.
     """
     from kafka.consumer.fetcher import Fetcher
 
+    global _unpack
+    if unpack is not None:
+        _unpack = unpack
     partition_records = Fetcher.PartitionRecords
     original = partition_records._unpack_records
     if getattr(original, "_streammargin", False):
         return
 
-    from connectors.kafka.fetched_records import unpack_records
-
     def _unpack_records(self, tp, records, *args, **kwargs):
         tracked = _TrackedRecords(records)
         try:
-            # kafka-python's reading, a batch at a time in C where it can be (fetched_records)
-            yield from unpack_records(self, tp, tracked, original, *args, **kwargs)
+            if _unpack is None:
+                yield from original(self, tp, tracked, *args, **kwargs)
+            else:
+                yield from _unpack(self, tp, tracked, original, *args, **kwargs)
         except Exception as error:
             first = max(self.next_fetch_offset, self.fetch_offset)
             batch = tracked.batch

@@ -17,7 +17,8 @@ classes are those it was written against (kafka-python 3.0: `DefaultRecordBatch.
 `_pos`, `_num_records`, `_maybe_uncompress`, the 13 fields of `ConsumerRecord`); the consumer has
 no key or value deserializer (the worker's have none). Anything else, and batches in the legacy
 formats (v0 and v1, which Kafka 4 no longer writes), are read by kafka-python's code.
-`codec.install_batch_errors` installs it, inside its wrapper that names an undecodable batch.
+`KafkaPythonTransport` installs it through `codec.install_batch_errors(unpack=...)`, inside the
+wrapper that names an undecodable batch.
 `tests/test_fetched_records.py` compares the two readers record for record, on valid batches and
 on corrupt ones.
 """

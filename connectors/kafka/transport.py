@@ -266,9 +266,10 @@ class KafkaPythonTransport(Transport):
     def __init__(self, settings: dict[str, dict]):
         super().__init__(settings)
         from connectors.codec import install_batch_errors, install_fast_crc32c
+        from connectors.kafka.fetched_records import unpack_records
 
         install_fast_crc32c()
-        install_batch_errors()
+        install_batch_errors(unpack=unpack_records)  # fetched batches read in C where built
         install_pending_join_fix()
         self.producer: typing.Any = None
         self.consumer: typing.Any = None
