@@ -78,10 +78,12 @@ falls back to Tansu, saying so (`--broker apache-kafka` given explicitly fails i
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -284,10 +286,14 @@ def run_quix(bootstrap: str, topic: str, out: str, group: str, processing_guaran
                    "commit_interval": EOS_COMMIT_INTERVAL_S}
     else:
         commits = {}  # Quix's defaults: every 5 s
+    # Quix keeps its state stores under state_dir, "state" in the working directory by default:
+    # a folder of its own, removed when the app ends, leaves the checkout clean.
+    state_dir = tempfile.mkdtemp(prefix="quix-state-")
+    atexit.register(shutil.rmtree, state_dir, True)
     app = Application(
         broker_address=bootstrap, consumer_group=group, auto_offset_reset="earliest",
         consumer_extra_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
-        loglevel="WARNING", use_changelog_topics=False,
+        loglevel="WARNING", use_changelog_topics=False, state_dir=state_dir,
         processing_guarantee=processing_guarantee, **commits,
     )
     models: dict[int, object] = {}
