@@ -404,6 +404,9 @@ def test_sigkill_and_restart_with_checkpoints_of_many_chunks_end_with_the_same_m
             second.kill()
     log_text = (tmp_path / "second.log").read_text()
     assert "(2 restored from checkpoints," in log_text, log_text
+    # partition scope on a topic of two partitions says so once, with what learns one model
+    assert log_text.count("each of its 2 partitions trains a model of its own") == 1, log_text
+    assert "--model-scope topic makes them learn one model" in log_text
 
     tasks = saved_tasks(bootstrap, cfg, [0, 1])
     for partition in (0, 1):

@@ -743,6 +743,7 @@ class Worker:
         self._store: checkpoint_module.CheckpointStore | None = None
         # --model-scope topic: the model exchange (connectors/worker/model_scope.py).
         self.model_scope: ModelScope | None = None
+        self._scope_noted: set[str] = set()  # topics _note_partition_scope has told of
         self._sends: list = []  # futures of the output sends since the last flush
         # --model-scope topic: the predictions of a poll, per output partition (_hold_predictions)
         self._held: dict[int | None, OutputRecords] = {}
@@ -1376,6 +1377,27 @@ class Worker:
         log.info("assigned %s (%d restored from checkpoints, %d records to replay) in %.0f ms",
                  ", ".join(names), restored, replayed, 1000 * (time.monotonic() - started),
                  extra={"partitions": names, "restored": restored, "replayed": replayed})
+        self._note_partition_scope(partitions)
+
+    def _note_partition_scope(self, partitions: list) -> None:
+        """Once per input topic of more than one partition, in partition scope: one line saying
+        that each partition learns a P-th of the stream, and what learns one model instead.
+        Spreading a drifting stream over 12 partitions costs 2-20 points of accuracy
+        (benchmarks/model_scope_worker.py), and a user who scales a topic out would not know."""
+        if self.config.model_scope != "partition":
+            return
+        for topic in sorted({tp.topic for tp in partitions} - self._scope_noted):
+            self._scope_noted.add(topic)
+            try:
+                count = len(self._transport.partitions_for(topic) or ())
+            except Exception:  # noqa: BLE001 (metadata unavailable: nothing to say)
+                count = 0
+            if count > 1:
+                log.info("%s: each of its %d partitions trains a model of its own, on 1/%d of "
+                         "the stream (--model-scope partition), which costs accuracy on a "
+                         "drifting stream; --model-scope topic makes them learn one model "
+                         "(docs/kafka.md, \"Model scope\")", topic, count, count,
+                         extra={"topic": topic, "partitions": count})
 
     def _bad_checkpoint(self, tp: typing.Any, refusal: str) -> PartitionTask:
         """Apply `on_bad_checkpoint` to a checkpoint that cannot be restored; `refusal` says
