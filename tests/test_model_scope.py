@@ -306,6 +306,100 @@ def _record(partition: int, offset: int, value: bytes):
     return Record("events", partition, offset, 0, None, value, [])
 
 
+# A topic-scope poll waits for partitions with records on the broker (Worker._complete_poll) --
+
+class ScriptedPolls:
+    """A transport whose polls return the batches scripted, then nothing; `highwater` and
+    `position` as set."""
+
+    def __init__(self, polls, highwater, position=None):
+        self.polls, self.highwater_of, self.position_of = list(polls), highwater, position or {}
+        self.timeouts = []
+
+    def poll(self, timeout_ms, max_records):
+        self.timeouts.append(timeout_ms)
+        return self.polls.pop(0) if self.polls else {}
+
+    def highwater(self, tp):
+        return self.highwater_of.get(tp)
+
+    def position(self, tp, timeout_ms):
+        return self.position_of.get(tp)
+
+
+def scoped_worker(transport, next_offsets):
+    """A topic-scope worker (never run) whose tasks of topic "events" have these next offsets."""
+    import types
+
+    from kafka import TopicPartition
+
+    worker = Worker(w.config("localhost:1", "events", model_scope="topic",
+                             model_topic="events.models"))
+    worker._transport = transport
+    worker.model_scope = object()
+    worker.tasks = {TopicPartition("events", p): types.SimpleNamespace(next_offset=offset)
+                    for p, offset in next_offsets.items()}
+    return worker
+
+
+def tp(partition):
+    from kafka import TopicPartition
+
+    return TopicPartition("events", partition)
+
+
+def test_a_poll_waits_for_a_partition_with_records_on_the_broker_but_none_in_it():
+    first = {tp(0): [_record(0, 10, b"a")]}
+    transport = ScriptedPolls([{}, {tp(1): [_record(1, 5, b"b")]}, {tp(0): [_record(0, 11, b"c")]}],
+                              highwater={tp(0): 12, tp(1): 9})
+    worker = scoped_worker(transport, {0: 10, 1: 5})
+    batches, error = worker._complete_poll(dict(first))
+    assert error is None
+    # polled until partition 1 came (an empty poll in between), then no more: partition 0's
+    # third poll is not taken
+    assert [r.offset for r in batches[tp(1)]] == [5] and [r.offset for r in batches[tp(0)]] == [10]
+    assert len(transport.timeouts) == 2 and max(transport.timeouts) <= 50
+
+
+def test_a_poll_does_not_wait_for_partitions_caught_up_or_one_marker_behind():
+    # partition 1 is at its high watermark; partition 2 one behind it (a commit marker)
+    transport = ScriptedPolls([{tp(1): [_record(1, 9, b"b")]}],
+                              highwater={tp(0): 12, tp(1): 9, tp(2): 7})
+    worker = scoped_worker(transport, {0: 10, 1: 9, 2: 6})
+    batches, _ = worker._complete_poll({tp(0): [_record(0, 10, b"a")]})
+    assert list(batches) == [tp(0)] and transport.timeouts == []
+
+
+def test_a_partition_waited_for_in_vain_is_not_waited_for_again_until_it_gives_records(
+        monkeypatch):
+    from connectors.worker import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "TOPIC_SCOPE_POLL_WAIT_S", 0.05)
+    transport = ScriptedPolls([], highwater={tp(0): 12, tp(1): 100})
+    worker = scoped_worker(transport, {0: 10, 1: 5})
+    worker._complete_poll({tp(0): [_record(0, 10, b"a")]})
+    waited = len(transport.timeouts)
+    assert waited >= 1 and worker._waited_out == {tp(1)}
+    worker._complete_poll({tp(0): [_record(0, 11, b"a")]})
+    assert len(transport.timeouts) == waited  # not again
+    transport.polls = [{}]
+    worker._complete_poll({tp(1): [_record(1, 5, b"b")]})  # it gave records: waited for again
+    assert tp(1) not in worker._waited_out  # (partition 0, behind and absent now, is waited out)
+
+
+def test_a_fresh_partition_not_fetched_yet_is_waited_for_and_an_undecodable_batch_kept():
+    from connectors.codec import UndecodableBatch
+
+    class Undecodable(ScriptedPolls):
+        def poll(self, timeout_ms, max_records):
+            raise UndecodableBatch("events", 1, 0, 3, "snappy", ValueError("bad"))
+
+    transport = Undecodable([], highwater={tp(0): 12})  # partition 1: no high watermark yet
+    worker = scoped_worker(transport, {0: 10, 1: None})
+    batches, error = worker._complete_poll({tp(0): [_record(0, 10, b"a")]})
+    assert isinstance(error, UndecodableBatch) and list(batches) == [tp(0)]
+
+
 # On the broker --------------------------------------------------------------------------------
 
 def rbf_drift(n: int):
