@@ -936,3 +936,19 @@ def test_a_group_join_that_ends_after_the_poll_that_sent_it_is_not_lost(late):
                                          TopicPartition("u", 0)}
     finally:
         consumer.close(timeout_ms=100)
+
+
+@pytest.mark.parametrize(("options", "total"), [
+    ({}, 8 << 20),  # partition scope on kafka-python: what a fetch holds in all is bounded
+    ({"max_record_bytes": 16 << 20}, 16 << 20),  # (a record of that size still fits)
+    ({"model_scope": "topic", "model_topic": "m"}, 64 << 20),  # 256 KiB a partition bounds it
+    ({"transport": "librdkafka"}, 64 << 20),  # its memory is its prefetch queue
+])
+def test_a_fetch_holds_at_most_what_the_scope_and_client_allow(options, total):
+    from connectors.worker.worker import WorkerConfig, client_settings
+
+    settings = client_settings(WorkerConfig(topics=["events"], **options))["consumer"]
+    assert settings["fetch_max_bytes"] == total
+    assert settings["max_partition_fetch_bytes"] == (
+        256 << 10 if options.get("model_scope") == "topic"
+        else max(4 << 20, options.get("max_record_bytes", 0)))

@@ -409,6 +409,15 @@ def group_timeouts(consumer: dict[str, typing.Any]) -> tuple[float, float]:
 # larger record still comes: a fetch returns at least one batch, KIP-74.)
 TOPIC_SCOPE_FETCH_BYTES = 256 << 10
 
+# Partition scope on kafka-python: the most one fetch response may hold in all partitions
+# (fetch_max_bytes; a record larger than this still comes, KIP-74). Each partition may take 4 MiB,
+# and kafka-python holds a fetch's records until they are polled, so a worker's memory grew with
+# its partitions: at 12 partitions (120,000 records, ALMA, 3 rounds taking turns) 64 MiB peaked
+# at 187-203 MiB of RSS, 8 MiB at 112-132 MiB, at 0.96x the records/s (0.95x-0.98x); at 2
+# partitions 8 MiB is what 4 MiB each asks. librdkafka is left at 64 MiB: its memory is its
+# prefetch queue (queued.min.messages), and 8 MiB cost it 0.79x-0.94x for 5 MiB less.
+PARTITION_SCOPE_FETCH_TOTAL_BYTES = 8 << 20
+
 # --model-scope topic: how long a poll may wait, in all, for the partitions of its topics that
 # have records on the broker but none in the poll (Worker._complete_poll), and each extra poll's
 # timeout. Kafka Streams waits so for a task's partitions (max.task.idle.ms, KIP-695), so that
@@ -507,7 +516,13 @@ def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> di
         # --model-scope topic, see TOPIC_SCOPE_FETCH_BYTES.
         "max_partition_fetch_bytes": (TOPIC_SCOPE_FETCH_BYTES if config.model_scope == "topic"
                                       else max(4 << 20, config.max_record_bytes)),
-        "fetch_max_bytes": 64 << 20,
+        # What one fetch response may hold in all (PARTITION_SCOPE_FETCH_TOTAL_BYTES, on
+        # kafka-python). In topic scope a poll takes every partition's stretch, and 256 KiB a
+        # partition bounds it.
+        "fetch_max_bytes": (
+            max(PARTITION_SCOPE_FETCH_TOTAL_BYTES, config.max_record_bytes)
+            if config.model_scope == "partition" and config.transport == "kafka-python"
+            else 64 << 20),
         "metrics_enabled": False,
         **reading,
         **config.client_config,
