@@ -527,6 +527,11 @@ class _TrackedRecords:
         return getattr(self.records, name)
 
 
+# Errors of code, not of data: a batch's bytes (compressed by any codec) make the decoders raise
+# ValueError, TypeError, OSError, the codecs' own errors..., never these. They pass through the
+# wrapper as they are (a worker's ImportError had read as "cannot decode the batch").
+_BUGS = (ImportError, NameError, AttributeError)
+
 # How the wrapper of `install_batch_errors` reads a partition's fetched batches: kafka-python's
 # own reader, or the one the transport gives (`connectors.kafka.fetched_records.unpack_records`,
 # called with kafka-python's as its fallback).
@@ -543,7 +548,8 @@ def install_batch_errors(unpack: typing.Callable | None = None) -> None:
     consumer's position stays at the first offset not returned, so the caller can fail, or seek
     past the batch. Inside it, `connectors.kafka.fetched_records` reads the batches (in C where
     it is built; a corrupt batch is then refused whole, where kafka-python returned its records
-    before the corrupt one), when the transport gives it as `unpack`. Idempotent.
+    before the corrupt one), when the transport gives it as `unpack`. An ImportError, NameError
+    or AttributeError is a bug, not a batch: it passes through as it is. Idempotent.
     """
     from kafka.consumer.fetcher import Fetcher
 
@@ -562,6 +568,8 @@ def install_batch_errors(unpack: typing.Callable | None = None) -> None:
                 yield from original(self, tp, tracked, *args, **kwargs)
             else:
                 yield from _unpack(self, tp, tracked, original, *args, **kwargs)
+        except _BUGS:
+            raise  # ours or the client's: a bug fails loudly, it is not a batch to skip
         except Exception as error:
             first = max(self.next_fetch_offset, self.fetch_offset)
             batch = tracked.batch

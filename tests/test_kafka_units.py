@@ -952,3 +952,18 @@ def test_a_fetch_holds_at_most_what_the_scope_and_client_allow(options, total):
     assert settings["max_partition_fetch_bytes"] == (
         256 << 10 if options.get("model_scope") == "topic"
         else max(4 << 20, options.get("max_record_bytes", 0)))
+
+
+@pytest.mark.parametrize("bug", [ImportError("no module"), AttributeError("no attribute"),
+                                 NameError("undefined")])
+def test_a_bug_in_the_batch_reader_is_raised_as_it_is_not_as_an_undecodable_batch(bug):
+    def buggy_reader(part, tp, records, original, *args, **kwargs):
+        raise bug
+        yield  # (a generator, as the fetcher's reader is)
+
+    try:
+        codec.install_batch_errors(unpack=buggy_reader)
+        with pytest.raises(type(bug)):
+            fetched(batch_bytes(VALUES[:5], 0, offset=0)).take(100)
+    finally:
+        codec._unpack = None  # (the next test installs the reader it wants)
