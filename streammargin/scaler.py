@@ -317,12 +317,22 @@ class StandardScaler(base.Transformer):
             return None
         return names, columns, work, overflow
 
-    def transform_one(self, x: dict) -> dict:
+    def _scaled_in_c(self, x: dict) -> tuple | None:
+        """records.c's `(before, after, (columns, update, overflow))` of `x` when its names are
+        the last known record's, in its order (`_native_scaler`); else None."""
         native, record = _native_scaler(), self._record
-        if native is not None and record is not None:
-            found = native.scale_known(x, *record, self._counts, self._means, self._vars, 0.5)
-            if found is not None:
-                return found[0]
+        if native is None or record is None:
+            return None
+        found = native.scale_known(x, *record, self._counts, self._means, self._vars, 0.5)
+        if found is None:
+            return None
+        before, after, update, overflow = found
+        return before, after, (record[1], update, overflow)
+
+    def transform_one(self, x: dict) -> dict:
+        found = self._scaled_in_c(x)
+        if found is not None:
+            return found[0]
         scaled = self._scaled(x)
         if scaled is not None:
             return dict(zip(scaled[0], scaled[2][scaler_jit.BEFORE].tolist()))
@@ -357,13 +367,9 @@ class StandardScaler(base.Transformer):
         `transform_one`, and leaves learning to the caller, once the prediction succeeded.
         `InvalidInput` (a value that is not a finite real number) before anything changes.
         """
-        native, record = _native_scaler(), self._record
-        if native is not None and record is not None:
-            # the names of the last record of known names, in its order: one C call
-            found = native.scale_known(x, *record, self._counts, self._means, self._vars, 0.5)
-            if found is not None:
-                before, after, update, overflow = found
-                return before, after, (record[1], update, overflow)
+        found = self._scaled_in_c(x)
+        if found is not None:
+            return found
         scaled = self._scaled(x)
         if scaled is not None:
             names, columns, work, overflow = scaled
