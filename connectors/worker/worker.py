@@ -1092,7 +1092,8 @@ class Worker:
         waited_out = self._waited_out
         waited_out.difference_update(batches)
         deadline = time.monotonic() + TOPIC_SCOPE_POLL_WAIT_S
-        while sum(map(len, batches.values())) < limit:
+        taken = sum(map(len, batches.values()))
+        while taken < limit:
             lagging = self._lagging_absent(batches)
             if not lagging:
                 break
@@ -1103,13 +1104,14 @@ class Worker:
             try:
                 more = consumer.poll(
                     timeout_ms=max(1, min(TOPIC_SCOPE_EXTRA_POLL_MS, int(1000 * left))),
-                    max_records=limit - sum(map(len, batches.values())))
+                    max_records=limit - taken)
             except UndecodableBatch as error:
                 return batches, error
             except _kafka_errors().KafkaConnectionError:
                 break  # (the next poll of the loop meets the outage)
             for tp, records in more.items():
                 batches[tp] = batches[tp] + records if tp in batches else records
+                taken += len(records)
         return batches, None
 
     def _lagging_absent(self, batches: dict) -> list:
