@@ -525,17 +525,7 @@ class AutoClassifier(base.MiniBatchClassifier):
                 f"the limit of {limit:,}: pass a larger max_bytes to from_state if this is expected"
             )
         labels = data["labels"]
-        if type(labels) is not list or len(labels) > params["max_classes"]:
-            raise StateError(f"{cls.__name__} state: labels must be a list of at most "
-                             "max_classes")
-        decoded = []
-        for encoded in labels:
-            try:
-                decoded.append(plain_label(state.decode_name(encoded)))
-            except InvalidInput as error:
-                raise StateError(f"{cls.__name__} state: {error}") from None
-        if len(set(decoded)) != len(decoded):
-            raise StateError(f"{cls.__name__} state: a label appears twice")
+        decoded = _decoded_labels(labels, params["max_classes"])
         scores = data["scores"]
         window = params["window"]
         if not (
@@ -564,50 +554,103 @@ class AutoClassifier(base.MiniBatchClassifier):
                 raise StateError(f"{cls.__name__} state: replay must be null beyond two labels "
                                  "or with max_ovr_classes=2")
             model._replay = None
-        member_classes = state.registered_models()
-        restored = {}
-        for name, member_state in zip(PORTFOLIO, members):
-            expected = json.loads(json.dumps(model.members[name]._get_params()))
-            binary = name in BINARY_MEMBERS
-            if binary and mode == RETIRED:
-                if member_state is not None:
-                    raise StateError(f"{cls.__name__} state: member {name} must be null beyond "
-                                     "max_ovr_classes classes")
-                restored[name] = None
-                continue
-            if binary and mode == ONE_VS_REST:
-                wanted = {
-                    "model": "OneVsRestClassifier",
-                    "params": {"max_classes": params["max_ovr_classes"]},
-                    "classifier": {"model": name, "params": expected},
-                    "labels": labels,
-                }
-                if type(member_state) is not dict or any(
-                    member_state.get(key) != value for key, value in wanted.items()
-                ):
-                    raise StateError(
-                        f"{cls.__name__} state: member {name} must be a one-vs-rest {name} over "
-                        "this model's labels, with the parameters this model gives it"
-                    )
-                member_cls = OneVsRestClassifier
-            else:
-                if (
-                    type(member_state) is not dict
-                    or member_state.get("model") != name
-                    or member_state.get("params") != expected
-                ):
-                    raise StateError(
-                        f"{cls.__name__} state: member {name} must be a {name} with the "
-                        "parameters this model gives it"
-                    )
-                member_cls = member_classes[name]
-            restored[name] = state.restore_member(
-                member_cls, member_state, limit, f"{cls.__name__} state: member {name}"
-            )
-        model.members = restored
+        model.members = {
+            name: model._restored_member(name, member_state, labels, limit)
+            for name, member_state in zip(PORTFOLIO, members)
+        }
         model._scores = np.array(scores, dtype=np.float64).tolist()
         model._served = model._best()
         return model
+
+    def _restored_member(self, name: str, data: typing.Any, labels: list, limit: int
+                         ) -> typing.Any:
+        """Member `name` of this model (its params and labels set; `labels` encoded, as
+        `to_state` gives them) restored from its state `data`, which must have the form this
+        model's labels imply (`_mode`): null for a binary member beyond `max_ovr_classes`, a
+        one-vs-rest member over exactly these labels, else the member itself, each with the
+        parameters this model gives it. StateError otherwise, or from the member's own check."""
+        where = f"{type(self).__name__} state: member {name}"
+        expected = json.loads(json.dumps(self.members[name]._get_params()))
+        binary = name in BINARY_MEMBERS
+        mode = self._mode()
+        if binary and mode == RETIRED:
+            if data is not None:
+                raise StateError(f"{where} must be null beyond max_ovr_classes classes")
+            return None
+        if binary and mode == ONE_VS_REST:
+            wanted = {
+                "model": "OneVsRestClassifier",
+                "params": {"max_classes": self.max_ovr_classes},
+                "classifier": {"model": name, "params": expected},
+                "labels": labels,
+            }
+            if type(data) is not dict or any(
+                data.get(key) != value for key, value in wanted.items()
+            ):
+                raise StateError(f"{where} must be a one-vs-rest {name} over this model's "
+                                 "labels, with the parameters this model gives it")
+            member_cls = OneVsRestClassifier
+        else:
+            if type(data) is not dict or data.get("model") != name or (
+                data.get("params") != expected
+            ):
+                raise StateError(f"{where} must be a {name} with the parameters this model "
+                                 "gives it")
+            member_cls = state.registered_models()[name]
+        return state.restore_member(member_cls, data, limit, where)
+
+    def member_to_state(self, name: str) -> dict:
+        """Member `name` (one taking part) as a state of its own, with what `member_from_state`
+        needs to check it and to say what it learnt: `{"member": name, "labels": [...],
+        "state": its to_state()}`, the labels encoded as `to_state` encodes them."""
+        member = self.members[name]
+        if member is None:
+            raise ValueError(f"{name} takes no part in this model (beyond max_ovr_classes)")
+        return {
+            "member": name,
+            "labels": [state.encode_name(label) for label in self._labels],
+            "state": member.to_state(),
+        }
+
+    @classmethod
+    def member_from_state(cls, params: dict, data: typing.Any, max_bytes: int | None = None
+                          ) -> tuple[typing.Any, tuple]:
+        """The member in `data` (`member_to_state` of an AutoClassifier of `params`: checked
+        ones, a model's own `_get_params()`) and that model's `member_roles`: what a topic-scope
+        peer sends when its whole model is beyond the model topic's bytes budget
+        (connectors/worker/model_scope.py). Checked as `from_state` checks a member, against
+        `max_bytes` (default `memory.DEFAULT_MAX_STATE_BYTES`); StateError for anything
+        malformed or impossible, and nothing else."""
+        from streammargin import memory
+
+        if type(data) is not dict or set(data) != {"member", "labels", "state"}:
+            raise StateError(f"a member's state of an {cls.__name__} has the fields member, "
+                             "labels and state")
+        name = data["member"]
+        if name not in PORTFOLIO:
+            raise StateError(f"{cls.__name__} has no member {str(name)[:80]!r}")
+        copy = cls(**params)
+        copy._labels = _decoded_labels(data["labels"], copy.max_classes)  # (members still fresh)
+        limit = memory.DEFAULT_MAX_STATE_BYTES if max_bytes is None else max_bytes
+        member = copy._restored_member(name, data["state"], data["labels"], limit)
+        if member is None:
+            raise StateError(f"{cls.__name__}: member {name} takes no part beyond "
+                             "max_ovr_classes classes")
+        return member, copy.member_roles()
+
+    def member_roles(self) -> tuple:
+        """What the members learnt the labels as: two copies whose roles are equal hold members
+        that mix one for one (`streammargin.mixing.mix_member`). The label set, with the label
+        the binary members learn as True while there are at most two (copies that saw the labels
+        in another order agree on it for True/False, 0/1 and -1/1), the labels in order with one
+        one-vs-rest model each up to `max_ovr_classes`, and the set alone beyond (the CPM alone:
+        it aligns classes by label)."""
+        mode = self._mode()
+        if mode == BINARY:
+            return (mode, frozenset(self._labels), self._positive_label())
+        if mode == ONE_VS_REST:
+            return (mode, tuple(self._labels))
+        return (mode, frozenset(self._labels))
 
     @classmethod
     def _check_params(
@@ -617,6 +660,22 @@ class AutoClassifier(base.MiniBatchClassifier):
         validation.integer_in("max_classes", max_classes, 2, MAX_CLASSES)
         validation.integer_in("max_ovr_classes", max_ovr_classes, 2, MAX_OVR_CLASSES)
         check_max_features(max_features)
+
+
+def _decoded_labels(labels: typing.Any, max_classes: int) -> list:
+    """The labels of a state (`to_state`'s encoding): a list of at most `max_classes` distinct
+    valid labels; StateError otherwise."""
+    if type(labels) is not list or len(labels) > max_classes:
+        raise StateError("AutoClassifier state: labels must be a list of at most max_classes")
+    decoded = []
+    for encoded in labels:
+        try:
+            decoded.append(plain_label(state.decode_name(encoded)))
+        except InvalidInput as error:
+            raise StateError(f"AutoClassifier state: {error}") from None
+    if len(set(decoded)) != len(decoded):
+        raise StateError("AutoClassifier state: a label appears twice")
+    return decoded
 
 
 def _row_dict(columns: typing.Any, row: np.ndarray) -> dict:

@@ -442,3 +442,31 @@ def test_counters_name_the_members():
 def test_the_portfolio_is_what_the_docs_say():
     assert PORTFOLIO == ("ALMAClassifier", "ConvexPolytopeClassifier", "BudgetSVMClassifier")
     assert list(streammargin.AutoClassifier().members) == list(PORTFOLIO)
+
+
+@pytest.mark.parametrize("labels, max_ovr_classes", [
+    ((False, True), 10),  # binary members
+    (("a", "b", "c"), 10),  # one-vs-rest members
+    (("a", "b", "c"), 2),  # beyond max_ovr_classes: the CPM alone
+])
+def test_a_member_round_trips_alone_with_its_models_roles(labels, max_ovr_classes):
+    # What a topic-scope worker sends when its whole model is beyond the model topic's budget.
+    model = streammargin.AutoClassifier(max_ovr_classes=max_ovr_classes)
+    for i, (x, _) in enumerate(synth.Hyperplane(seed=3, n_features=3).take(90)):
+        model.learn_one(x, labels[i % len(labels)])
+    params = model._get_params()
+    for name in PORTFOLIO:
+        if model.members[name] is None:
+            with pytest.raises(ValueError, match="no part"):
+                model.member_to_state(name)
+            continue
+        saved = state.loads(state.dumps(model.member_to_state(name)))
+        member, roles = streammargin.AutoClassifier.member_from_state(params, saved)
+        assert roles == model.member_roles()
+        assert state.dumps(member.to_state()) == state.dumps(model.members[name].to_state())
+    # Copies that saw True/False in the other order agree on what their members learnt.
+    if labels == (False, True):
+        other = streammargin.AutoClassifier()
+        other.learn_one({"a": 1.0}, True)
+        other.learn_one({"a": 2.0}, False)
+        assert other.member_roles() == model.member_roles()

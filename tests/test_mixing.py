@@ -509,3 +509,24 @@ def test_copies_must_be_of_one_class_and_params_and_weights_valid():
         mix([a, a], [0.0, 0.0])
     with pytest.raises(ValueError, match="at least one"):
         mix([])
+
+
+def test_mix_member_mixes_one_member_in_place_and_leaves_the_rest_as_they_were():
+    from streammargin.auto import PORTFOLIO
+    from streammargin.mixing import mix_member
+
+    rows = list(synth.Hyperplane(seed=5, n_features=4).take(400))
+    a, b = streammargin.AutoClassifier(), streammargin.AutoClassifier()
+    for i, (x, y) in enumerate(rows):
+        (a if i % 2 else b).learn_one(x, bool(y))
+    name = "ALMAClassifier"
+    before, b_state = dict(a.members), state.dumps(b.to_state())
+    expected = mix([a.members[name], b.members[name]], [3, 1])
+    mix_member(a, name, [b.members[name]], [3, 1])
+    assert state.dumps(a.members[name].to_state()) == state.dumps(expected.to_state())
+    assert all(a.members[n] is before[n] for n in PORTFOLIO if n != name)
+    assert state.dumps(b.to_state()) == b_state  # the copy is left as it was
+    with pytest.raises(ValueError, match="member of an AutoClassifier"):
+        mix_member(streammargin.ALMAClassifier(), name, [], [1.0])
+    with pytest.raises(ValueError, match="member of an AutoClassifier"):
+        mix_member(a, "os.system", [], [1.0])

@@ -38,6 +38,7 @@ from connectors.worker.model_scope import (
     MODEL_RECORD_FORMAT,
     ModelScope,
     decode_model_record,
+    encode_member_record,
     encode_model_record,
     in_time_order,
 )
@@ -659,3 +660,133 @@ def test_a_bytes_budget_holds_exchanges_back_until_the_input_read_allows_them():
     # Without a budget the period alone decides.
     free = ModelScope(MemoryStore(), SETTINGS, 10, lambda topic: {0, 1})
     assert free.within_budget() and free.due(tasks_of([0]))
+
+
+# An AutoClassifier beyond the bytes budget exchanges the member it serves -------------------
+
+AUTO = TaskSettings(group_id="g", model="auto")
+
+
+def trained_auto(n: int = 300, seed: int = 1, labels=(False, True)) -> streammargin.AutoClassifier:
+    # A linear concept: ALMA serves. `labels` names the stream's two classes, in the order the
+    # model first sees them.
+    model = streammargin.AutoClassifier()
+    rows = list(synth.Hyperplane(seed=seed, n_features=4).take(n))
+    first = next(i for i, (_, y) in enumerate(rows) if y == 1)
+    rows.insert(0, rows.pop(first))  # the label of the first record: labels[0]
+    for x, y in rows:
+        model.learn_one(x, labels[0] if y == 1 else labels[1])
+    return model
+
+
+def auto_tasks(partitions, seed: int, labels=(False, True)):
+    tasks = tasks_of(partitions)
+    model = trained_auto(seed=seed, labels=labels)
+    for task in tasks:
+        task.settings = AUTO
+        task.model = model
+    return tasks
+
+
+def test_an_auto_model_beyond_the_budget_sends_the_member_it_serves_and_peers_mix_it_alone():
+    store = MemoryStore()
+    mine = ModelScope(store, AUTO, 10, lambda topic: {0, 1, 2, 3}, max_bytes_share=0.05)
+    theirs = ModelScope(store, AUTO, 10, lambda topic: {0, 1, 2, 3}, max_bytes_share=0.05)
+    own, peers = auto_tasks([0, 1], seed=4), auto_tasks([2, 3], seed=2)
+    served = peers[0].model.best
+    assert served == "ALMAClassifier" and own[0].model.best == served
+    whole = len(encode_model_record(AUTO, "events", 2, 1, 60, peers[0].model))
+    for scope in (mine, theirs):
+        scope.read(20 * whole // 10)  # a tenth of the whole record's bytes at 5%
+    theirs.exchange(peers)
+    ((_, payload),) = store.latest.values()
+    assert len(payload) < whole // 10 and theirs.bytes_written == len(payload)
+    assert theirs._last_record_bytes == len(payload)  # what the budget waits for now
+    peer = decode_model_record(payload, AUTO, "events", 2, own[0].model._get_params(),
+                               memory_bound(own[0].model))
+    assert (peer.member, peer.weight) == (served, 60)
+    assert type(peer.model) is streammargin.ALMAClassifier
+    assert peer.roles == own[0].model.member_roles()
+
+    model = own[0].model
+    before = {name: member for name, member in model.members.items()}
+    others = {name: state.dumps(m.to_state()) for name, m in before.items() if name != served}
+    mine.exchange(own)
+    assert mine.peer_models == 1 and own[0].model is model and own[1].model is model
+    # The served member is the weighted mean of the two; the others are the same objects, and
+    # unchanged.
+    from streammargin.mixing import mix
+
+    expected = mix([before[served], peer.model], [60, 60])
+    assert state.dumps(model.members[served].to_state()) == state.dumps(expected.to_state())
+    for name, encoded in others.items():
+        assert model.members[name] is before[name]
+        assert state.dumps(model.members[name].to_state()) == encoded
+
+
+def test_a_member_whose_labels_played_other_roles_is_left_out_not_refused():
+    # String labels seen in another order: the peer's binary members learnt the other label as
+    # True, so its ALMA is the negation of ours.
+    store = MemoryStore()
+    mine = ModelScope(store, AUTO, 10, lambda topic: {0, 1})
+    theirs = ModelScope(store, AUTO, 10, lambda topic: {0, 1})
+    own = auto_tasks([0], seed=1, labels=("spam", "ham"))
+    peers = auto_tasks([1], seed=2, labels=("ham", "spam"))
+    payload = encode_member_record(AUTO, "events", 1, 5, 40, peers[0].model, "ALMAClassifier")
+    store.write({("events", 1): payload})
+    model = own[0].model
+    alma = model.members["ALMAClassifier"]
+    mine.exchange(own)
+    assert (mine.peer_models, mine.refused) == (1, 0)
+    assert model.members["ALMAClassifier"] is alma
+    del theirs
+
+
+@pytest.mark.parametrize("fields, settings_, reason", [
+    (lambda m: {"member": m.member_to_state("ALMAClassifier")}, SETTINGS, "member of an Auto"),
+    (lambda m: {"member": m.member_to_state("ALMAClassifier"), "model": m.to_state()}, AUTO,
+     "member of an Auto"),
+    (lambda m: {"member": {**m.member_to_state("ALMAClassifier"), "member": "os.system"}}, AUTO,
+     "no member"),
+    (lambda m: {"member": {**m.member_to_state("ALMAClassifier"), "extra": 1}}, AUTO, "fields"),
+    (lambda m: {"member": [1, 2]}, AUTO, "fields"),
+    (lambda m: {"member": {**m.member_to_state("ALMAClassifier"),
+                           "state": m.members["BudgetSVMClassifier"].to_state()}}, AUTO,
+     "must be a ALMAClassifier"),
+    (lambda m: {"member": {**m.member_to_state("ALMAClassifier"),
+                           "state": trained(p=3).to_state()}}, AUTO, "parameters"),
+    (lambda m: {"member": {**m.member_to_state("ALMAClassifier"),
+                           "labels": [{"bool": True}, {"bool": True}]}}, AUTO, "twice"),
+    (lambda m: {"member": {**m.member_to_state("ALMAClassifier"),
+                           "labels": [{"pickle": "x"}]}}, AUTO, "label|name"),
+    (lambda m: {"member": {**m.member_to_state("ALMAClassifier"),
+                           "labels": ["a", "b", "c"]}}, AUTO, "one-vs-rest"),
+])
+def test_a_hostile_member_record_raises_state_error_and_nothing_else(fields, settings_, reason):
+    import re
+
+    model = trained_auto(60)
+    payload = state.dumps({"format": MODEL_RECORD_FORMAT, "group": "g", "topic": "events",
+                           "partition": 3, "serial": 7, "weight": 10, **fields(model)})
+    with pytest.raises(StateError) as caught:
+        decode_model_record(payload, settings_, "events", 3, model._get_params(),
+                            memory_bound(model))
+    assert re.search(reason, str(caught.value)), str(caught.value)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_fuzzed_member_records_raise_state_error_and_nothing_else(data):
+    model = trained_auto(60)
+    payload = bytearray(encode_member_record(AUTO, "events", 3, 5, 9, model, "ALMAClassifier"))
+    for _ in range(data.draw(st.integers(1, 8))):
+        at = data.draw(st.integers(0, len(payload) - 1))
+        payload[at] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(payload)))
+    try:
+        peer = decode_model_record(bytes(payload[:cut]), AUTO, "events", 3, model._get_params(),
+                                   memory_bound(model))
+    except StateError:
+        return
+    p = peer.model.predict_proba_one({0: 1.0, 1: 2.0})
+    assert all(0.0 <= v <= 1.0 for v in p.values())

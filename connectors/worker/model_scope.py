@@ -25,6 +25,12 @@ SEA and RBF drift, the budget SVM +0.1 and 0.0, 12 partitions, 12,000 records). 
 coordinator nor barrier, so a slow or idle worker never holds the others up. Without a barrier the
 peers' models are those of their last exchange: which peer models a mix sees depends on timing.
 
+An AutoClassifier whose whole record is beyond `--max-model-bytes-share` (its CPM's replay
+window and its budget SVM's support make it 130-314 KB) sends the member it serves instead, the
+one its predictions come from (`encode_member_record`). A peer mixes that member alone into its
+own model (`streammargin.mixing.mix_member`), if their labels played the same roles
+(`AutoClassifier.member_roles`), and keeps its other members as they are.
+
 A restored or new task brings its own model (its checkpoint's, or a fresh one); it joins the
 shared model at the next exchange, weighted by the records it learnt, at least one. With `--scale`
 the tasks share one scaler too (the one that has seen the most records); scalers are not
@@ -39,7 +45,8 @@ A record on the model topic is untrusted like a checkpoint: its bytes are bounde
 read (twice this worker's model's memory ceiling and a MiB, `Worker._model_exchange`),
 `streammargin.state.loads` never runs code, the model's parameters must be this worker's model's
 (so its memory ceiling, given to `from_state` before anything is allocated, is this worker's), and
-its class, group, topic and partition must be those its key says. A refused record is left out of
+its class, group, topic and partition must be those its key says (a member record: a member of
+this worker's AutoClassifier, checked as a checkpoint's member is). A refused record is left out of
 the mix, counted (`streammargin_model_records_refused_total`) and logged once; the stream goes on.
 """
 
@@ -55,6 +62,7 @@ import time
 import typing
 
 import streammargin
+from connectors.models import model_class
 from connectors.state import checkpoint as checkpoint_module
 from connectors.worker.task import (
     PartitionTask,
@@ -64,6 +72,7 @@ from connectors.worker.task import (
     restore_part,
 )
 from streammargin import state as state_module
+from streammargin.auto import AutoClassifier
 from streammargin.errors import StateError
 from streammargin.memory import memory_bound
 
@@ -92,24 +101,46 @@ def encode_model_record(settings: TaskSettings, topic: str, partition: int, seri
     )
 
 
+def encode_member_record(settings: TaskSettings, topic: str, partition: int, serial: int,
+                         weight: int, model: typing.Any, member: str) -> bytes:
+    """A model-topic record of one member of a worker's AutoClassifier (the one it serves), for
+    when the whole model is beyond `--max-model-bytes-share`: `AutoClassifier.member_to_state`
+    (the member's state and the model's labels) in place of the model's."""
+    return state_module.dumps(
+        {
+            "format": MODEL_RECORD_FORMAT,
+            "group": settings.group_id,
+            "topic": topic,
+            "partition": partition,
+            "serial": serial,
+            "weight": weight,
+            "member": model.member_to_state(member),
+        }
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class PeerModel:
-    """A peer's model, read from the model topic and checked."""
+    """A peer's model, read from the model topic and checked; or, for a member record, that
+    member (`member` its name) and the `AutoClassifier.member_roles` of the peer's model."""
 
     topic: str
     partition: int
     serial: int
     weight: int
     model: typing.Any
+    member: str | None = None
+    roles: tuple | None = None
 
 
 def decode_model_record(payload: bytes, settings: TaskSettings, topic: str, partition: int,
                         params: dict, max_model_bytes: int) -> PeerModel:
-    """The model of a model-topic record under the key of `topic`/`partition`; `StateError`
-    (and nothing else) for anything malformed or impossible: unreadable bytes, another format,
-    group, topic or partition, another kind of model than `settings` build, parameters other
-    than `params` (this worker's model's), or a state whose parameters allow more than
-    `max_model_bytes` (refused before anything is allocated)."""
+    """The model of a model-topic record under the key of `topic`/`partition` (or the member of
+    a member record, `encode_member_record`); `StateError` (and nothing else) for anything
+    malformed or impossible: unreadable bytes, another format, group, topic or partition,
+    another kind of model than `settings` build (a member record where they build no
+    AutoClassifier), parameters other than `params` (this worker's model's), or a state whose
+    parameters allow more than `max_model_bytes` (refused before anything is allocated)."""
     fields = state_module.loads(payload)
     found = fields.get("format")
     if found != MODEL_RECORD_FORMAT:
@@ -120,6 +151,16 @@ def decode_model_record(payload: bytes, settings: TaskSettings, topic: str, part
                          f"{settings.group_id}/{topic}/{partition}")
     serial = checked_count(fields.get("serial"), "serial")
     weight = checked_count(fields.get("weight"), "weight")
+    if "member" in fields:
+        if "model" in fields or model_class(settings.model) is not AutoClassifier or (
+            settings.one_vs_rest
+        ):
+            raise StateError(f"it holds a member of an AutoClassifier, not the model of --model "
+                             f"{settings.model}")
+        member, roles = restore_part("member", functools.partial(
+            AutoClassifier.member_from_state, params, max_bytes=max_model_bytes), fields["member"])
+        return PeerModel(topic, partition, serial, weight, member, fields["member"]["member"],
+                         roles)
     saved = fields.get("model")
     if not isinstance(saved, dict):
         raise StateError("it has no model state")
@@ -191,6 +232,7 @@ class ModelScope:
         self.max_bytes_share = max_bytes_share
         self.input_bytes = 0
         self._last_record_bytes = 0
+        self._whole_bytes: dict[str, int] = {}  # the last whole record of a topic's model
         self.store = store
         self.settings = settings
         self.mix_every = mix_every
@@ -295,9 +337,7 @@ class ModelScope:
             weights[topic] = 0
             if weight > 0:
                 lowest = min(t.partition for t in own)
-                payload = encode_model_record(
-                    self.settings, topic, lowest, self._random.getrandbits(63), weight, model)
-                self._last_record_bytes = len(payload)
+                payload = self._record(topic, lowest, weight, model)
                 if self._affordable(len(payload)):
                     payloads[(topic, lowest)] = payload
                     self.bytes_written += len(payload)
@@ -314,6 +354,30 @@ class ModelScope:
                                      dict(self._refused_at))
         self._exchange = _Exchange(weights, future)
         self.seconds += time.perf_counter() - started
+
+    def _record(self, topic: str, partition: int, weight: int, model: typing.Any) -> bytes:
+        """The record of the worker's model of `topic` (under the key of `partition`); for an
+        AutoClassifier whose whole record is beyond the bytes budget, the record of the member
+        it serves, which is what its predictions come from. (On the hyperplane, ALMA's 1.4 KB
+        against the whole model's 314 KB, most of it the CPM's replay window and the budget
+        SVM's support: within 5% of the input, the whole model went out once per ~13,000
+        records a worker, its ALMA every 60.) Sets the size the budget waits for: the smaller
+        record's."""
+        serial = self._random.getrandbits(63)
+        auto = isinstance(model, AutoClassifier)
+        whole = self._whole_bytes.get(topic)
+        # (The whole model's size is known from its last encoding, which costs ~8 ms for this
+        # one: it is encoded again only when the budget allows a record that large.)
+        if not auto or whole is None or self._affordable(whole):
+            payload = encode_model_record(self.settings, topic, partition, serial, weight, model)
+            self._whole_bytes[topic] = self._last_record_bytes = len(payload)
+            if not auto or self._affordable(len(payload)):
+                return payload
+        # (The served member always takes part: beyond max_ovr_classes the CPM serves alone.)
+        payload = encode_member_record(self.settings, topic, partition, serial, weight, model,
+                                       model.best)
+        self._last_record_bytes = len(payload)
+        return payload
 
     def _write_and_read(self, payloads: dict, wanted: dict, mixed_in: dict,
                         refused_at: dict) -> dict[str, list[tuple]]:
@@ -363,13 +427,24 @@ class ModelScope:
                     peers.append(result)  # (a partition taken over since is the worker's own)
             if not peers:
                 continue
-            from streammargin.mixing import mix
+            from streammargin.mixing import mix, mix_member
 
             # The worker's model as it is now: what it had written, and what it learnt since.
             model, since = self._local_model(own)
-            weight = exchange.weights.get(topic, 0) + since
-            model = mix([model, *[p.model for p in peers]],
-                        [max(weight, 1), *[p.weight for p in peers]])
+            weight = max(exchange.weights.get(topic, 0) + since, 1)
+            wholes = [p for p in peers if p.member is None]
+            if wholes:
+                model = mix([model, *[p.model for p in wholes]],
+                            [weight, *[p.weight for p in wholes]])
+                weight += sum(p.weight for p in wholes)
+            for name in dict.fromkeys(p.member for p in peers if p.member is not None):
+                # A member mixes in only if the peer's labels played the same roles; else
+                # it is left out (not refused: the peers saw their labels in other orders).
+                roles = model.member_roles()
+                same = [p for p in peers if p.member == name and p.roles == roles]
+                if same and model.members[name] is not None:
+                    mix_member(model, name, [p.model for p in same],
+                               [weight, *[p.weight for p in same]])
             scaler = _shared_scaler(own)  # (a task taken on since the start shares it too)
             for task in own:
                 task.model, task.scaler = model, scaler
