@@ -24,6 +24,19 @@ stream in order. Settings (several per run):
   2,000 records a worker and -1.7 every 200, against -0.4 and -0.0 for delta averaging; the
   hyperplane, RBF drift and SEA drift every 200: mean -0.9, worst -1.7, against -0.2 and -0.6
   (`--records 36000 --models ALMA --settings "runs 32 mix 200" "runs 32 delta 200"`);
+- `async-mix N` and `async-delta N`: no barrier, as in the worker. Worker k exchanges every N
+  records of its own, a third of a period after worker k - 1, and sees the peers' records of
+  their last exchanges. `async-mix` is the worker's scheme: it publishes its model and mixes in
+  the peers' new ones, weighted by the records each learnt since its previous record.
+  `async-delta` is delta averaging without a common base: each worker publishes its cumulative
+  contribution C = the fresh model plus every change it made itself (`mix([model, C], [1, 1],
+  base=B)`, B its model after its last exchange), and adds a peer's C - A to its model (A: what
+  it added of that peer before; `mix([model, C], [1, 1], base=A)`). A published C is
+  cumulative, so the latest record of each key is all a peer needs: it fits a compacted topic.
+  36,000 records, ALMA on the hyperplane, RBF drift and SEA drift, every 200 records: mean -1.0
+  points, worst -1.9 (the hyperplane) for `async-mix`, against -0.4 and -0.8 for `async-delta`;
+  every 2,000 both -1.1 (staleness: the peers' corrections come late whatever the scheme)
+  (`--records 36000 --models ALMA --settings "runs 32 async-mix 200" "runs 32 async-delta 200"`);
 - `share S` (kernel models with a cache, the budget SVM): every S records a worker, the peers
   learn the records that entered its cache since (through their own scaler), the route of
   exchanging support vectors instead of models. `peer/input` is how many records each worker
@@ -53,15 +66,15 @@ from streammargin.mixing import mix
 
 PARTITIONS = 12
 WORKERS = 3
+ROUTES = ("mix", "delta", "async-mix", "async-delta", "share")
 DEFAULT_SETTINGS = ("runs 260 mix 2000", "runs 32 mix 2000", "runs 1 mix 2000",
                     "runs 32 mix 200", "runs 32 share 200", "runs 32 share 50")
 
 
 def parse(setting: str) -> tuple[int, str, int]:
     words = setting.split()
-    if len(words) != 4 or words[0] != "runs" or words[2] not in ("mix", "delta", "share"):
-        raise SystemExit(f"a setting is 'runs R mix N', 'runs R delta N' or 'runs R share S', "
-                         f"not {setting!r}")
+    if len(words) != 4 or words[0] != "runs" or words[2] not in ROUTES:
+        raise SystemExit(f"a setting is 'runs R <{'|'.join(ROUTES)}> N', not {setting!r}")
     return int(words[1]), words[2], int(words[3])
 
 
@@ -86,12 +99,53 @@ def cache_entries(model) -> float:
     return float(model._st[svm_jit.ADDED])
 
 
+class Published:
+    """The three workers' latest model-topic records (`async-mix`, `async-delta`) and what each
+    worker took of each peer's."""
+
+    def __init__(self, fresh):
+        self.fresh = fresh
+        self.records: list = [None] * WORKERS  # worker -> (serial, weight, model or C)
+        self.taken = [[None] * WORKERS for _ in range(WORKERS)]  # [k][q]: (serial, A)
+        self.own = [_copy(fresh) for _ in range(WORKERS)]  # async-delta: each worker's C
+        self.after = [_copy(fresh) for _ in range(WORKERS)]  # its model after its last exchange
+
+    def exchange(self, k: int, model, since: int, delta: bool):
+        """Worker k's exchange: its record published, then its peers' new ones taken in."""
+        serial = (self.records[k] or (0,))[0] + 1
+        if delta:
+            self.own[k] = mix([model, self.own[k]], [1.0, 1.0], base=self.after[k])
+            self.records[k] = (serial, since, _copy(self.own[k]))
+        else:
+            self.records[k] = (serial, since, _copy(model))
+        new = [(q, record) for q, record in enumerate(self.records)
+               if q != k and record is not None
+               and (self.taken[k][q] or (None,))[0] != record[0]]
+        if delta:
+            for q, (serial_q, _, contribution) in new:
+                before = (self.taken[k][q] or (None, self.fresh))[1]
+                model = mix([model, contribution], [1.0, 1.0], base=before)
+                self.taken[k][q] = (serial_q, contribution)
+            self.after[k] = _copy(model)
+        elif new:
+            model = mix([model, *[record[2] for _, record in new]],
+                        [max(since, 1), *[record[1] for _, record in new]])
+            for q, record in new:
+                self.taken[k][q] = (record[0], None)
+        return model
+
+
+def _copy(model):
+    return type(model).from_state(model.to_state())
+
+
 def simulate(rows: list, model_name: str, run: int, route: str, period: int) -> dict:
     orders = worker_orders(len(rows), run)
     pipes = [partition_learning.pipeline(model_name) for _ in range(WORKERS)]
     since = [0] * WORKERS
     outbox: list[list] = [[] for _ in range(WORKERS)]
     last = None  # the last mix (delta averaging's base)
+    published = Published(list(pipes[0].steps.values())[1].clone())
     correct = learnt_from_peers = 0
     steps = max(len(order) for order in orders)
     for j in range(steps):
@@ -110,6 +164,16 @@ def simulate(rows: list, model_name: str, run: int, route: str, period: int) -> 
             else:
                 pipe.learn_one(x, y)
             since[k] += 1
+            if route.startswith("async-"):
+                # (worker k a third of a period after worker k - 1: no barrier)
+                learnt = j + 1
+                if (learnt + k * period // WORKERS) % period:
+                    continue
+                scaler, model = pipes[k].steps.values()
+                model = published.exchange(k, model, since[k], route == "async-delta")
+                pipes[k] = compose.Pipeline(scaler, model)
+                since[k] = 0
+                continue
             if since[k] % period:
                 continue
             if route == "share":
@@ -148,7 +212,7 @@ def main() -> None:
     print(f"{args.records:,} records a stream, {PARTITIONS} partitions over {WORKERS} workers "
           "(lockstep), StandardScaler | model; gap: points of progressive accuracy to one model; "
           "peer/input: records learnt from peers per input record")
-    print(f"{'stream':14} {'model':10} {'one':>6}  {'setting':20} {'accuracy':>8} {'gap':>6} "
+    print(f"{'stream':14} {'model':10} {'one':>6}  {'setting':24} {'accuracy':>8} {'gap':>6} "
           f"{'peer/input':>10} {'s':>5}")
     gaps: dict[str, list[float]] = {}
     for stream in args.streams:
@@ -162,7 +226,7 @@ def main() -> None:
                 found = simulate(rows, model_name, run, route, period)
                 gap = 100 * (found["accuracy"] - one)
                 gaps.setdefault(label, []).append(gap)
-                print(f"{stream:14} {model_name:10} {one:6.3f}  {label:20} "
+                print(f"{stream:14} {model_name:10} {one:6.3f}  {label:24} "
                       f"{found['accuracy']:8.3f} {gap:+6.1f} {found['peer']:10.2f} "
                       f"{time.perf_counter() - started:5.0f}", flush=True)
     for label, values in gaps.items():
