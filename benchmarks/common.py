@@ -27,6 +27,19 @@ print(f"{{t1 - t0:.3f}} {{t2 - t1:.3f}} {{t3 - t2:.3f}}")
 """
 
 
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (a `timeout`, a `kill`) raise SystemExit in the main thread, so that the
+    script's `with` and `finally` blocks run and stop what it started. Apache Kafka's JVM runs
+    in a session of its own (`connectors.kafka.broker`): under SIGTERM's default action the
+    script died at once and left the JVM (-Xmx768m) running."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def time_loop(model, data) -> float:
     """predict_one + learn_one samples/s over `data`."""
     start = time.perf_counter()

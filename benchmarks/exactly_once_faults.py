@@ -36,6 +36,8 @@ import uuid
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import common  # (this folder: the script's own)
+
 PARTITIONS = 4
 WORKERS = 3
 
@@ -228,6 +230,7 @@ def run_faults(bootstrap: str, transport: str, n_records: int, n_kills: int, see
 
 
 def main() -> int:
+    common.exit_on_sigterm()  # (a kill stops the broker too)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--records", type=int, default=50_000)

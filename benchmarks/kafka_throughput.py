@@ -94,6 +94,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
+import common  # (this folder: the script's own)
+
 GROUP_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 # The worker's options in every run, and those of the fastest documented configuration.
 WORKER_OPTIONS = ["--model", "alma", "--scale", "--log-level", "WARNING",
@@ -791,6 +793,7 @@ def print_targets(results: dict, unavailable: dict[str, str], broker: str, n: in
 
 
 def main() -> None:
+    common.exit_on_sigterm()  # (a kill stops the broker too)
     global COLD_CACHE, EOS_COMMIT_INTERVAL_S
     from connectors.kafka.broker import BROKERS
 

@@ -34,7 +34,8 @@ from river import evaluate, metrics, preprocessing
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-import partition_learning  # (this folder: the script's own)
+import common  # (this folder: the script's own)
+import partition_learning
 
 from connectors.kafka.broker import create_topics, make_broker
 from connectors.models import build_model
@@ -110,7 +111,8 @@ def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
     create_topics(bootstrap, [cfg.checkpoint_topic, cfg.model_topic], compacted=True)
     summaries: list = []
     workers = [Worker(cfg) for _ in range(WORKERS)]
-    threads = [threading.Thread(target=lambda wk=wk: summaries.append(wk.run()))
+    # (Daemons: a SIGTERM's SystemExit in the main thread ends the process, not only the broker.)
+    threads = [threading.Thread(target=lambda wk=wk: summaries.append(wk.run()), daemon=True)
                for wk in workers]
     for thread in threads:
         thread.start()
@@ -138,6 +140,7 @@ def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
 
 
 def main() -> None:
+    common.exit_on_sigterm()  # (a kill stops the broker too)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=12_000)
     parser.add_argument("--partitions", type=int, default=12)

@@ -31,8 +31,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import common  # (this folder: the script's own)
+
 
 def main() -> int:
+    common.exit_on_sigterm()  # (a kill stops the broker too)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--broker", default="apache-kafka", choices=["apache-kafka", "tansu"])
     parser.add_argument("--cuts", default="4,10,20,45", help="seconds, comma-separated")
