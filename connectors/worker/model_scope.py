@@ -88,17 +88,7 @@ def encode_model_record(settings: TaskSettings, topic: str, partition: int, seri
                         weight: int, model: typing.Any) -> bytes:
     """A model-topic record: a worker's model of `topic`, under the key of `partition` (the lowest
     it owns), its weight in the peers' next mixes, and a serial number that tells records apart."""
-    return state_module.dumps(
-        {
-            "format": MODEL_RECORD_FORMAT,
-            "group": settings.group_id,
-            "topic": topic,
-            "partition": partition,
-            "serial": serial,
-            "weight": weight,
-            "model": model.to_state(),
-        }
-    )
+    return _encode_record(settings, topic, partition, serial, weight, "model", model.to_state())
 
 
 def encode_member_record(settings: TaskSettings, topic: str, partition: int, serial: int,
@@ -106,6 +96,14 @@ def encode_member_record(settings: TaskSettings, topic: str, partition: int, ser
     """A model-topic record of one member of a worker's AutoClassifier (the one it serves), for
     when the whole model is beyond `--max-model-bytes-share`: `AutoClassifier.member_to_state`
     (the member's state and the model's labels) in place of the model's."""
+    return _encode_record(settings, topic, partition, serial, weight, "member",
+                          model.member_to_state(member))
+
+
+def _encode_record(settings: TaskSettings, topic: str, partition: int, serial: int, weight: int,
+                   field: str, content: dict) -> bytes:
+    """The fields every model-topic record has (what `decode_model_record` checks first), then
+    `field`: "model" or "member"."""
     return state_module.dumps(
         {
             "format": MODEL_RECORD_FORMAT,
@@ -114,7 +112,7 @@ def encode_member_record(settings: TaskSettings, topic: str, partition: int, ser
             "partition": partition,
             "serial": serial,
             "weight": weight,
-            "member": model.member_to_state(member),
+            field: content,
         }
     )
 
