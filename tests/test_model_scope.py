@@ -729,7 +729,6 @@ def test_a_member_whose_labels_played_other_roles_is_left_out_not_refused():
     # True, so its ALMA is the negation of ours.
     store = MemoryStore()
     mine = ModelScope(store, AUTO, 10, lambda topic: {0, 1})
-    theirs = ModelScope(store, AUTO, 10, lambda topic: {0, 1})
     own = auto_tasks([0], seed=1, labels=("spam", "ham"))
     peers = auto_tasks([1], seed=2, labels=("ham", "spam"))
     payload = encode_member_record(AUTO, "events", 1, 5, 40, peers[0].model, "ALMAClassifier")
@@ -739,7 +738,6 @@ def test_a_member_whose_labels_played_other_roles_is_left_out_not_refused():
     mine.exchange(own)
     assert (mine.peer_models, mine.refused) == (1, 0)
     assert model.members["ALMAClassifier"] is alma
-    del theirs
 
 
 @pytest.mark.parametrize("fields, settings_, reason", [

@@ -438,9 +438,10 @@ class ModelScope:
             for name in dict.fromkeys(p.member for p in peers if p.member is not None):
                 # A member mixes in only if the peer's labels played the same roles; else
                 # it is left out (not refused: the peers saw their labels in other orders).
+                # (Equal roles are one mode, so this model's member takes part as the peer's.)
                 roles = model.member_roles()
                 same = [p for p in peers if p.member == name and p.roles == roles]
-                if same and model.members[name] is not None:
+                if same:
                     mix_member(model, name, [p.model for p in same],
                                [weight, *[p.weight for p in same]])
             scaler = _shared_scaler(own)  # (a task taken on since the start shares it too)
