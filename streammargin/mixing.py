@@ -432,12 +432,30 @@ def _mix_alma(mixing: _Mixing) -> ALMAClassifier:
         averaged = summed / pooled
     else:  # (a delta sum whose decay took more than it added: the copies' mean)
         averaged = mixing.mean([columns.align(i, a) for i, (_, a, _) in enumerate(parts)])
-    model = sources[0]
-    p = float(model.p)
-    st = sts[0].copy()
     trials = mixing.whole([s[alma_jit.TRIALS] for s in sts])
+    k = mixing.whole([s[alma_jit.K] for s in sts], 1.0, trials + 1.0)
+    platt = _calibrations(mixing, [s[alma_jit.PLATT :] for s in sts])
+    vectors, st = _alma_arrays(sources[0], columns.n_columns, theta, averaged, pooled, trials, k,
+                               platt)
+    return ALMAClassifier.from_state({
+        "model": "ALMAClassifier",
+        "params": params,
+        "features": _feature_state(columns),
+        "arrays": {"_vectors": vectors, "_st": st},
+        "values": {},
+    })
+
+
+def _alma_arrays(model: ALMAClassifier, n_columns: int, theta: np.ndarray, averaged: np.ndarray,
+                 pooled: float, trials: float, k: float, platt: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """ALMA's `_vectors` and `_st` (the hyper-parameter slots `model`'s) for a combined
+    hypothesis over `n_columns` columns: theta, the averaged weights and their pooled weight D,
+    the counters (whole numbers) and the calibration."""
+    p = float(model.p)
+    st = model._st.copy()
     st[alma_jit.TRIALS] = trials
-    st[alma_jit.K] = mixing.whole([s[alma_jit.K] for s in sts], 1.0, trials + 1.0)
+    st[alma_jit.K] = k
     st[alma_jit.SINCE_RECOMPUTE] = 0.0
     # theta into the unit p-ball (a delta sum may leave it), then as scale * u with max |u| = 1,
     # which puts S = sum |u|^p in [1, d] (`jit.alma._renormalise`).
@@ -453,7 +471,7 @@ def _mix_alma(mixing: _Mixing) -> ALMAClassifier:
     st[alma_jit.SCALE] = scale
     st[alma_jit.SUM_P] = total
     st[alma_jit.S_PEAK] = total
-    vectors = np.zeros((max(columns.n_columns, 1), alma_jit.N_COLUMNS))
+    vectors = np.zeros((max(n_columns, 1), alma_jit.N_COLUMNS))
     vectors[: u.shape[0], alma_jit.U] = u
     if model.average:
         window = trials if model.average_window is None else min(trials, model.average_window)
@@ -466,14 +484,8 @@ def _mix_alma(mixing: _Mixing) -> ALMAClassifier:
         vectors[: averaged.shape[0], alma_jit.ACC] = np.clip(averaged, -1.0, 1.0) * decayed
         factor = scale if p == 2.0 or total <= 0.0 else scale / total ** ((p - 2.0) / p)
         st[alma_jit.FACTOR_BASE] = factor
-    st[alma_jit.PLATT :] = _calibrations(mixing, [s[alma_jit.PLATT :] for s in sts])
-    return ALMAClassifier.from_state({
-        "model": "ALMAClassifier",
-        "params": params,
-        "features": _feature_state(columns),
-        "arrays": {"_vectors": vectors, "_st": st},
-        "values": {},
-    })
+    st[alma_jit.PLATT :] = platt
+    return vectors, st
 
 
 # Kernel models: support expansions ---------------------------------------------------------------
