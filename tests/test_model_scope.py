@@ -7,6 +7,11 @@ model.
   model, a peer's record is mixed in once, a refused one is counted and logged once; every
   registered model goes through an exchange; an exchange's memory peak stays within the
   documented (P + 2) x the model's ceiling.
+- `--model-exchange delta` (asynchronous delta averaging of ALMA, streammargin/delta.py): a
+  contribution record round-trips, a hostile one (a stream id out of range, a model record to a
+  delta worker or the reverse, other parameters, fuzzed bytes) raises `StateError`; two scopes
+  add each other's corrections once, and a restored worker does not add again what its
+  checkpoint holds.
 - On the test broker (Apache Kafka): one worker in topic scope learns a drifting backlog as one
   model would, far above partition scope; hostile records on the model topic are refused while
   the stream goes on, and a valid peer record is mixed in; two worker processes in topic scope,
@@ -38,9 +43,11 @@ from connectors.worker.model_scope import (
     MODEL_RECORD_FORMAT,
     ModelScope,
     decode_model_record,
+    encode_contribution_record,
     encode_member_record,
     encode_model_record,
     in_time_order,
+    resolved_exchange,
 )
 from connectors.worker.task import PartitionTask, TaskSettings
 from connectors.worker.worker import Worker
@@ -67,6 +74,17 @@ def decode(payload: bytes, partition: int = 3, model=None):
 def record(**fields) -> bytes:
     base = {"format": MODEL_RECORD_FORMAT, "group": "g", "topic": "events", "partition": 3,
             "serial": 7, "weight": 10, "model": trained().to_state()}
+    base.update(fields)
+    return state.dumps({k: v for k, v in base.items() if v is not ...})
+
+
+def contribution(**fields) -> bytes:
+    """A contribution record (`--model-exchange delta`); `model=...` with a `model` field in
+    `fields` makes it a model record with a stream id, which a mix worker reads as a model."""
+    base = {"format": MODEL_RECORD_FORMAT, "group": "g", "topic": "events", "partition": 3,
+            "serial": 7, "weight": 10, "stream": 12345, "contribution": trained().to_state()}
+    if "model" in fields and "contribution" not in fields:
+        base.pop("contribution")
     base.update(fields)
     return state.dumps({k: v for k, v in base.items() if v is not ...})
 
@@ -486,12 +504,14 @@ class GroupSquatter(threading.Thread):
 
 
 @pytest.mark.kafka
-def test_hostile_model_records_are_refused_while_the_stream_goes_on(kafka_broker, caplog):
+@pytest.mark.parametrize("exchange", ["mix", "delta"])
+def test_hostile_model_records_are_refused_while_the_stream_goes_on(kafka_broker, caplog,
+                                                                    exchange):
     bootstrap = kafka_broker.bootstrap_servers
     name = w.fresh("scope-hostile")
     cfg = w.config(bootstrap, name, model_scope="topic", model_topic=f"{name}.models",
-                   mix_every=100, max_poll_records=100, idle_timeout=3.0,
-                   session_timeout_ms=6000, heartbeat_interval_ms=1000)
+                   model_exchange=exchange, mix_every=100, max_poll_records=100,
+                   idle_timeout=3.0, session_timeout_ms=6000, heartbeat_interval_ms=1000)
     topics_for(bootstrap, cfg, 2)
     data = w.labelled_stream(2_000, seed=5)
     squatter = GroupSquatter(bootstrap, cfg)
@@ -508,12 +528,14 @@ def test_hostile_model_records_are_refused_while_the_stream_goes_on(kafka_broker
         w.wait_for(lambda: len(squatter.assignment) == 1 and worker.tasks, 60, "a rebalance")
         (held,) = squatter.assignment
         mine = 1 - held
+        field = "model" if exchange == "mix" else "contribution"
         hostile = [
             b"\x80\x04garbage",  # a pickle's opening bytes
-            record(partition=held, topic=name, group=cfg.group_id,
-                   model={"model": "ALMAClassifier", "params": {"max_features": 1 << 40}}),
-            record(partition=held, topic=name, group=cfg.group_id,
-                   model=trained(p=4).to_state()),
+            contribution(partition=held, topic=name, group=cfg.group_id,
+                         **{field: {"model": "ALMAClassifier",
+                                    "params": {"max_features": 1 << 40}}}),
+            contribution(partition=held, topic=name, group=cfg.group_id,
+                         **{field: trained(p=4).to_state()}),
         ]
         items = [(mine, w.event(i, x, y)) for i, (x, y) in enumerate(data)]
         for n, payload in enumerate(hostile):
@@ -521,9 +543,11 @@ def test_hostile_model_records_are_refused_while_the_stream_goes_on(kafka_broker
             w.produce(bootstrap, name, items[n * 500:(n + 1) * 500])
             w.wait_for(lambda n=n: worker.model_scope and worker.model_scope.refused == n + 1,
                        30, f"hostile record {n} refused")
-        # A peer's valid record: mixed in.
-        store.write({(name, held): encode_model_record(worker.settings, name, held, 1, 50,
-                                                       trained(200, p=2))})
+        # A peer's valid record: mixed in (added).
+        valid = (encode_model_record(worker.settings, name, held, 1, 50, trained(200, p=2))
+                 if exchange == "mix" else encode_contribution_record(
+                     worker.settings, name, held, 99, 1, 50, trained(200, p=2)))
+        store.write({(name, held): valid})
         w.produce(bootstrap, name, items[1_500:])
         w.wait_for(lambda: worker.model_scope.peer_models >= 1, 30, "the peer's model mixed in")
         thread.join(60)
@@ -540,18 +564,22 @@ def test_hostile_model_records_are_refused_while_the_stream_goes_on(kafka_broker
 
 
 @pytest.mark.kafka
+@pytest.mark.parametrize("model, restart", [("budgetsvm", False), ("alma", True)])
 def test_a_sigkill_in_topic_scope_repeats_only_what_it_must_and_ends_near_an_unbroken_run(
-    kafka_broker, tmp_path
+    kafka_broker, tmp_path, model, restart
 ):
+    # The budget SVM exchanges by parameter mixing, ALMA by delta averaging (--model-exchange
+    # auto); the killed ALMA worker is restarted, and its ledger adopts what its checkpoint
+    # holds (streammargin/delta.py).
     bootstrap = kafka_broker.bootstrap_servers
     data = rbf_drift(8_000)
     items = [(i % 4, w.event(i, x, y)) for i, (x, y) in enumerate(data)]
-    options = ("--model", "budgetsvm", "--model-scope", "topic", "--mix-every", "400",
+    options = ("--model", model, "--model-scope", "topic", "--mix-every", "400",
                "--checkpoint-every", "500", "--max-poll-records", "200")
 
     # The unbroken run: one worker, the same records.
     name = w.fresh("scope-whole")
-    cfg = w.config(bootstrap, name, model="budgetsvm", model_scope="topic",
+    cfg = w.config(bootstrap, name, model=model, model_scope="topic",
                    model_topic=f"{name}.models", mix_every=400, checkpoint_every=500,
                    max_poll_records=200, idle_timeout=2.0)
     topics_for(bootstrap, cfg, 4)
@@ -561,13 +589,14 @@ def test_a_sigkill_in_topic_scope_repeats_only_what_it_must_and_ends_near_an_unb
 
     # Two workers; one is SIGKILLed mid-stream, the other takes its partitions over.
     name = w.fresh("scope-kill")
-    cfg = w.config(bootstrap, name, model="budgetsvm", model_scope="topic",
+    cfg = w.config(bootstrap, name, model=model, model_scope="topic",
                    model_topic=f"{name}.models")
     topics_for(bootstrap, cfg, 4)
     model_topic = ("--model-topic", cfg.model_topic)
     killed = w.start_worker(cfg, tmp_path / "killed.log", *options, *model_topic)
     survivor = w.start_worker(cfg, tmp_path / "survivor.log", *options, *model_topic,
                               "--idle-timeout", "4")
+    restarted = None
     try:
         w.produce(bootstrap, name, items[:4_000])
         w.wait_for(lambda: w.covered(bootstrap, cfg.predictions_topic,
@@ -575,11 +604,18 @@ def test_a_sigkill_in_topic_scope_repeats_only_what_it_must_and_ends_near_an_unb
                    90, "both workers' predictions")
         killed.send_signal(signal.SIGKILL)
         w.reap(killed, tmp_path / "killed.log")
+        if restart:
+            restarted = w.start_worker(cfg, tmp_path / "restarted.log", *options, *model_topic,
+                                       "--idle-timeout", "4")
         w.produce(bootstrap, name, items[4_000:])
-        assert w.reap(survivor, tmp_path / "survivor.log", timeout=120) == 0, (
-            tmp_path / "survivor.log").read_text()[-3000:]
+        for process, log_name in ((survivor, "survivor.log"), (restarted, "restarted.log")):
+            if process is not None:
+                assert w.reap(process, tmp_path / log_name, timeout=120) == 0, (
+                    tmp_path / log_name).read_text()[-3000:]
     finally:
-        for process in (killed, survivor):
+        for process in (killed, survivor, restarted):
+            if process is None:
+                continue
             if process.poll() is None:
                 process.kill()
                 process.wait()
@@ -788,3 +824,149 @@ def test_fuzzed_member_records_raise_state_error_and_nothing_else(data):
         return
     p = peer.model.predict_proba_one({0: 1.0, 1: 2.0})
     assert all(0.0 <= v <= 1.0 for v in p.values())
+
+
+# --model-exchange delta: asynchronous delta averaging of ALMA ------------------------------------
+
+
+
+
+def decode_delta(payload: bytes, settings_=SETTINGS):
+    model = streammargin.ALMAClassifier()
+    return decode_model_record(payload, settings_, "events", 3, model._get_params(),
+                               memory_bound(model), "delta")
+
+
+def test_auto_is_delta_for_a_binary_alma_and_mix_for_the_others():
+    assert resolved_exchange("auto", SETTINGS) == "delta"
+    assert resolved_exchange("auto", AUTO) == "mix"
+    assert resolved_exchange("auto", TaskSettings(group_id="g", model="alma",
+                                                  one_vs_rest=True)) == "mix"
+    assert resolved_exchange("mix", SETTINGS) == "mix"
+    with pytest.raises(ValueError, match="binary ALMA"):
+        resolved_exchange("delta", TaskSettings(group_id="g", model="budgetsvm"))
+    with pytest.raises(ValueError, match="model_exchange"):
+        resolved_exchange("average", SETTINGS)
+
+
+def test_a_contribution_record_round_trips():
+    model = trained()
+    payload = encode_contribution_record(SETTINGS, "events", 3, 2**63 - 1, 99, 120, model)
+    peer = decode_delta(payload)
+    assert (peer.stream, peer.serial, peer.weight) == (2**63 - 1, 99, 120)
+    assert state.dumps(peer.model.to_state()) == state.dumps(model.to_state())
+
+
+@pytest.mark.parametrize("payload, exchange, reason", [
+    (contribution(stream=...), "delta", "stream id"),
+    (contribution(stream=0), "delta", "stream id"),
+    (contribution(stream=1 << 63), "delta", "stream id"),
+    (contribution(stream=True), "delta", "stream id"),
+    (contribution(stream="1"), "delta", "stream id"),
+    (contribution(model=trained().to_state(), contribution=trained().to_state()), "delta",
+     "a contribution and a model"),
+    (contribution(contribution=trained(p=3).to_state()), "delta", "parameters differ"),
+    (contribution(contribution=streammargin.BudgetPerceptron().to_state()), "delta",
+     "not the ALMAClassifier"),
+    (contribution(contribution={**trained().to_state(), "params": {
+        **trained().to_state()["params"], "max_features": 1 << 40}}), "delta",
+     "max_features|bytes"),
+    (record(), "delta", "a model to mix"),
+    (contribution(), "mix", "a contribution"),
+])
+def test_a_hostile_contribution_record_raises_state_error_and_nothing_else(payload, exchange,
+                                                                           reason):
+    import re
+
+    model = streammargin.ALMAClassifier()
+    with pytest.raises(StateError) as caught:
+        decode_model_record(payload, SETTINGS, "events", 3, model._get_params(),
+                            memory_bound(model), exchange)
+    assert re.search(reason, str(caught.value)), str(caught.value)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_fuzzed_contribution_records_raise_state_error_and_nothing_else(data):
+    payload = bytearray(encode_contribution_record(SETTINGS, "events", 3, 77, 5, 9, trained(20)))
+    for _ in range(data.draw(st.integers(1, 8))):
+        at = data.draw(st.integers(0, len(payload) - 1))
+        payload[at] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(payload)))
+    try:
+        peer = decode_delta(bytes(payload[:cut]))
+    except StateError:
+        return
+    assert 1 <= peer.stream < 2**63
+    p = peer.model.predict_proba_one({"salary": 1.0, "age": 2.0})
+    assert all(0.0 <= v <= 1.0 for v in p.values())
+
+
+def fresh_tasks(partitions, rows, restored=False):
+    tasks = []
+    for partition in partitions:
+        task = PartitionTask.new("events", partition, SETTINGS)
+        task.restored = restored
+        tasks.append(task)
+    for task in tasks[1:]:
+        task.model = tasks[0].model  # (as the worker's first exchange has them)
+    for i, (x, y) in enumerate(rows):
+        task = tasks[i % len(tasks)]
+        task.model.learn_one(x, y)
+        task.since_mix += 1
+    return tasks
+
+
+def test_two_delta_scopes_add_each_others_corrections_once():
+    rows = [(x, bool(y)) for x, y in synth.Agrawal(classification_function=2, seed=6).take(400)]
+    store = MemoryStore()
+    mine = ModelScope(store, SETTINGS, 50, lambda topic: {0, 1, 2, 3}, exchange="delta")
+    theirs = ModelScope(store, SETTINGS, 50, lambda topic: {0, 1, 2, 3}, exchange="delta")
+    own, peers = fresh_tasks([0, 1], rows[:100]), fresh_tasks([2, 3], rows[100:200])
+    mine.exchange(own)  # writes its contribution, nothing to read yet
+    theirs.exchange(peers)  # writes, then adds mine
+    assert theirs.peer_models == 1 and peers[0].model is peers[1].model
+    mine.exchange(own)  # adds theirs
+    assert mine.peer_models == 1
+    # Each model holds both workers' 100 trials, as one model of the 200 records would.
+    assert own[0].model.n_trials == peers[0].model.n_trials == 200
+    head = state.peek(store.latest[("events", 2)][1])
+    assert type(head["stream"]) is int and head["serial"] == 1
+    # Nothing new: nothing added again; what a worker took in is not sent back.
+    mine.exchange(own)
+    theirs.exchange(peers)
+    assert (mine.peer_models, theirs.peer_models) == (1, 1)
+    assert own[0].model.n_trials == peers[0].model.n_trials == 200
+    # Learning goes on: each adds the other's new trials once.
+    for task, (x, y) in zip(own * 50, rows[200:300]):
+        task.model.learn_one(x, y)
+        task.since_mix += 1
+    mine.exchange(own)
+    theirs.exchange(peers)
+    assert peers[0].model.n_trials == 300 and own[0].model.n_trials == 300
+    mine.exchange(own)
+    assert own[0].model.n_trials == 300
+
+
+def test_a_restored_delta_worker_does_not_add_again_what_its_checkpoint_holds():
+    rows = [(x, bool(y)) for x, y in synth.Agrawal(classification_function=2, seed=7).take(300)]
+    store = MemoryStore()
+    theirs = ModelScope(store, SETTINGS, 50, lambda topic: {0, 1}, exchange="delta")
+    peers = fresh_tasks([1], rows[:100])
+    theirs.exchange(peers)
+    # A worker restored from a checkpoint written after it had taken in the peer's 100 trials
+    # (and learnt 50 of its own).
+    restored = fresh_tasks([0], rows[:100] + rows[100:150], restored=True)
+    mine = ModelScope(store, SETTINGS, 50, lambda topic: {0, 1}, exchange="delta")
+    mine.exchange(restored)
+    assert restored[0].model.n_trials == 150  # the peer's record adopted, not added again
+    for x, y in rows[150:200]:  # the peer goes on
+        peers[0].model.learn_one(x, y)
+        peers[0].since_mix += 1
+    theirs.exchange(peers)
+    mine.exchange(restored)
+    assert restored[0].model.n_trials == 200  # only what the peer learnt since
+    # The restored worker's own contribution is what it learnt since its restore: nothing yet.
+    assert state.peek(store.latest[("events", 0)][1])["weight"] == 150
+    theirs.exchange(peers)
+    assert peers[0].model.n_trials == 150 + 0  # its 150: no trials of the restored worker's

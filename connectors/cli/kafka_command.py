@@ -103,8 +103,13 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
      "only)"),
     ("--model-topic", "str", "streammargin.models",
      "with --model-scope topic: the compacted topic of the partitions' models"),
-    ("--mix-every", "int", 2_000,
-     "with --model-scope topic: records a worker processes (of a topic) between two exchanges"),
+    ("--model-exchange", "str", "auto",
+     "with --model-scope topic: how the workers' models become one: mix (parameter mixing), "
+     "delta (delta averaging: every worker's corrections kept in full; a binary alma only) or "
+     "auto (delta for a binary alma, mix for the other models)"),
+    ("--mix-every", "int", None,
+     "with --model-scope topic: records a worker processes (of a topic) between two exchanges "
+     "(default: 200 with delta, 2000 with mix)"),
     ("--max-model-bytes-share", "float", 0.05,
      "with --model-scope topic: at most this share of the input's bytes goes to the model "
      "topic; a model record waits until the input read allows it ('none': no budget)"),
@@ -312,6 +317,7 @@ def config_from_args(args: argparse.Namespace) -> typing.Any:
         processing_guarantee=args.processing_guarantee,
         model_scope=args.model_scope,
         model_topic=args.model_topic,
+        model_exchange=args.model_exchange,
         mix_every=args.mix_every,
         max_model_bytes_share=args.max_model_bytes_share,
         transport=args.transport,

@@ -16,14 +16,24 @@ a P-th of the stream. With `topic`:
   mean of its own and those (federated averaging's weights: a copy that learnt nothing adds
   nothing).
 
-This is *asynchronous iterative parameter mixing* without a coordinator. Why
-(benchmarks/partition_learning.py, docs/kafka.md): parameter mixing kept accuracy where delta
-averaging lost it at 32 partitions (it sums every copy's updates: 3-9 points worse on SEA drift and
-the hyperplane). Delta averaging between three workers, each peer's change since its last exchange
-added in full, did no better through the tasks of this module either (ALMA -1.1 and +0.9 points on
-SEA and RBF drift, the budget SVM +0.1 and 0.0, 12 partitions, 12,000 records). It needs neither
-coordinator nor barrier, so a slow or idle worker never holds the others up. Without a barrier the
-peers' models are those of their last exchange: which peer models a mix sees depends on timing.
+This is *asynchronous iterative parameter mixing* without a coordinator (`--model-exchange
+mix`). It needs neither coordinator nor barrier, so a slow or idle worker never holds the others
+up. Without a barrier the peers' models are those of their last exchange: which peer models a
+mix sees depends on timing.
+
+With `--model-exchange delta`, for a binary ALMA (and the default for it, `auto`:
+`resolved_exchange`), a worker writes its *cumulative contribution* instead, what its model holds
+beyond what it took from its peers, and adds each peer's new contribution minus the one it added
+before (`streammargin.delta.DeltaLedger`; records carry the worker's stream id, which outlives
+the key a rebalance changes). Every worker's corrections are then kept in full, where the mean
+of the copies brings each at a P-th of its size, and the mixed model lags a drift: in
+benchmarks/topic_scope_sim.py (36,000 records, the hyperplane, RBF drift and SEA drift, every 200
+records a worker) the gap to one model is -0.3 points on average and -0.7 at worst, against -1.0
+and -1.9 for parameter mixing. Why not for every model: the budget SVM and the AutoClassifier
+gained nothing from delta averaging on RBF drift (docs/kafka.md), no sum of contributions is
+built for the other hypotheses (support sets, the CPM's faces), and the AutoClassifier exchanges
+the member it serves. Delta averaging of each peer's change since its last exchange (no ledger), measured
+before, lost accuracy where parameter mixing kept it: contributions must be cumulative.
 
 An AutoClassifier whose whole record is beyond `--max-model-bytes-share` (its CPM's replay
 window and its budget SVM's support make it 130-314 KB) sends the member it serves instead, the
@@ -40,6 +50,12 @@ What a crash does: each task's checkpoint holds the model as it was, and a resta
 records since, as in partition scope; but the replay's mixes meet the peers' models of now, not
 of then. The model after a SIGKILL is therefore a topic-scope model of the same records, not the
 bit-identical model of an uninterrupted run: tests/test_model_scope.py measures the difference.
+With delta averaging, a restarted worker begins a new stream, and its checkpoint's model counts
+as taken: the peers' records it reads first are adopted, not added again. Two bounded errors
+follow, each at most the records of one checkpoint interval (`--checkpoint-every`): what the
+peers contributed between its checkpoint and its restart is not added to it, and the
+corrections it had published after its checkpoint are published again by the replay. The peers
+keep the dead stream's last contribution in their models, as they would keep its corrections.
 
 A record on the model topic is untrusted like a checkpoint: its bytes are bounded before they are
 read (twice this worker's model's memory ceiling and a MiB, `Worker._model_exchange`),
@@ -72,15 +88,25 @@ from connectors.worker.task import (
     restore_part,
 )
 from streammargin import state as state_module
+from streammargin.alma import ALMAClassifier
 from streammargin.auto import AutoClassifier
+from streammargin.delta import MAX_STREAM, DeltaLedger
 from streammargin.errors import StateError
 from streammargin.memory import memory_bound
 
 log = logging.getLogger("connectors.worker")
 
 MODEL_SCOPES = ("partition", "topic")
+MODEL_EXCHANGES = ("auto", "mix", "delta")
 MODEL_RECORD_FORMAT = "streammargin-model/1"
 DEFAULT_MIX_EVERY = 2_000
+DEFAULT_DELTA_EVERY = 200
+
+
+def default_mix_every(exchange: str) -> int:
+    """Records a worker processes between two exchanges, unless `--mix-every` says: parameter
+    mixing gains nothing from a shorter period, delta averaging does (docs/kafka.md)."""
+    return DEFAULT_DELTA_EVERY if exchange == "delta" else DEFAULT_MIX_EVERY
 DEFAULT_MAX_MODEL_BYTES_SHARE = 0.05
 
 
@@ -89,6 +115,33 @@ def encode_model_record(settings: TaskSettings, topic: str, partition: int, seri
     """A model-topic record: a worker's model of `topic`, under the key of `partition` (the lowest
     it owns), its weight in the peers' next mixes, and a serial number that tells records apart."""
     return _encode_record(settings, topic, partition, serial, weight, "model", model.to_state())
+
+
+def encode_contribution_record(settings: TaskSettings, topic: str, partition: int, stream: int,
+                               serial: int, weight: int, contribution: ALMAClassifier) -> bytes:
+    """A model-topic record of `--model-exchange delta`: the cumulative contribution of a worker's
+    stream (`streammargin.delta.DeltaLedger`), an ALMA model, and the stream's id; `serial`
+    grows along the stream."""
+    return _encode_record(settings, topic, partition, serial, weight, "contribution",
+                          contribution.to_state(), stream=stream)
+
+
+def resolved_exchange(exchange: str, settings: TaskSettings) -> str:
+    """The scheme `--model-exchange` names for the model of `settings`: "auto" is delta
+    averaging for a binary ALMA (every worker's corrections kept in full: it follows a drift
+    where parameter mixing lags, docs/kafka.md) and parameter mixing for the others (the
+    budget SVM and the AutoClassifier gained nothing from delta averaging on RBF drift, and an
+    AutoClassifier exchanges the member it serves). Raises `ValueError` for "delta" with another model."""
+    if exchange not in MODEL_EXCHANGES:
+        raise ValueError(f"model_exchange must be one of {MODEL_EXCHANGES}, got {exchange!r}")
+    linear = model_class(settings.model) is ALMAClassifier and not settings.one_vs_rest
+    if exchange == "delta" and not linear:
+        raise ValueError(f"model_exchange delta is built for a binary ALMA, not --model "
+                         f"{settings.model}{' --one-vs-rest' if settings.one_vs_rest else ''}: "
+                         "use mix (or auto)")
+    if exchange == "auto":
+        return "delta" if linear else "mix"
+    return exchange
 
 
 def encode_member_record(settings: TaskSettings, topic: str, partition: int, serial: int,
@@ -101,9 +154,9 @@ def encode_member_record(settings: TaskSettings, topic: str, partition: int, ser
 
 
 def _encode_record(settings: TaskSettings, topic: str, partition: int, serial: int, weight: int,
-                   field: str, content: dict) -> bytes:
+                   field: str, content: dict, **extra: typing.Any) -> bytes:
     """The fields every model-topic record has (what `decode_model_record` checks first), then
-    `field`: "model" or "member"."""
+    `field` ("model", "member" or "contribution") and any `extra` fields."""
     return state_module.dumps(
         {
             "format": MODEL_RECORD_FORMAT,
@@ -112,6 +165,7 @@ def _encode_record(settings: TaskSettings, topic: str, partition: int, serial: i
             "partition": partition,
             "serial": serial,
             "weight": weight,
+            **extra,
             field: content,
         }
     )
@@ -129,16 +183,19 @@ class PeerModel:
     model: typing.Any
     member: str | None = None
     roles: tuple | None = None
+    stream: int | None = None  # a contribution's (`--model-exchange delta`)
 
 
 def decode_model_record(payload: bytes, settings: TaskSettings, topic: str, partition: int,
-                        params: dict, max_model_bytes: int) -> PeerModel:
+                        params: dict, max_model_bytes: int, exchange: str = "mix") -> PeerModel:
     """The model of a model-topic record under the key of `topic`/`partition` (or the member of
-    a member record, `encode_member_record`); `StateError` (and nothing else) for anything
-    malformed or impossible: unreadable bytes, another format, group, topic or partition,
-    another kind of model than `settings` build (a member record where they build no
-    AutoClassifier), parameters other than `params` (this worker's model's), or a state whose
-    parameters allow more than `max_model_bytes` (refused before anything is allocated)."""
+    a member record, `encode_member_record`, or the contribution of a contribution record,
+    `encode_contribution_record`); `StateError` (and nothing else) for anything malformed or
+    impossible: unreadable bytes, another format, group, topic or partition, another kind of
+    model than `settings` build (a member record where they build no AutoClassifier), a record
+    of the other `exchange` scheme, a stream id out of range, parameters other than `params`
+    (this worker's model's), or a state whose parameters allow more than `max_model_bytes`
+    (refused before anything is allocated)."""
     fields = state_module.loads(payload)
     found = fields.get("format")
     if found != MODEL_RECORD_FORMAT:
@@ -149,6 +206,21 @@ def decode_model_record(payload: bytes, settings: TaskSettings, topic: str, part
                          f"{settings.group_id}/{topic}/{partition}")
     serial = checked_count(fields.get("serial"), "serial")
     weight = checked_count(fields.get("weight"), "weight")
+    if ("contribution" in fields) != (exchange == "delta"):
+        held, other = (("a contribution (--model-exchange delta)", "mixes models")
+                       if "contribution" in fields else
+                       ("a model to mix (--model-exchange mix)", "adds contributions"))
+        raise StateError(f"it holds {held}, and this worker {other}: every worker of group "
+                         f"{settings.group_id!r} must run one --model-exchange")
+    stream = None
+    if exchange == "delta":
+        stream = fields.get("stream")
+        if type(stream) is not int or not 1 <= stream <= MAX_STREAM:
+            raise StateError(f"its stream id must be an integer in [1, 2**63), got "
+                             f"{stream!r:.60}")
+        if "model" in fields or "member" in fields:
+            raise StateError("it holds a contribution and a model")
+        fields["model"] = fields.pop("contribution")
     if "member" in fields:
         if "model" in fields or model_class(settings.model) is not AutoClassifier or (
             settings.one_vs_rest
@@ -167,7 +239,7 @@ def decode_model_record(payload: bytes, settings: TaskSettings, topic: str, part
     check_model_kind(model, settings)
     if model._get_params() != params:
         raise StateError(f"its model's parameters differ from this worker's ({params!r:.200})")
-    return PeerModel(topic, partition, serial, weight, model)
+    return PeerModel(topic, partition, serial, weight, model, stream=stream)
 
 
 def _shared_scaler(own: list[PartitionTask]) -> typing.Any:
@@ -217,14 +289,23 @@ class ModelScope:
         At most this share of the input's bytes (those the worker's tasks read, `read`) goes to
         the model topic: an exchange due by `mix_every` waits until the bytes written, with a
         record as large as the last, stay within it. None: no budget.
+    exchange
+        "mix" (asynchronous parameter mixing) or "delta" (asynchronous delta averaging of a
+        binary ALMA, `streammargin.delta`): `resolved_exchange`.
 
     """
 
     def __init__(self, store: checkpoint_module.CheckpointStore, settings: TaskSettings,
                  mix_every: int, partitions_for: typing.Callable[[str], typing.Any],
-                 max_bytes_share: float | None = None):
+                 max_bytes_share: float | None = None, exchange: str = "mix"):
         if mix_every < 1:
             raise ValueError(f"mix_every must be >= 1, got {mix_every!r}")
+        if exchange not in ("mix", "delta"):
+            raise ValueError(f"exchange must be mix or delta, got {exchange!r}")
+        self.scheme = resolved_exchange(exchange, settings)
+        # --model-exchange delta: per topic, the worker's ledger and the model it follows.
+        self._ledgers: dict[str, DeltaLedger] = {}
+        self._followed: dict[str, typing.Any] = {}
         if max_bytes_share is not None and not 0.0 < max_bytes_share:
             raise ValueError(f"max_bytes_share must be > 0, got {max_bytes_share!r}")
         self.max_bytes_share = max_bytes_share
@@ -239,8 +320,8 @@ class ModelScope:
         self._thread = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="streammargin-model-exchange")
         self._exchange: _Exchange | None = None
-        # The serial of each peer record last mixed in: a peer record is mixed in once.
-        self._mixed_in: dict[tuple[str, int], int] = {}
+        # The (stream, serial) of each key's record last mixed in: a record is mixed in once.
+        self._mixed_in: dict[tuple[str, int], tuple[int | None, int]] = {}
         # The model-topic offset of each key's last refused record: logged once each.
         self._refused_at: dict[tuple[str, int], int] = {}
         self.exchanges = 0
@@ -335,7 +416,13 @@ class ModelScope:
             weights[topic] = 0
             if weight > 0:
                 lowest = min(t.partition for t in own)
-                payload = self._record(topic, lowest, weight, model)
+                if self.scheme == "delta":
+                    stream, serial, contribution = self._ledger(topic, own, model).publish(model)
+                    payload = encode_contribution_record(self.settings, topic, lowest, stream,
+                                                         serial, weight, contribution)
+                    self._last_record_bytes = len(payload)
+                else:
+                    payload = self._record(topic, lowest, weight, model)
                 if self._affordable(len(payload)):
                     payloads[(topic, lowest)] = payload
                     self.bytes_written += len(payload)
@@ -343,7 +430,8 @@ class ModelScope:
                     for task in own:
                         task.since_mix = 0
                 # Else --max-model-bytes-share holds the record back: the records it learnt
-                # stay counted, and go out with the next record the budget allows.
+                # stay counted, and go out with the next record the budget allows (a
+                # contribution is cumulative: the next one holds this one's).
             owned = {t.partition for t in own}
             partitions = self.partitions_for(topic) or ()
             wanted[topic] = ([(topic, p) for p in sorted(partitions) if p not in owned],
@@ -381,7 +469,8 @@ class ModelScope:
                         refused_at: dict) -> dict[str, list[tuple]]:
         """The scope's thread: the worker's records written (acknowledged), then per topic the
         peers' latest records read and checked: (key, offset, PeerModel or the reason it is
-        refused, bytes read) for each new one."""
+        refused, bytes read) for each new one; and (None, None, the stream ids of every record
+        read, 0) last, for `--model-exchange delta`'s ledger."""
         started = time.perf_counter()
         if payloads:
             self.store.write(payloads)
@@ -390,6 +479,7 @@ class ModelScope:
             found[topic] = []
             if not keys:
                 continue
+            streams = []
             for key, loaded in sorted(self.store.load(keys).items()):
                 if isinstance(loaded, checkpoint_module.RefusedCheckpoint):
                     found[topic].append((key, loaded.offset, loaded.reason, 0))
@@ -399,14 +489,18 @@ class ModelScope:
                 size = len(loaded.payload)
                 try:
                     head = state_module.peek(loaded.payload)
-                    if head.get("serial") == mixed_in.get(key) or head.get("weight") == 0:
+                    if type(head.get("stream")) is int:
+                        streams.append(head["stream"])
+                    if ((head.get("stream"), head.get("serial")) == mixed_in.get(key)
+                            or head.get("weight") == 0):
                         continue  # nothing new since it was mixed in: not decoded again
                     peer = decode_model_record(loaded.payload, self.settings, key[0], key[1],
-                                               params, max_model_bytes)
+                                               params, max_model_bytes, self.scheme)
                 except StateError as error:
                     found[topic].append((key, loaded.offset, str(error), size))
                     continue
                 found[topic].append((key, loaded.offset, peer, size))
+            found[topic].append((None, None, streams, 0))
         self.background_seconds += time.perf_counter() - started
         return found
 
@@ -417,13 +511,20 @@ class ModelScope:
         for topic, own in _by_topic(tasks).items():
             owned = {t.partition for t in own}
             peers = []
+            streams = ()
             for key, offset, result, size in found.get(topic, ()):
                 self.bytes_read += size
-                if isinstance(result, str):
+                if key is None:
+                    streams = result
+                elif isinstance(result, str):
                     self._refuse(key, offset, result)
-                elif key[1] not in owned and self._mixed_in.get(key) != result.serial:
+                elif key[1] not in owned and self._mixed_in.get(key) != (result.stream,
+                                                                         result.serial):
                     peers.append(result)  # (a partition taken over since is the worker's own)
             if not peers:
+                continue
+            if self.scheme == "delta":
+                self._take_in(topic, own, peers, streams)
                 continue
             from streammargin.mixing import mix, mix_member
 
@@ -448,10 +549,41 @@ class ModelScope:
             for task in own:
                 task.model, task.scaler = model, scaler
             for peer in peers:
-                self._mixed_in[(peer.topic, peer.partition)] = peer.serial
+                self._mixed_in[(peer.topic, peer.partition)] = (peer.stream, peer.serial)
             self.peer_models += len(peers)
         self.exchanges += 1
         self.seconds += time.perf_counter() - started
+
+    def _ledger(self, topic: str, own: list[PartitionTask], model: typing.Any) -> DeltaLedger:
+        """The ledger of `topic` (`--model-exchange delta`), following `model`, the worker's
+        model of it now. Begun at the topic's first exchange: a model restored from a
+        checkpoint already holds its peers' contributions (the ledger adopts the first it
+        reads). A model merged in since (`_local_model`: a task taken over brought its own) is
+        not the worker's learning: the ledger takes the merge as taken."""
+        ledger = self._ledgers.get(topic)
+        followed = self._followed.get(topic)
+        if ledger is None:
+            ledger = self._ledgers[topic] = DeltaLedger(
+                model, max_streams=max(len(self.partitions_for(topic) or ()), 1),
+                adopt=any(task.restored for task in own))
+        elif model is not followed:
+            ledger.merged(followed, model)
+        self._followed[topic] = model
+        return ledger
+
+    def _take_in(self, topic: str, own: list[PartitionTask], peers: list[PeerModel],
+                 streams: typing.Iterable[int]) -> None:
+        """`--model-exchange delta`: the peers' new contributions added to the worker's model
+        of `topic`, in place (`DeltaLedger.take_in`)."""
+        model, _ = self._local_model(own)
+        ledger = self._ledger(topic, own, model)
+        ledger.seen(streams)
+        self.peer_models += ledger.take_in(model, [(p.stream, p.serial, p.model) for p in peers])
+        scaler = _shared_scaler(own)
+        for task in own:
+            task.model, task.scaler = model, scaler
+        for peer in peers:
+            self._mixed_in[(peer.topic, peer.partition)] = (peer.stream, peer.serial)
 
     @staticmethod
     def _local_model(own: list[PartitionTask]) -> tuple[typing.Any, int]:

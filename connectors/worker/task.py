@@ -921,6 +921,9 @@ class PartitionTask:
         # Records processed since the model was last mixed with the other partitions' models
         # (--model-scope topic, connectors/worker/model_scope.py): its weight in the next exchange.
         self.since_mix = 0
+        # Whether the model came from a checkpoint (`restore`): in topic scope it holds what the
+        # peers had contributed up to it (`streammargin.delta.DeltaLedger`'s `adopt`).
+        self.restored = False
         self._prefix = (
             f'{{"topic":{encode_basestring(topic)},"partition":{partition},'
             f'"model":{encode_basestring(self.model_name)},"offset":'
@@ -1045,11 +1048,13 @@ class PartitionTask:
                 "this version's defaults give %s): start with a new --group-id to use those",
                 topic, partition, {k: saved_params[k] for k in differing}, differing,
             )
-        return cls(
+        task = cls(
             topic, partition, settings, model, scaler, metrics, pending, codec=codec,
             next_offset=next_offset, counters=counters,
             prediction_partition=prediction_partition,
         )
+        task.restored = True
+        return task
 
     def to_checkpoint(self) -> bytes:
         """The task's whole state and its next offset, as checkpoint bytes."""

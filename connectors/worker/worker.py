@@ -61,10 +61,11 @@ from connectors.observability.observability import ClientLogTail, WorkerStatus
 from connectors.state import checkpoint as checkpoint_module
 from connectors.worker.model_scope import (
     DEFAULT_MAX_MODEL_BYTES_SHARE,
-    DEFAULT_MIX_EVERY,
     MODEL_SCOPES,
     ModelScope,
+    default_mix_every,
     in_time_order,
+    resolved_exchange,
 )
 from connectors.worker.outage import BrokerContact, BrokerOutage
 from connectors.worker.profiling import rss_bytes
@@ -185,7 +186,12 @@ class WorkerConfig:
     # one model (connectors/worker/model_scope.py says how, and what a crash does).
     model_scope: str = "partition"
     model_topic: str = "streammargin.models"
-    mix_every: int = DEFAULT_MIX_EVERY
+    # How the workers' models become one: "mix" (asynchronous parameter mixing), "delta"
+    # (asynchronous delta averaging, a binary ALMA only: every worker's corrections kept in
+    # full), or "auto": delta for a binary ALMA, mix for the others (`resolved_exchange`).
+    model_exchange: str = "auto"
+    # None: the exchange's default (`default_mix_every`).
+    mix_every: int | None = None
     # At most this share of the input's bytes goes to the model topic (a record waits until the
     # input read allows it); None: no budget, an exchange every mix_every records. 5% keeps
     # ALMA's exchanges as they are (its records are under 1% of the input) and holds kernel
@@ -223,7 +229,7 @@ class WorkerConfig:
             raise ValueError("at least one input topic is needed")
         for name in ("checkpoint_every", "max_poll_records", "predictions_per_message",
                      "mix_every"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         minimum = checkpoint_module.MIN_CHUNK_BYTES
         if self.checkpoint_chunk_bytes < minimum:
@@ -268,7 +274,8 @@ class WorkerConfig:
                              f"got {self.auto_offset_reset!r}")
         _check_drift_detector(self.drift_detector, self.drift_params)
         _check_model_params(self.model, self.params)  # parameters the model refuses fail early
-        self.task_settings()  # so do the label store, record limits, codec and one-vs-rest
+        settings = self.task_settings()  # so do the label store, record limits, codec and OvR
+        resolved_exchange(self.model_exchange, settings)  # and delta for a model it is not for
         if self.transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
         settings = client_settings(self)  # and client settings that contradict each other
@@ -942,8 +949,10 @@ class Worker:
             chunk_bytes=config.checkpoint_chunk_bytes,
             max_checkpoint_bytes=min(config.max_checkpoint_bytes, ceiling),
         )
-        return ModelScope(store, self.settings, config.mix_every, transport.partitions_for,
-                          config.max_model_bytes_share)
+        exchange = resolved_exchange(config.model_exchange, self.settings)
+        mix_every = config.mix_every or default_mix_every(exchange)
+        return ModelScope(store, self.settings, mix_every, transport.partitions_for,
+                          config.max_model_bytes_share, exchange)
 
     def _create_topics(self, transport: Transport) -> None:
         """Create the missing output topics (as many partitions as the inputs have)."""
