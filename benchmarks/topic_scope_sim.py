@@ -61,6 +61,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import partition_learning  # (this folder: the script's own)
 
+from streammargin.alma import ALMAClassifier
+from streammargin.delta import DeltaLedger
 from streammargin.jit import budget_svm as svm_jit
 from streammargin.mixing import mix
 
@@ -101,37 +103,33 @@ def cache_entries(model) -> float:
 
 class Published:
     """The three workers' latest model-topic records (`async-mix`, `async-delta`) and what each
-    worker took of each peer's."""
+    worker took of each peer's. `async-delta` runs the worker's ledger
+    (`streammargin.delta.DeltaLedger`)."""
 
     def __init__(self, fresh):
         self.fresh = fresh
-        self.records: list = [None] * WORKERS  # worker -> (serial, weight, model or C)
-        self.taken = [[None] * WORKERS for _ in range(WORKERS)]  # [k][q]: (serial, A)
-        self.own = [_copy(fresh) for _ in range(WORKERS)]  # async-delta: each worker's C
-        self.after = [_copy(fresh) for _ in range(WORKERS)]  # its model after its last exchange
+        self.records: list = [None] * WORKERS  # worker -> (serial, weight, model) or C's record
+        self.taken = [[None] * WORKERS for _ in range(WORKERS)]  # [k][q]: serial
+        self.ledgers = [DeltaLedger(fresh, max_streams=WORKERS, stream=k + 1)
+                        for k in range(WORKERS)] if isinstance(fresh, ALMAClassifier) else None
 
     def exchange(self, k: int, model, since: int, delta: bool):
         """Worker k's exchange: its record published, then its peers' new ones taken in."""
+        if delta:
+            ledger = self.ledgers[k]
+            self.records[k] = ledger.publish(model)
+            ledger.take_in(model, [r for q, r in enumerate(self.records)
+                                   if q != k and r is not None])
+            return model
         serial = (self.records[k] or (0,))[0] + 1
-        if delta:
-            self.own[k] = mix([model, self.own[k]], [1.0, 1.0], base=self.after[k])
-            self.records[k] = (serial, since, _copy(self.own[k]))
-        else:
-            self.records[k] = (serial, since, _copy(model))
+        self.records[k] = (serial, since, _copy(model))
         new = [(q, record) for q, record in enumerate(self.records)
-               if q != k and record is not None
-               and (self.taken[k][q] or (None,))[0] != record[0]]
-        if delta:
-            for q, (serial_q, _, contribution) in new:
-                before = (self.taken[k][q] or (None, self.fresh))[1]
-                model = mix([model, contribution], [1.0, 1.0], base=before)
-                self.taken[k][q] = (serial_q, contribution)
-            self.after[k] = _copy(model)
-        elif new:
+               if q != k and record is not None and self.taken[k][q] != record[0]]
+        if new:
             model = mix([model, *[record[2] for _, record in new]],
                         [max(since, 1), *[record[1] for _, record in new]])
             for q, record in new:
-                self.taken[k][q] = (record[0], None)
+                self.taken[k][q] = record[0]
         return model
 
 
