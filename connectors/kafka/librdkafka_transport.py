@@ -407,6 +407,7 @@ class CheckpointReader(_Fetching):
         properties["logger"] = logging.getLogger(_LIBRDKAFKA_LOG)
         timeout = settings.get("bootstrap_timeout_ms", _DEFAULT_BOOTSTRAP_TIMEOUT_MS)
         super().__init__(_new_consumer(properties, "checkpoint reader"), timeout)
+        self._assigning: list | None = None
 
     def _reached_end(self, message: typing.Any) -> None:
         tp = self._tp(message.topic(), message.partition())
@@ -414,13 +415,24 @@ class CheckpointReader(_Fetching):
             self._next[tp] = message.offset()
 
     def assign(self, partitions: list) -> None:
-        self._consumer.assign([self._lib(tp) for tp in partitions])
+        # Deferred to the next poll, unless a seek comes first: an assignment and then, at
+        # once, the seek's own (below) tripped an assertion in librdkafka 2.x
+        # (rd_kafka_assignment_partition_stopped: `rktp->rktp_started`), which aborts the
+        # process; the store's reads assign and seek back to back (`CheckpointStore.follow`).
+        self._assigning = [self._lib(tp) for tp in partitions]
 
     def seek(self, tp: typing.Any, offset: int) -> None:
         # Assigning with an offset starts the fetch there whatever state the partition is in
         # (a seek right after an assignment can find it not started yet).
+        self._assigning = None
         self._consumer.assign([self._lib(tp, offset)])
         self._next[tp] = offset
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[typing.Any, list]:
+        if self._assigning is not None:
+            self._consumer.assign(self._assigning)
+            self._assigning = None
+        return super().poll(timeout_ms, max_records)
 
     def position(self, tp: typing.Any) -> int | None:
         return self._next.get(tp)
