@@ -406,6 +406,60 @@ def test_checkpoints_many_chunks_long_round_trip_exactly_and_interleave(kafka_br
     assert keys[-4:] == [checkpoint.checkpoint_key("group", "events", p) for p in range(4)]
 
 
+def follow_until(store, keys, expected, timeout: float = 20.0) -> dict:
+    """What `follow` gives over calls until it has `expected` keys: a call stops at its first
+    poll that brings nothing, and what comes later is the next call's."""
+    found: dict = {}
+    deadline = time.monotonic() + timeout
+    while set(found) != set(expected) and time.monotonic() < deadline:
+        found.update({k: v.payload for k, v in store.follow(keys).items()})
+    return found
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("partitions", [1, 3])
+@pytest.mark.parametrize("reader", ["kafka-python", "librdkafka"])
+def test_follow_gives_each_keys_latest_then_only_what_came_since(kafka_broker, partitions,
+                                                                 reader):
+    # The model exchange's read (connectors/worker/model_scope.py): the latest of each key at
+    # first, then only what was written since; a key not followed before gets its latest; a
+    # chunked record is read whole, and reading its chunks loses no record after it.
+    options = {}
+    if reader == "librdkafka":
+        pytest.importorskip("confluent_kafka")
+        from connectors.kafka.librdkafka_transport import CheckpointReader
+
+        options = {"reader_factory": CheckpointReader}
+    topic = fresh("models")
+    create_topics(kafka_broker.bootstrap_servers, [topic], partitions=partitions)
+    writer = store_for(kafka_broker, topic, chunk_bytes=1_024)
+    follower = store_for(kafka_broker, topic, **options)
+    keys = [("events", p) for p in range(4)]
+    try:
+        writer.write({key: b"first %d" % key[1] for key in keys})
+        writer.write({keys[0]: b"second 0"})
+        assert follow_until(follower, keys[:2], keys[:2]) == {
+            keys[0]: b"second 0", keys[1]: b"first 1"}
+        assert follower.follow(keys[:2]) == {}  # nothing since
+        writer.write({keys[1]: b"second 1", keys[2]: b"second 2"})
+        assert follow_until(follower, keys[:3], keys[1:3]) == {
+            keys[1]: b"second 1", keys[2]: b"second 2"}
+        big = os.urandom(5_000)
+        writer.write({keys[3]: big})
+        assert follow_until(follower, keys, keys[3:]) == {keys[3]: big}  # new: its latest
+        bigger = os.urandom(7_000)
+        writer.write({keys[3]: bigger, keys[0]: b"third 0"})
+        writer.write({keys[2]: b"third 2"})
+        assert follow_until(follower, keys, [keys[0], keys[2], keys[3]]) == {
+            keys[0]: b"third 0", keys[2]: b"third 2", keys[3]: bigger}
+        writer.write({keys[1]: b"third 1"})  # after a chunk read moved the reader
+        assert follow_until(follower, keys, [keys[1]]) == {keys[1]: b"third 1"}
+        assert follower.follow(keys) == {}
+    finally:
+        writer.close()
+        follower.close()
+
+
 @pytest.mark.kafka
 def test_the_records_of_a_key_share_one_partition_of_a_many_partition_topic(kafka_broker):
     topic = fresh("checkpoints")
