@@ -277,8 +277,9 @@ class ModelScope:
     ----------
     store
         A `CheckpointStore` on the model topic (`Transport.checkpoint_store`): chunking, size
-        limits and reading the latest record of each key come with it. Only the scope's thread
-        uses it, one exchange at a time.
+        limits and reading the latest record of each key come with it (`follow`: the records
+        since the last exchange's read). Only the scope's thread uses it, one exchange at a
+        time.
     settings
         The tasks' settings (what a peer's model must be).
     mix_every
@@ -322,6 +323,9 @@ class ModelScope:
         self._exchange: _Exchange | None = None
         # The (stream, serial) of each key's record last mixed in: a record is mixed in once.
         self._mixed_in: dict[tuple[str, int], tuple[int | None, int]] = {}
+        # The stream id of each key's latest record (the scope's thread's): which streams are
+        # on the topic now (`DeltaLedger.seen`); `store.follow` gives only the records since.
+        self._key_streams: dict[tuple[str, int], typing.Any] = {}
         # The model-topic offset of each key's last refused record: logged once each.
         self._refused_at: dict[tuple[str, int], int] = {}
         self.exchanges = 0
@@ -414,6 +418,9 @@ class ModelScope:
             for task in own:
                 task.model, task.scaler = model, scaler
             weights[topic] = 0
+            owned = {t.partition for t in own}
+            partitions = self.partitions_for(topic) or ()
+            peer_keys = [(topic, p) for p in sorted(partitions) if p not in owned]
             if weight > 0:
                 lowest = min(t.partition for t in own)
                 if self.scheme == "delta":
@@ -432,10 +439,7 @@ class ModelScope:
                 # Else --max-model-bytes-share holds the record back: the records it learnt
                 # stay counted, and go out with the next record the budget allows (a
                 # contribution is cumulative: the next one holds this one's).
-            owned = {t.partition for t in own}
-            partitions = self.partitions_for(topic) or ()
-            wanted[topic] = ([(topic, p) for p in sorted(partitions) if p not in owned],
-                             model._get_params(), memory_bound(model))
+            wanted[topic] = (peer_keys, model._get_params(), memory_bound(model))
         future = self._thread.submit(self._write_and_read, payloads, wanted, dict(self._mixed_in),
                                      dict(self._refused_at))
         self._exchange = _Exchange(weights, future)
@@ -479,8 +483,7 @@ class ModelScope:
             found[topic] = []
             if not keys:
                 continue
-            streams = []
-            for key, loaded in sorted(self.store.load(keys).items()):
+            for key, loaded in sorted(self.store.follow(keys).items()):
                 if isinstance(loaded, checkpoint_module.RefusedCheckpoint):
                     found[topic].append((key, loaded.offset, loaded.reason, 0))
                     continue
@@ -489,8 +492,7 @@ class ModelScope:
                 size = len(loaded.payload)
                 try:
                     head = state_module.peek(loaded.payload)
-                    if type(head.get("stream")) is int:
-                        streams.append(head["stream"])
+                    self._key_streams[key] = head.get("stream")
                     if ((head.get("stream"), head.get("serial")) == mixed_in.get(key)
                             or head.get("weight") == 0):
                         continue  # nothing new since it was mixed in: not decoded again
@@ -500,7 +502,8 @@ class ModelScope:
                     found[topic].append((key, loaded.offset, str(error), size))
                     continue
                 found[topic].append((key, loaded.offset, peer, size))
-            found[topic].append((None, None, streams, 0))
+            streams = [self._key_streams.get(key) for key in keys]
+            found[topic].append((None, None, [s for s in streams if type(s) is int], 0))
         self.background_seconds += time.perf_counter() - started
         return found
 
