@@ -256,6 +256,9 @@ def test_a_lone_worker_of_a_topic_trains_the_model_one_model_would():
         alone.process([_record(0, i, value)])
     assert state.dumps(own[0].model.to_state()) == state.dumps(alone.model.to_state())
     assert state.dumps(own[1].scaler.to_state()) == state.dumps(alone.scaler.to_state())
+    # Owning every partition, it writes no record (none could read it) and waits no period.
+    scope.exchange(own)
+    assert not store.latest and own[0].since_mix == 0
 
 
 class Stamped:

@@ -421,7 +421,12 @@ class ModelScope:
             owned = {t.partition for t in own}
             partitions = self.partitions_for(topic) or ()
             peer_keys = [(topic, p) for p in sorted(partitions) if p not in owned]
-            if weight > 0:
+            if not peer_keys:
+                # The worker owns every partition: its model is the topic's, and a record would
+                # have no reader (one that joins gets a record at the next exchange after it).
+                for task in own:
+                    task.since_mix = 0
+            elif weight > 0:
                 lowest = min(t.partition for t in own)
                 if self.scheme == "delta":
                     stream, serial, contribution = self._ledger(topic, own, model).publish(model)
