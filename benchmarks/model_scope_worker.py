@@ -14,9 +14,10 @@ exchanges. The scopes take turns on each
 stream.
 
 Run: .venv/bin/python benchmarks/model_scope_worker.py [--records 12000] [--partitions 12]
-     [--mix-every N [N ...]] [--scopes partition topic] [--streams ...] [--models ...]
-     [--max-model-bytes-share S] [--broker apache-kafka|tansu]
-Several --mix-every values run topic scope once per value (the period's trade-off).
+     [--mix-every N [N ...]] [--exchanges auto|mix|delta ...] [--scopes partition topic]
+     [--streams ...] [--models ...] [--max-model-bytes-share S] [--broker apache-kafka|tansu]
+Several --mix-every values (or --exchanges) run topic scope once per value (the period's
+trade-off); delta runs with ALMA only.
 """
 
 from __future__ import annotations
@@ -39,7 +40,11 @@ import partition_learning
 
 from connectors.kafka.broker import create_topics, make_broker
 from connectors.models import build_model
-from connectors.worker.model_scope import DEFAULT_MAX_MODEL_BYTES_SHARE
+from connectors.worker.model_scope import (
+    DEFAULT_MAX_MODEL_BYTES_SHARE,
+    default_mix_every,
+    resolved_exchange,
+)
 from connectors.worker.worker import Worker, WorkerConfig
 
 WORKERS = 3
@@ -95,14 +100,15 @@ def read_accuracy(bootstrap: str, topic: str, partitions: int, expected: int) ->
 
 
 def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
-        mix_every: int, tag: str, bytes_share: float | None = None) -> dict:
+        mix_every: int | None, tag: str, bytes_share: float | None = None,
+        exchange: str = "auto") -> dict:
     name = f"scope-{tag}-{time.time_ns()}"
     cfg = WorkerConfig(
         topics=[name], bootstrap_servers=bootstrap, group_id=f"{name}.group",
         predictions_topic=f"{name}.predictions", metrics_topic=f"{name}.metrics",
         dead_letter_topic=f"{name}.dead", checkpoint_topic=f"{name}.checkpoints",
         model=model, model_scope=scope, model_topic=f"{name}.models", mix_every=mix_every,
-        max_model_bytes_share=bytes_share,
+        model_exchange=exchange, max_model_bytes_share=bytes_share,
         scale=True, max_poll_records=500, idle_timeout=3.0, session_timeout_ms=6000,
         heartbeat_interval_ms=1000,
     )
@@ -130,7 +136,10 @@ def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
     processing = sum(s["records"] / s["records_per_s"] for s in summaries if s["records_per_s"])
     exchanging = sum(s.get("seconds", 0.0) for s in scopes)
     busy = processing + exchanging
+    resolved = resolved_exchange(exchange, cfg.task_settings())
     return {
+        "label": scope if scope == "partition" else
+        f"{resolved} {mix_every or default_mix_every(resolved)}",
         "accuracy": accuracy,
         "rate": len(records) / busy if busy > 0 else float("nan"),
         "bytes": sum(s.get("bytes_written", 0) for s in scopes) / size,
@@ -144,7 +153,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=12_000)
     parser.add_argument("--partitions", type=int, default=12)
-    parser.add_argument("--mix-every", type=int, nargs="+", default=[2_000])
+    parser.add_argument("--mix-every", type=int, nargs="+", default=[None],
+                        help="records between exchanges (default: the exchange's)")
+    parser.add_argument("--exchanges", nargs="+", default=["auto"],
+                        help="--model-exchange settings of topic scope (auto, mix, delta)")
     parser.add_argument("--scopes", nargs="+", default=["partition", "topic"])
     parser.add_argument("--streams", nargs="*", default=None)
     parser.add_argument("--models", nargs="*", default=["alma", "budgetsvm", "auto"])
@@ -158,9 +170,9 @@ def main() -> None:
     logging.basicConfig(level=logging.ERROR)
     data = streams(args.records)
     names = args.streams or list(data)
-    runs = [("partition", 0)] if "partition" in args.scopes else []
+    runs = [("partition", "auto", None)] if "partition" in args.scopes else []
     if "topic" in args.scopes:
-        runs += [("topic", m) for m in args.mix_every]
+        runs += [("topic", e, m) for e in args.exchanges for m in args.mix_every]
     print(f"{args.records:,} records a stream over {args.partitions} partitions, "
           f"{WORKERS} workers, StandardScaler | model, {args.broker}; gap: points of progressive "
           "accuracy to one model; rate: records/s of busy time; ratio: to partition scope")
@@ -172,11 +184,13 @@ def main() -> None:
             for model in args.models:
                 one = one_model(data[stream], model)
                 base_rate = None
-                for scope, mix_every in runs:
+                for scope, exchange, mix_every in runs:
+                    if exchange == "delta" and model != "alma":
+                        continue  # (delta averaging is built for a binary ALMA)
                     found = run(broker.bootstrap_servers, data[stream], model, scope,
-                                args.partitions, mix_every or 1, f"{model}-{scope}",
-                                args.max_model_bytes_share)
-                    label = scope if scope == "partition" else f"topic {mix_every}"
+                                args.partitions, mix_every, f"{model}-{scope}",
+                                args.max_model_bytes_share, exchange)
+                    label = found["label"]
                     gap = 100 * (found["accuracy"] - one)
                     gaps.setdefault(label, []).append(gap)
                     if scope == "partition":
