@@ -26,16 +26,15 @@ stream in order. Settings (several per run):
   (`--records 36000 --models ALMA --settings "runs 32 mix 200" "runs 32 delta 200"`);
 - `async-mix N` and `async-delta N`: no barrier, as in the worker. Worker k exchanges every N
   records of its own, a third of a period after worker k - 1, and sees the peers' records of
-  their last exchanges. `async-mix` is the worker's scheme: it publishes its model and mixes in
-  the peers' new ones, weighted by the records each learnt since its previous record.
-  `async-delta` is delta averaging without a common base: each worker publishes its cumulative
-  contribution C = the fresh model plus every change it made itself (`mix([model, C], [1, 1],
-  base=B)`, B its model after its last exchange), and adds a peer's C - A to its model (A: what
-  it added of that peer before; `mix([model, C], [1, 1], base=A)`). A published C is
-  cumulative, so the latest record of each key is all a peer needs: it fits a compacted topic.
-  36,000 records, ALMA on the hyperplane, RBF drift and SEA drift, every 200 records: mean -1.0
-  points, worst -1.9 (the hyperplane) for `async-mix`, against -0.4 and -0.8 for `async-delta`;
-  every 2,000 both -1.1 (staleness: the peers' corrections come late whatever the scheme)
+  their last exchanges. `async-mix` is `--model-exchange mix`: it publishes its model and mixes
+  in the peers' new ones, weighted by the records each learnt since its previous record.
+  `async-delta` is `--model-exchange delta`, the worker's `streammargin.delta.DeltaLedger`: each
+  worker publishes its cumulative contribution (what its model holds beyond what it took from
+  its peers) and adds a peer's new contribution minus the one it added before. 36,000 records,
+  ALMA on the hyperplane, RBF drift and SEA drift, every 200 records: mean -1.0 points, worst
+  -1.9 (the hyperplane) for `async-mix`, against -0.3 and -0.7 for `async-delta`; every 500,
+  -1.1 / -2.1 against -0.5 / -1.0; every 2,000 -1.0 / -1.6 for `async-delta` (staleness: the
+  peers' corrections come late whatever the scheme)
   (`--records 36000 --models ALMA --settings "runs 32 async-mix 200" "runs 32 async-delta 200"`);
 - `share S` (kernel models with a cache, the budget SVM): every S records a worker, the peers
   learn the records that entered its cache since (through their own scaler), the route of
