@@ -858,11 +858,15 @@ def decode_delta(payload: bytes, settings_=SETTINGS):
                                memory_bound(model), "delta")
 
 
-def test_auto_is_delta_for_a_binary_alma_and_mix_for_the_others():
+def test_auto_is_delta_for_a_binary_averaging_alma_and_mix_for_the_others():
     assert resolved_exchange("auto", SETTINGS) == "delta"
     assert resolved_exchange("auto", AUTO) == "mix"
     assert resolved_exchange("auto", TaskSettings(group_id="g", model="alma",
                                                   one_vs_rest=True)) == "mix"
+    assert resolved_exchange("auto", TaskSettings(group_id="g", model="alma",
+                                                  params={"average": False})) == "mix"
+    assert resolved_exchange("delta", TaskSettings(group_id="g", model="alma",
+                                                   params={"average": False})) == "delta"
     assert resolved_exchange("mix", SETTINGS) == "mix"
     with pytest.raises(ValueError, match="binary ALMA"):
         resolved_exchange("delta", TaskSettings(group_id="g", model="budgetsvm"))

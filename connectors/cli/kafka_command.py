@@ -106,7 +106,7 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
     ("--model-exchange", "str", "auto",
      "with --model-scope topic: how the workers' models become one: mix (parameter mixing), "
      "delta (delta averaging: every worker's corrections kept in full; a binary alma only) or "
-     "auto (delta for a binary alma, mix for the other models)"),
+     "auto (delta for a binary alma that averages, its default; mix for the other models)"),
     ("--mix-every", "int", None,
      "with --model-scope topic: records a worker processes (of a topic) between two exchanges "
      "(default: 200 with delta, 2000 with mix)"),

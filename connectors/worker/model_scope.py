@@ -21,8 +21,8 @@ mix`). It needs neither coordinator nor barrier, so a slow or idle worker never 
 up. Without a barrier the peers' models are those of their last exchange: which peer models a
 mix sees depends on timing.
 
-With `--model-exchange delta`, for a binary ALMA (and the default for it, `auto`:
-`resolved_exchange`), a worker writes its *cumulative contribution* instead, what its model holds
+With `--model-exchange delta`, for a binary ALMA (and the default for one that averages,
+`auto`: `resolved_exchange`), a worker writes its *cumulative contribution* instead, what its model holds
 beyond what it took from its peers, and adds each peer's new contribution minus the one it added
 before (`streammargin.delta.DeltaLedger`; records carry the worker's stream id, which outlives
 the key a rebalance changes). Every worker's corrections are then kept in full, where the mean
@@ -129,10 +129,13 @@ def encode_contribution_record(settings: TaskSettings, topic: str, partition: in
 
 def resolved_exchange(exchange: str, settings: TaskSettings) -> str:
     """The scheme `--model-exchange` names for the model of `settings`: "auto" is delta
-    averaging for a binary ALMA (every worker's corrections kept in full: it follows a drift
-    where parameter mixing lags, docs/kafka.md) and parameter mixing for the others (the
-    budget SVM and the AutoClassifier gained nothing from delta averaging on RBF drift, and an
-    AutoClassifier exchanges the member it serves). Raises `ValueError` for "delta" with another model."""
+    averaging for a binary ALMA that serves its average (the default, `average=True`): every
+    worker's corrections kept in full, it follows a drift where parameter mixing lags
+    (docs/kafka.md). Parameter mixing for the others: the budget SVM and the AutoClassifier
+    gained nothing from delta averaging on RBF drift, an AutoClassifier exchanges the member it
+    serves, and an ALMA serving its last hypothesis (`average=False`) lost to mixing (-1.2 mean,
+    -1.8 worst against -0.7 and -1.2: the peers' stale corrections add up, and only the average
+    smooths them). Raises `ValueError` for "delta" with a model other than a binary ALMA."""
     if exchange not in MODEL_EXCHANGES:
         raise ValueError(f"model_exchange must be one of {MODEL_EXCHANGES}, got {exchange!r}")
     linear = model_class(settings.model) is ALMAClassifier and not settings.one_vs_rest
@@ -141,7 +144,8 @@ def resolved_exchange(exchange: str, settings: TaskSettings) -> str:
                          f"{settings.model}{' --one-vs-rest' if settings.one_vs_rest else ''}: "
                          "use mix (or auto)")
     if exchange == "auto":
-        return "delta" if linear else "mix"
+        averaged = settings.params.get("average", True) is not False
+        return "delta" if linear and averaged else "mix"
     return exchange
 
 

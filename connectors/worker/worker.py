@@ -188,7 +188,8 @@ class WorkerConfig:
     model_topic: str = "streammargin.models"
     # How the workers' models become one: "mix" (asynchronous parameter mixing), "delta"
     # (asynchronous delta averaging, a binary ALMA only: every worker's corrections kept in
-    # full), or "auto": delta for a binary ALMA, mix for the others (`resolved_exchange`).
+    # full), or "auto": delta for a binary ALMA that averages (its default), mix for the others
+    # (`resolved_exchange`).
     model_exchange: str = "auto"
     # None: the exchange's default (`default_mix_every`).
     mix_every: int | None = None
