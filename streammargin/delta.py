@@ -8,30 +8,35 @@ lags a drift. Delta averaging adds every copy's change in full, as if one model 
 which workers exchanging through a compacted topic do not have.
 
 Without the barrier, each worker keeps a ledger (`DeltaLedger`) and publishes its *cumulative
-contribution* C, what its model holds beyond what it took from the others:
+contribution* C: its own learning since the ledger began, and nothing it took from its peers.
+At each step of the ledger (publishing, or taking the peers' contributions in) the worker's own
+learning since the previous step goes into C:
 
-    C = model - taken + origin
+    C = C + (model - B),    then B = the model after the step
 
-`taken` is what the model holds that is not the worker's own since the ledger began: the model
-as it was then (a restored checkpoint holds its peers' contributions up to the checkpoint), every
-peer contribution added since, and any model merged in (a task taken over in a rebalance).
-`origin` is a fresh model's (counters start at their first values, not zero). A peer adds
-C - A, A the contribution of that worker it added last (`DeltaLedger.take_in`); C is cumulative,
-so the latest record of each worker is all a peer needs: what a compacted topic keeps.
+B is the model after the ledger's last step: a fresh model's at first (all a fresh worker learns
+is its own), or the restored model (a checkpoint holds the peers' contributions up to it; the
+ledger *adopts* the first contributions it then reads, not adding them again). A model merged in
+(a task taken over in a rebalance) moves B with it: it is not the worker's learning. A peer adds
+C - A, A the contribution of that worker it added last (`DeltaLedger.take_in`; none yet: a fresh
+model's). C is cumulative, so the latest record of each worker is all a peer needs: what a
+compacted topic keeps.
 
 ALMA's correction is additive in its dual vector theta (`streammargin.mixing`), so its hypothesis
 read as quantities that add up (`ALMAParts`: theta, the decayed sum of its averaged weights with
 that sum's weight D, its counters) is what is added and subtracted, feature by feature name.
 The sum is then set into the model as a mix sets it (`mixing._alma_arrays`: theta into the unit
-p-ball, the average kept in [-1, 1]). The calibration is the mean of the model's and the added
-contributions'. A worker's own contribution is published as an ALMA model (`contribution`), so
-a peer checks it as it checks a checkpoint's model.
+p-ball, the average kept in [-1, 1]); C too is kept as a model is, so that what a peer adds is a
+model's. The calibration is the mean of the model's and the added contributions'. A worker's
+contribution is published as an ALMA model state, so a peer checks it as it checks a
+checkpoint's model.
 
 Why not `mix(..., base=...)`: a mix copies and checks every model it is given (1.1-1.7 ms for an
 ALMA of 20 features, most of it River's `_get_params` and `from_state`'s checks), and a worker
-exchanging every few hundred records runs three per exchange, more than the records cost. The
-ledger works on arrays and sets the model in place: tens of microseconds
-(benchmarks/topic_scope_sim.py `async-delta` runs it).
+exchanging every 200 records would run three per exchange. The ledger works on arrays and sets
+the model in place: a whole exchange of ALMA, its contribution encoded and two peers' added,
+costs the main thread 0.7-1.1 ms (benchmarks/topic_scope_sim.py's `async-delta` runs the ledger
+too).
 
 Streams. A worker's contributions form a *stream*, named by a random 63-bit id (a restarted
 worker starts a new one: its checkpoint's model counts as taken) and numbered by `serial`, which
@@ -173,31 +178,30 @@ class DeltaLedger:
     Examples
     --------
 
-    Three copies of ALMA learn every third record of Phishing's first 900, exchanging their
-    contributions every 50 records a copy, each seeing the others' latest:
+    Three copies of ALMA take Phishing's records in turn, predicting each before learning it
+    (progressive validation), and exchange their contributions every 50 records a copy, each
+    taking in the others' latest:
 
     >>> from river import datasets
     >>> import streammargin
     >>> from streammargin.delta import DeltaLedger
-    >>> stream = list(datasets.Phishing())
-    >>> copies = [streammargin.ALMAClassifier() for _ in range(3)]
-    >>> ledgers = [DeltaLedger(m, max_streams=3, stream=k + 1) for k, m in enumerate(copies)]
-    >>> published = {}
-    >>> for i, (x, y) in enumerate(stream[:900]):
-    ...     k = i % 3
-    ...     copies[k].learn_one(x, y)
-    ...     if i // 3 % 50 == 49:
-    ...         published[k] = ledgers[k].publish(copies[k])
-    ...         _ = ledgers[k].take_in(copies[k], [p for q, p in published.items() if q != k])
-    >>> def accuracy(model):
-    ...     return round(sum(model.predict_one(x) == y for x, y in stream[900:]) / 350, 3)
-    >>> [accuracy(m) for m in copies]
-    [0.906, 0.914, 0.906]
+    >>> def progressive(exchange: bool) -> float:
+    ...     copies = [streammargin.ALMAClassifier() for _ in range(3)]
+    ...     ledgers = [DeltaLedger(m, max_streams=3, stream=k + 1) for k, m in enumerate(copies)]
+    ...     published, correct = {}, 0
+    ...     for i, (x, y) in enumerate(datasets.Phishing()):
+    ...         k = i % 3
+    ...         correct += copies[k].predict_one(x) == y
+    ...         copies[k].learn_one(x, y)
+    ...         if exchange and i // 3 % 50 == 49:
+    ...             published[k] = ledgers[k].publish(copies[k])
+    ...             others = [p for q, p in published.items() if q != k]
+    ...             _ = ledgers[k].take_in(copies[k], others)
+    ...     return round(correct / 1250, 3)
+    >>> progressive(exchange=True), progressive(exchange=False)
+    (0.849, 0.838)
 
-    Each copy's trials count the whole stream's, as one model's would:
-
-    >>> [m.n_trials for m in copies]
-    [900, 900, 900]
+    (One model learning every record: 0.886.)
 
     """
 
