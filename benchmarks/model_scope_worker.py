@@ -13,9 +13,17 @@ spent on exchanges (encoding and mixing; the rest of an exchange runs beside it)
 exchanges. The scopes take turns on each
 stream.
 
+`--processes` runs the three workers as `streammargin kafka` processes instead of threads of
+this one (which share its GIL, so that one worker's exchange waits on the others' records), and
+adds the CPU the three processes spent per record, less what three idle workers spend (start-up,
+group join, the idle timeout; measured once per model), and its ratio to partition scope's: the
+throughput cost of topic scope that three threads cannot show. Give it many records (60,000: the
+idle workers' CPU is seconds).
+
 Run: .venv/bin/python benchmarks/model_scope_worker.py [--records 12000] [--partitions 12]
      [--mix-every N [N ...]] [--exchanges auto|mix|delta ...] [--scopes partition topic]
      [--streams ...] [--models ...] [--max-model-bytes-share S] [--broker apache-kafka|tansu]
+     [--processes]
 Several --mix-every values (or --exchanges) run topic scope once per value (the period's
 trade-off); delta runs with ALMA only.
 """
@@ -99,9 +107,75 @@ def read_accuracy(bootstrap: str, topic: str, partitions: int, expected: int) ->
     return sum(seen.values()) / len(seen)
 
 
+def worker_processes(cfg: WorkerConfig, logs: pathlib.Path) -> list:
+    """`--processes`: the three workers as `streammargin kafka` processes (no GIL shared)."""
+    import subprocess
+
+    argv = [
+        sys.executable, "-m", "connectors.cli", "kafka",
+        "--bootstrap-servers", cfg.bootstrap_servers, "--topic", cfg.topics[0],
+        "--group-id", cfg.group_id, "--predictions-topic", cfg.predictions_topic,
+        "--metrics-topic", cfg.metrics_topic, "--dead-letter-topic", cfg.dead_letter_topic,
+        "--checkpoint-topic", cfg.checkpoint_topic, "--model", cfg.model,
+        "--model-scope", cfg.model_scope, "--model-topic", cfg.model_topic,
+        "--model-exchange", cfg.model_exchange,
+        "--max-model-bytes-share", str(cfg.max_model_bytes_share or "none"),
+        "--scale", "--max-poll-records", str(cfg.max_poll_records),
+        "--idle-timeout", str(cfg.idle_timeout),
+        "--session-timeout-ms", str(cfg.session_timeout_ms),
+        "--heartbeat-interval-ms", str(cfg.heartbeat_interval_ms),
+        "--log-level", "WARNING",
+        *(["--mix-every", str(cfg.mix_every)] if cfg.mix_every else []),
+    ]
+    root = pathlib.Path(__file__).resolve().parents[1]
+    started = []
+    for k in range(WORKERS):
+        with open(logs / f"worker{k}.log", "wb") as log:  # (the child keeps its own handle)
+            started.append(subprocess.Popen(argv, cwd=root, stdout=subprocess.DEVNULL,
+                                            stderr=log))
+    return started
+
+
+def process_summary(log: pathlib.Path) -> dict:
+    """The totals a worker process prints on its way out (its last JSON line)."""
+    for line in reversed(log.read_text(errors="replace").splitlines()):
+        if line.startswith("{"):
+            try:
+                found = json.loads(line)
+            except ValueError:
+                continue
+            if "records" in found:
+                return found
+    raise SystemExit(f"a worker process printed no summary: {log.read_text()[-2000:]}")
+
+
+def idle_cpu(bootstrap: str, model: str, partitions: int) -> float:
+    """`--processes`: the CPU seconds of three worker processes that get no record (start-up,
+    group join, the idle timeout): what `run`'s CPU holds besides the records' processing."""
+    import resource
+    import tempfile
+
+    name = f"scope-idle-{model}-{time.time_ns()}"
+    cfg = WorkerConfig(
+        topics=[name], bootstrap_servers=bootstrap, group_id=f"{name}.group",
+        predictions_topic=f"{name}.predictions", metrics_topic=f"{name}.metrics",
+        dead_letter_topic=f"{name}.dead", checkpoint_topic=f"{name}.checkpoints", model=model,
+        scale=True, max_poll_records=500, idle_timeout=8.0, session_timeout_ms=6000,
+        heartbeat_interval_ms=1000)
+    create_topics(bootstrap, [name, cfg.predictions_topic, cfg.metrics_topic,
+                              cfg.dead_letter_topic], partitions=partitions)
+    create_topics(bootstrap, [cfg.checkpoint_topic, cfg.model_topic], compacted=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryDirectory() as logs:
+        for process in worker_processes(cfg, pathlib.Path(logs)):
+            process.wait(600)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
         mix_every: int | None, tag: str, bytes_share: float | None = None,
-        exchange: str = "auto") -> dict:
+        exchange: str = "auto", processes: bool = False) -> dict:
     name = f"scope-{tag}-{time.time_ns()}"
     cfg = WorkerConfig(
         topics=[name], bootstrap_servers=bootstrap, group_id=f"{name}.group",
@@ -109,23 +183,46 @@ def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
         dead_letter_topic=f"{name}.dead", checkpoint_topic=f"{name}.checkpoints",
         model=model, model_scope=scope, model_topic=f"{name}.models", mix_every=mix_every,
         model_exchange=exchange, max_model_bytes_share=bytes_share,
-        scale=True, max_poll_records=500, idle_timeout=3.0, session_timeout_ms=6000,
-        heartbeat_interval_ms=1000,
+        scale=True, max_poll_records=500, idle_timeout=8.0 if processes else 3.0,
+        session_timeout_ms=6000, heartbeat_interval_ms=1000,
     )
     create_topics(bootstrap, [name, cfg.predictions_topic, cfg.metrics_topic,
                               cfg.dead_letter_topic], partitions=partitions)
     create_topics(bootstrap, [cfg.checkpoint_topic, cfg.model_topic], compacted=True)
     summaries: list = []
-    workers = [Worker(cfg) for _ in range(WORKERS)]
-    # (Daemons: a SIGTERM's SystemExit in the main thread ends the process, not only the broker.)
-    threads = [threading.Thread(target=lambda wk=wk: summaries.append(wk.run()), daemon=True)
-               for wk in workers]
-    for thread in threads:
-        thread.start()
-    time.sleep(3.0)  # the three join the group before the records come
-    size = produce(bootstrap, name, records, partitions)
-    for thread in threads:
-        thread.join(600)
+    cpu = None
+    if processes:
+        import resource
+        import tempfile
+
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        with tempfile.TemporaryDirectory() as logs:
+            started = worker_processes(cfg, pathlib.Path(logs))
+            try:
+                time.sleep(6.0)  # the three start and join the group before the records come
+                size = produce(bootstrap, name, records, partitions)
+                for process in started:
+                    process.wait(600)
+            finally:
+                for process in started:
+                    if process.poll() is None:
+                        process.kill()
+            summaries = [process_summary(pathlib.Path(logs) / f"worker{k}.log")
+                         for k in range(WORKERS)]
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    else:
+        workers = [Worker(cfg) for _ in range(WORKERS)]
+        # (Daemons: a SIGTERM's SystemExit in the main thread ends the process, not only the
+        # broker.)
+        threads = [threading.Thread(target=lambda wk=wk: summaries.append(wk.run()),
+                                    daemon=True) for wk in workers]
+        for thread in threads:
+            thread.start()
+        time.sleep(3.0)  # the three join the group before the records come
+        size = produce(bootstrap, name, records, partitions)
+        for thread in threads:
+            thread.join(600)
     accuracy = read_accuracy(bootstrap, cfg.predictions_topic, partitions, len(records))
     scopes = [s.get("model_scope") or {} for s in summaries]
     # The workers' busy time: processing (records / their processing rate, which leaves waits
@@ -141,6 +238,7 @@ def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
         "label": scope if scope == "partition" else
         f"{resolved} {mix_every or default_mix_every(resolved)}",
         "accuracy": accuracy,
+        "cpu": cpu,  # --processes: the three processes' CPU seconds, start-up included
         "rate": len(records) / busy if busy > 0 else float("nan"),
         "bytes": sum(s.get("bytes_written", 0) for s in scopes) / size,
         "exchanging": exchanging / busy if busy > 0 else float("nan"),
@@ -161,6 +259,9 @@ def main() -> None:
     parser.add_argument("--streams", nargs="*", default=None)
     parser.add_argument("--models", nargs="*", default=["alma", "budgetsvm", "auto"])
     parser.add_argument("--broker", default="apache-kafka")
+    parser.add_argument("--processes", action="store_true",
+                        help="the three workers as processes of their own (default: threads of "
+                        "this one, which share its GIL)")
     parser.add_argument("--max-model-bytes-share", default=str(DEFAULT_MAX_MODEL_BYTES_SHARE),
                         type=lambda text: None if text == "none" else float(text),
                         help="topic scope's budget of model-topic bytes, a share of the input's"
@@ -174,32 +275,45 @@ def main() -> None:
     if "topic" in args.scopes:
         runs += [("topic", e, m) for e in args.exchanges for m in args.mix_every]
     print(f"{args.records:,} records a stream over {args.partitions} partitions, "
-          f"{WORKERS} workers, StandardScaler | model, {args.broker}; gap: points of progressive "
+          f"{WORKERS} workers ({'processes' if args.processes else 'threads of one process'}), "
+          f"StandardScaler | model, {args.broker}; gap: points of progressive "
           "accuracy to one model; rate: records/s of busy time; ratio: to partition scope")
     print(f"{'stream':14} {'model':10} {'one':>6} {'scope':>11} {'accuracy':>8} {'gap':>6} "
-          f"{'rate':>6} {'ratio':>6} {'bytes%':>7} {'exch%':>6} {'exch':>5}")
+          f"{'rate':>6} {'ratio':>6} {'bytes%':>7} {'exch%':>6} {'exch':>5}"
+          + (f" {'CPU us/rec':>10} {'CPU ratio':>9}" if args.processes else ""))
     gaps: dict[str, list[float]] = {}
+    idle: dict[str, float] = {}  # --processes: CPU seconds of idle workers, per model
     with make_broker(args.broker) as broker:
         for stream in names:
             for model in args.models:
                 one = one_model(data[stream], model)
-                base_rate = None
+                base_rate = base_cpu = None
+                if args.processes and model not in idle:
+                    idle[model] = idle_cpu(broker.bootstrap_servers, model, args.partitions)
                 for scope, exchange, mix_every in runs:
                     if exchange == "delta" and model != "alma":
                         continue  # (delta averaging is built for a binary ALMA)
                     found = run(broker.bootstrap_servers, data[stream], model, scope,
                                 args.partitions, mix_every, f"{model}-{scope}",
-                                args.max_model_bytes_share, exchange)
+                                args.max_model_bytes_share, exchange, args.processes)
                     label = found["label"]
                     gap = 100 * (found["accuracy"] - one)
                     gaps.setdefault(label, []).append(gap)
                     if scope == "partition":
                         base_rate = found["rate"]
                     ratio = f"{found['rate'] / base_rate:6.2f}" if base_rate else f"{'':6}"
+                    cpu = ""
+                    if args.processes:
+                        # (the records' CPU: the run's, less the idle workers' start-up and wait)
+                        per_record = 1e6 * (found["cpu"] - idle[model]) / len(data[stream])
+                        if scope == "partition":
+                            base_cpu = per_record
+                        cpu_ratio = f"{per_record / base_cpu:9.2f}" if base_cpu else f"{'':9}"
+                        cpu = f" {per_record:10.1f} {cpu_ratio}"
                     print(f"{stream:14} {model:10} {one:6.3f} {label:>11} "
                           f"{found['accuracy']:8.3f} {gap:+6.1f} {found['rate']:6.0f} {ratio} "
                           f"{100 * found['bytes']:7.1f} {100 * found['exchanging']:6.1f} "
-                          f"{found['exchanges']:5d}", flush=True)
+                          f"{found['exchanges']:5d}{cpu}", flush=True)
     for label, values in gaps.items():
         print(f"{label}: mean gap {statistics.mean(values):+.1f} points, worst {min(values):+.1f}")
 
