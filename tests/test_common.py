@@ -71,6 +71,16 @@ def test_river_checker(cls, params):
 
 
 @pytest.mark.parametrize(("cls", "params"), CASES)
+def test_params_are_rivers_with_the_signature_read_once(cls, params):
+    # `FeatureSpaceClassifier._get_params` caches the constructor's signature per class.
+    from river import base
+
+    model = cls(**params)
+    assert model._get_params() == base.Base._get_params(model)
+    assert model.clone()._get_params() == model._get_params()
+
+
+@pytest.mark.parametrize(("cls", "params"), CASES)
 @FAST
 @given(stream=streams)
 def test_learning_never_mutates_input_and_stays_finite(cls, params, stream):
