@@ -21,19 +21,19 @@ mix`). It needs neither coordinator nor barrier, so a slow or idle worker never 
 up. Without a barrier the peers' models are those of their last exchange: which peer models a
 mix sees depends on timing.
 
-With `--model-exchange delta`, for a binary ALMA (and the default for one that averages,
-`auto`: `resolved_exchange`), a worker writes its *cumulative contribution* instead, what its model holds
+With `--model-exchange delta`, for a binary ALMA (and the default for one that averages, `auto`:
+`resolved_exchange`), a worker writes its *cumulative contribution* instead, what its model holds
 beyond what it took from its peers, and adds each peer's new contribution minus the one it added
-before (`streammargin.delta.DeltaLedger`; records carry the worker's stream id, which outlives
-the key a rebalance changes). Every worker's corrections are then kept in full, where the mean
-of the copies brings each at a P-th of its size, and the mixed model lags a drift: in
+before (`streammargin.delta.DeltaLedger`; records carry the worker's stream id, which outlives the
+key a rebalance changes). Every worker's corrections are then kept in full, where the mean of the
+copies brings each at a P-th of its size, and the mixed model lags a drift: in
 benchmarks/topic_scope_sim.py (36,000 records, the hyperplane, RBF drift and SEA drift, every 200
 records a worker) the gap to one model is -0.3 points on average and -0.7 at worst, against -1.0
 and -1.9 for parameter mixing. Why not for every model: the budget SVM and the AutoClassifier
-gained nothing from delta averaging on RBF drift (docs/kafka.md), no sum of contributions is
-built for the other hypotheses (support sets, the CPM's faces), and the AutoClassifier exchanges
-the member it serves. Delta averaging of each peer's change since its last exchange (no ledger), measured
-before, lost accuracy where parameter mixing kept it: contributions must be cumulative.
+gained nothing from delta averaging on RBF drift (docs/kafka.md), no sum of contributions is built
+for the other hypotheses (support sets, the CPM's faces), and the AutoClassifier exchanges the
+member it serves. Delta averaging of each peer's change since its last exchange (no ledger),
+measured before, lost accuracy where parameter mixing kept it: contributions must be cumulative.
 
 An AutoClassifier whose whole record is beyond `--max-model-bytes-share` (its CPM's replay
 window and its budget SVM's support make it 130-314 KB) sends the member it serves instead, the
@@ -329,8 +329,9 @@ class ModelScope:
         self._exchange: _Exchange | None = None
         # The (stream, serial) of each key's record last mixed in: a record is mixed in once.
         self._mixed_in: dict[tuple[str, int], tuple[int | None, int]] = {}
-        # The stream id of each key's latest record (the scope's thread's): which streams are
-        # on the topic now (`DeltaLedger.seen`); `store.follow` gives only the records since.
+        # The stream id of each key's latest record: which streams are on the topic now
+        # (`DeltaLedger.seen`); `store.follow` gives only the records since. Written by the
+        # scope's thread, read by the main thread once that thread's half is done.
         self._key_streams: dict[tuple[str, int], typing.Any] = {}
         # The model-topic offset of each key's last refused record: logged once each.
         self._refused_at: dict[tuple[str, int], int] = {}
@@ -500,8 +501,7 @@ class ModelScope:
                         refused_at: dict) -> dict[str, list[tuple]]:
         """The scope's thread: the worker's records written (acknowledged), then per topic the
         peers' latest records read and checked: (key, offset, PeerModel or the reason it is
-        refused, bytes read) for each new one; and (None, None, the stream ids of every record
-        read, 0) last, for `--model-exchange delta`'s ledger."""
+        refused, bytes read) for each new one."""
         started, cpu = time.perf_counter(), time.thread_time()
         if payloads:
             self.store.write(payloads)
@@ -529,8 +529,6 @@ class ModelScope:
                     found[topic].append((key, loaded.offset, str(error), size))
                     continue
                 found[topic].append((key, loaded.offset, peer, size))
-            streams = [self._key_streams.get(key) for key in keys]
-            found[topic].append((None, None, [s for s in streams if type(s) is int], 0))
         self.background_cpu_seconds += time.thread_time() - cpu
         self.background_seconds += time.perf_counter() - started
         return found
@@ -542,48 +540,55 @@ class ModelScope:
         for topic, own in _by_topic(tasks).items():
             owned = {t.partition for t in own}
             peers = []
-            streams = ()
             for key, offset, result, size in found.get(topic, ()):
                 self.bytes_read += size
-                if key is None:
-                    streams = result
-                elif isinstance(result, str):
+                if isinstance(result, str):
                     self._refuse(key, offset, result)
                 elif key[1] not in owned and self._mixed_in.get(key) != (result.stream,
                                                                          result.serial):
                     peers.append(result)  # (a partition taken over since is the worker's own)
             if not peers:
                 continue
-            if self.scheme == "delta":
-                self._take_in(topic, own, peers, streams)
-                continue
-            from streammargin.mixing import mix, mix_member
-
             # The worker's model as it is now: what it had written, and what it learnt since.
             model, since = self._local_model(own)
-            weight = max(exchange.weights.get(topic, 0) + since, 1)
-            wholes = [p for p in peers if p.member is None]
-            if wholes:
-                model = mix([model, *[p.model for p in wholes]],
-                            [weight, *[p.weight for p in wholes]])
-                weight += sum(p.weight for p in wholes)
-            for name in dict.fromkeys(p.member for p in peers if p.member is not None):
-                # A member mixes in only if the peer's labels played the same roles; else
-                # it is left out (not refused: the peers saw their labels in other orders).
-                # (Equal roles are one mode, so this model's member takes part as the peer's.)
-                roles = model.member_roles()
-                same = [p for p in peers if p.member == name and p.roles == roles]
-                if same:
-                    mix_member(model, name, [p.model for p in same],
-                               [weight, *[p.weight for p in same]])
+            if self.scheme == "delta":
+                ledger = self._ledger(topic, own, model)
+                ledger.seen(stream for (name, partition), stream in self._key_streams.items()
+                            if name == topic and partition not in owned and type(stream) is int)
+                self.peer_models += ledger.take_in(
+                    model, [(p.stream, p.serial, p.model) for p in peers])  # in place
+            else:
+                model = self._mixed(model, max(exchange.weights.get(topic, 0) + since, 1), peers)
+                self.peer_models += len(peers)
             scaler = _shared_scaler(own)  # (a task taken on since the start shares it too)
             for task in own:
                 task.model, task.scaler = model, scaler
             for peer in peers:
                 self._mixed_in[(peer.topic, peer.partition)] = (peer.stream, peer.serial)
-            self.peer_models += len(peers)
         self.exchanges += 1
         self.seconds += time.perf_counter() - started
+
+    @staticmethod
+    def _mixed(model: typing.Any, weight: int, peers: list[PeerModel]) -> typing.Any:
+        """`--model-exchange mix`: the worker's model (of `weight` records) mixed with the
+        peers' new models, and their served members mixed into its own."""
+        from streammargin.mixing import mix, mix_member
+
+        wholes = [p for p in peers if p.member is None]
+        if wholes:
+            model = mix([model, *[p.model for p in wholes]],
+                        [weight, *[p.weight for p in wholes]])
+            weight += sum(p.weight for p in wholes)
+        for name in dict.fromkeys(p.member for p in peers if p.member is not None):
+            # A member mixes in only if the peer's labels played the same roles; else it is
+            # left out (not refused: the peers saw their labels in other orders).
+            # (Equal roles are one mode, so this model's member takes part as the peer's.)
+            roles = model.member_roles()
+            same = [p for p in peers if p.member == name and p.roles == roles]
+            if same:
+                mix_member(model, name, [p.model for p in same],
+                           [weight, *[p.weight for p in same]])
+        return model
 
     def _ledger(self, topic: str, own: list[PartitionTask], model: typing.Any) -> DeltaLedger:
         """The ledger of `topic` (`--model-exchange delta`), following `model`, the worker's
@@ -601,20 +606,6 @@ class ModelScope:
             ledger.merged(followed, model)
         self._followed[topic] = model
         return ledger
-
-    def _take_in(self, topic: str, own: list[PartitionTask], peers: list[PeerModel],
-                 streams: typing.Iterable[int]) -> None:
-        """`--model-exchange delta`: the peers' new contributions added to the worker's model
-        of `topic`, in place (`DeltaLedger.take_in`)."""
-        model, _ = self._local_model(own)
-        ledger = self._ledger(topic, own, model)
-        ledger.seen(streams)
-        self.peer_models += ledger.take_in(model, [(p.stream, p.serial, p.model) for p in peers])
-        scaler = _shared_scaler(own)
-        for task in own:
-            task.model, task.scaler = model, scaler
-        for peer in peers:
-            self._mixed_in[(peer.topic, peer.partition)] = (peer.stream, peer.serial)
 
     @staticmethod
     def _local_model(own: list[PartitionTask]) -> tuple[typing.Any, int]:
