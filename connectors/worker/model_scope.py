@@ -76,7 +76,6 @@ import logging
 import random
 import time
 import typing
-import weakref
 
 import streammargin
 from connectors.models import model_class
@@ -312,7 +311,6 @@ class ModelScope:
         # --model-exchange delta: per topic, the worker's ledger and the model it follows.
         self._ledgers: dict[str, DeltaLedger] = {}
         self._followed: dict[str, typing.Any] = {}
-        self._params: dict[str, tuple] = {}  # `_params_and_bound`
         if max_bytes_share is not None and not 0.0 < max_bytes_share:
             raise ValueError(f"max_bytes_share must be > 0, got {max_bytes_share!r}")
         self.max_bytes_share = max_bytes_share
@@ -455,23 +453,11 @@ class ModelScope:
                 # Else --max-model-bytes-share holds the record back: the records it learnt
                 # stay counted, and go out with the next record the budget allows (a
                 # contribution is cumulative: the next one holds this one's).
-            wanted[topic] = (peer_keys, *self._params_and_bound(topic, model))
+            wanted[topic] = (peer_keys, model._get_params(), memory_bound(model))
         future = self._thread.submit(self._write_and_read, payloads, wanted, dict(self._mixed_in),
                                      dict(self._refused_at))
         self._exchange = _Exchange(weights, future)
         self.seconds += time.perf_counter() - started
-
-    def _params_and_bound(self, topic: str, model: typing.Any) -> tuple[dict, int]:
-        """What a peer's record must match: the params of the worker's model of `topic` and its
-        memory ceiling. Kept while the model is the same object (delta averaging changes it in
-        place): River's `_get_params` reads the constructor's signature each call, and the
-        two took 0.2 ms of the 0.8 ms an exchange of ALMA cost the main thread."""
-        cached = self._params.get(topic)
-        if cached is None or cached[0]() is not model:
-            # (a weak reference: a model mixed away is not kept alive for this)
-            cached = self._params[topic] = (weakref.ref(model), model._get_params(),
-                                            memory_bound(model))
-        return cached[1], cached[2]
 
     def _record(self, topic: str, partition: int, weight: int, model: typing.Any) -> bytes:
         """The record of the worker's model of `topic` (under the key of `partition`); for an
