@@ -111,25 +111,27 @@ def _same_columns(a: FeatureSpace, b: FeatureSpace) -> bool:
 def _sum(terms: typing.Sequence[tuple[float, ALMAParts]]) -> ALMAParts:
     """sum_i c_i parts_i, aligned by feature name (`mixing._Columns`) unless the parts share
     their columns, as copies that exchange often do. The calibration is the first term's."""
-    coefs = np.array([c for c, _ in terms])
     parts = [p for _, p in terms]
+    # (the combination's arithmetic, mixing's own: `affine` sums, `whole` rounds a counter)
+    mixing = _Mixing(parts, np.array([c for c, _ in terms]), None)
     first = parts[0]
     if all(_same_columns(p.space, first.space) for p in parts[1:]):
         space = _copy_space(first.space)
-        space.features_hashed = int(min(max(round(float(np.dot(
-            coefs, [p.space.features_hashed for p in parts]))), 0), 2**62))
+        space.features_hashed = int(mixing.whole([p.space.features_hashed for p in parts],
+                                                 0, 2**62))
         n = space.n_columns
-        theta = sum(c * p.theta[:n] for c, p in zip(coefs, parts))
-        summed = sum(c * p.summed[:n] for c, p in zip(coefs, parts))
+        theta = sum(c * p.theta[:n] for c, p in zip(mixing.coefs, parts))
+        summed = sum(c * p.summed[:n] for c, p in zip(mixing.coefs, parts))
     else:
-        columns = _Columns([p.space for p in parts], _Mixing(parts, coefs, None))
+        columns = _Columns([p.space for p in parts], mixing)
         space = columns.space
         theta = sum(c * columns.align(i, p.theta) for i, (c, p) in enumerate(terms))
         summed = sum(c * columns.align(i, p.summed) for i, (c, p) in enumerate(terms))
-    return ALMAParts(space, np.asarray(theta, dtype=np.float64),
-                     np.asarray(summed, dtype=np.float64), float(np.dot(coefs, [
-                         p.decayed for p in parts])), float(np.dot(coefs, [p.trials for p in parts])),
-                     float(np.dot(coefs, [p.k for p in parts])), first.platt)
+    return ALMAParts(
+        space, np.asarray(theta, dtype=np.float64), np.asarray(summed, dtype=np.float64),
+        decayed=mixing.affine([p.decayed for p in parts]),
+        trials=mixing.affine([p.trials for p in parts]),
+        k=mixing.affine([p.k for p in parts]), platt=first.platt)
 
 
 def _set(model: ALMAClassifier, parts: ALMAParts, platt: np.ndarray,
