@@ -149,53 +149,58 @@ def process_summary(log: pathlib.Path) -> dict:
     raise SystemExit(f"a worker process printed no summary: {log.read_text()[-2000:]}")
 
 
-def idle_cpu(bootstrap: str, model: str, partitions: int) -> float:
-    """`--processes`: the CPU seconds of three worker processes that get no record (start-up,
-    group join, the idle timeout): what `run`'s CPU holds besides the records' processing."""
-    import resource
-    import tempfile
-
-    name = f"scope-idle-{model}-{time.time_ns()}"
+def fresh_group(bootstrap: str, name: str, model: str, partitions: int, idle_timeout: float,
+                **options) -> WorkerConfig:
+    """The workers' configuration for a new group on new topics named after `name` (created
+    here: the input of `partitions` partitions, the compacted checkpoint and model topics)."""
     cfg = WorkerConfig(
         topics=[name], bootstrap_servers=bootstrap, group_id=f"{name}.group",
         predictions_topic=f"{name}.predictions", metrics_topic=f"{name}.metrics",
-        dead_letter_topic=f"{name}.dead", checkpoint_topic=f"{name}.checkpoints", model=model,
-        scale=True, max_poll_records=500, idle_timeout=8.0, session_timeout_ms=6000,
-        heartbeat_interval_ms=1000)
+        dead_letter_topic=f"{name}.dead", checkpoint_topic=f"{name}.checkpoints",
+        model_topic=f"{name}.models", model=model, scale=True, max_poll_records=500,
+        idle_timeout=idle_timeout, session_timeout_ms=6000, heartbeat_interval_ms=1000,
+        **options,
+    )
     create_topics(bootstrap, [name, cfg.predictions_topic, cfg.metrics_topic,
                               cfg.dead_letter_topic], partitions=partitions)
     create_topics(bootstrap, [cfg.checkpoint_topic, cfg.model_topic], compacted=True)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return cfg
+
+
+def children_cpu() -> float:
+    """CPU seconds (user and system) of this process' children that have been waited for."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def idle_cpu(bootstrap: str, model: str, partitions: int) -> float:
+    """`--processes`: the CPU seconds of three worker processes that get no record (start-up,
+    group join, the idle timeout): what `run`'s CPU holds besides the records' processing."""
+    import tempfile
+
+    cfg = fresh_group(bootstrap, f"scope-idle-{model}-{time.time_ns()}", model, partitions, 8.0)
+    before = children_cpu()
     with tempfile.TemporaryDirectory() as logs:
         for process in worker_processes(cfg, pathlib.Path(logs)):
             process.wait(600)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return children_cpu() - before
 
 
 def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
         mix_every: int | None, tag: str, bytes_share: float | None = None,
         exchange: str = "auto", processes: bool = False) -> dict:
     name = f"scope-{tag}-{time.time_ns()}"
-    cfg = WorkerConfig(
-        topics=[name], bootstrap_servers=bootstrap, group_id=f"{name}.group",
-        predictions_topic=f"{name}.predictions", metrics_topic=f"{name}.metrics",
-        dead_letter_topic=f"{name}.dead", checkpoint_topic=f"{name}.checkpoints",
-        model=model, model_scope=scope, model_topic=f"{name}.models", mix_every=mix_every,
-        model_exchange=exchange, max_model_bytes_share=bytes_share,
-        scale=True, max_poll_records=500, idle_timeout=8.0 if processes else 3.0,
-        session_timeout_ms=6000, heartbeat_interval_ms=1000,
-    )
-    create_topics(bootstrap, [name, cfg.predictions_topic, cfg.metrics_topic,
-                              cfg.dead_letter_topic], partitions=partitions)
-    create_topics(bootstrap, [cfg.checkpoint_topic, cfg.model_topic], compacted=True)
+    cfg = fresh_group(bootstrap, name, model, partitions, 8.0 if processes else 3.0,
+                      model_scope=scope, mix_every=mix_every, model_exchange=exchange,
+                      max_model_bytes_share=bytes_share)
     summaries: list = []
     cpu = None
     if processes:
-        import resource
         import tempfile
 
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        before = children_cpu()
         with tempfile.TemporaryDirectory() as logs:
             started = worker_processes(cfg, pathlib.Path(logs))
             try:
@@ -209,8 +214,7 @@ def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
                         process.kill()
             summaries = [process_summary(pathlib.Path(logs) / f"worker{k}.log")
                          for k in range(WORKERS)]
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        cpu = children_cpu() - before
     else:
         workers = [Worker(cfg) for _ in range(WORKERS)]
         # (Daemons: a SIGTERM's SystemExit in the main thread ends the process, not only the
