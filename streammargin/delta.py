@@ -245,12 +245,10 @@ class DeltaLedger:
         self.serial += 1
         return self.stream, self.serial, contribution
 
-    def merged(self, before: ALMAClassifier | ALMAParts, after: ALMAClassifier) -> None:
+    def merged(self, before: ALMAClassifier, after: ALMAClassifier) -> None:
         """The worker's model went from `before` to `after` by a merge that is not its own
         learning (a task taken over brought its model): the change is not the worker's own."""
-        if not isinstance(before, ALMAParts):
-            before = alma_parts(before)
-        self.base = _sum([(1.0, self.base), (1.0, alma_parts(after)), (-1.0, before)])
+        self.base = _sum([(1.0, self.base), (1.0, alma_parts(after)), (-1.0, alma_parts(before))])
 
     def seen(self, streams: typing.Iterable[int]) -> None:
         """`streams` are on the topic now: they are kept the longest."""
