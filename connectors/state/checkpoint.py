@@ -795,7 +795,6 @@ class CheckpointStore:
                                   "store (use load)")
         wanted = {checkpoint_key(self.group_id, topic, partition): (topic, partition)
                   for topic, partition in partitions}
-        found = {}
         numbers = {_partition_of(key, self.n_partitions()) for key in wanted}
         reader = self._reader_consumer()
         for number in sorted(numbers - self._follow_from.keys()):
@@ -803,9 +802,7 @@ class CheckpointStore:
             tp = TopicPartition(self.topic, number)
             self._follow_from[number] = reader.end_offsets([tp])[tp]
         new = [wanted[key] for key in wanted if key not in self._followed_keys]
-        if new:
-            found.update(self.load(new))
-            self._following = None
+        found = self.load(new) if new else {}  # (load moves the reader: `_following` reset)
         for number in sorted(numbers):
             # One partition at a time (a model topic has one, usually: the reader then stays
             # on it from call to call, its fetches under way kept).
