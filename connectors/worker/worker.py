@@ -275,8 +275,9 @@ class WorkerConfig:
                              f"got {self.auto_offset_reset!r}")
         _check_drift_detector(self.drift_detector, self.drift_params)
         _check_model_params(self.model, self.params)  # parameters the model refuses fail early
-        settings = self.task_settings()  # so do the label store, record limits, codec and OvR
-        resolved_exchange(self.model_exchange, settings)  # and delta for a model it is not for
+        # So do the label store, record limits, codec and one-vs-rest, and delta averaging for
+        # a model it is not built for.
+        resolved_exchange(self.model_exchange, self.task_settings())
         if self.transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
         settings = client_settings(self)  # and client settings that contradict each other
