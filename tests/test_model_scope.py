@@ -663,7 +663,10 @@ def test_an_exchange_stays_within_its_documented_memory_ceiling(model, exchange)
     # its own, the model after its last exchange and a fresh model's, each within the ceiling.
     import tracemalloc
 
-    settings = TaskSettings(group_id="g", model=model)
+    # (ALMA at 16 features, its ceiling near what its 9 features use: at its default 65,536 the
+    # ceiling is 9 MB and any exchange passes; here the peak is 2.8x it mixing, 3.8x adding)
+    params = {"max_features": 16} if model == "alma" else {}
+    settings = TaskSettings(group_id="g", model=model, params=params)
     store = MemoryStore()
     partitions = 6
     data = [(x, bool(y)) for x, y in synth.Agrawal(classification_function=2, seed=9).take(600)]
