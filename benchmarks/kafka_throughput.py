@@ -59,9 +59,10 @@ Ratios are computed within each round (the machine's speed drifts, a round's con
 same drift), then their median is printed; the section "targets" prints the ratios the
 exactly-once issue asks for against their targets.
 
-After the rounds, one more worker run with `--profile-stages` prints where its main thread spent
-its time (poll, decode, scale, model, metrics, encode, produce, checkpoint), its start-up (process
-start to the first poll) and RSS; then two workers in one group against one (CPU seconds per
+After the rounds, one more run of each of `--profile-contenders` (``worker`` by default) with
+`--profile-stages` prints where its main thread spent its time (poll, decode, scale, model,
+metrics, encode, produce, checkpoint), its start-up (process start to the first poll) and RSS;
+then two workers in one group against one (CPU seconds per
 record while processing and for the whole processes, throughput ratio, the median over
 `--scale-out-repeats` pairs of runs; `--scale-out-contender` picks which of ours, ``worker`` by
 default). The checkpoint section times checkpoint + commit of an ALMA model with 1000 features.
@@ -634,12 +635,12 @@ def checkpoint_benchmark(bootstrap: str, n_features: int = 1000, n: int = 3000) 
     }
 
 
-def print_profile(profile: dict, run: dict) -> None:
+def print_profile(name: str, profile: dict, run: dict) -> None:
     stages = dict(profile["stages"])
     startup = stages.pop("startup")
     records = max(1, profile["records"])
     busy = sum(entry["seconds"] for entry in stages.values()) or 1.0
-    print(f"per-stage profile of the worker's main thread ({profile['samples']} samples; "
+    print(f"per-stage profile of {name}'s main thread ({profile['samples']} samples; "
           f"{startup['seconds']:.2f} s before the first record (connect, group join), then "
           f"{busy:.2f} s for {profile['records']} records; wall time, so poll includes waiting "
           "for the broker):")
@@ -818,6 +819,8 @@ def main() -> None:
                         help="every worker process starts with an empty numba cache, as in a "
                         "fresh container without `streammargin warmup` (see 'first pred. s')")
     parser.add_argument("--skip-profile", action="store_true")
+    parser.add_argument("--profile-contenders", default="worker", metavar="NAME[,NAME]",
+                        help="the contenders of ours run once more with --profile-stages")
     parser.add_argument("--skip-scale-out", action="store_true")
     parser.add_argument("--scale-out-contender", choices=OURS, default="worker",
                         help="which of ours runs the scale-out section (default: worker)")
@@ -915,18 +918,20 @@ def main() -> None:
         print_results(results, contenders, unavailable, n, partitions, args.rounds, described)
         print_targets(results, unavailable, described, n, partitions)
 
-        if not args.skip_profile:
+        profiled = [] if args.skip_profile else args.profile_contenders.split(",")
+        for index, name in enumerate(profiled):
             print()
             with tempfile.TemporaryDirectory() as scratch:
                 path = os.path.join(scratch, "profile.json")
                 try:
-                    run = run_contender("worker", bootstrap, topic, n, partitions, "profile",
-                                        ["--profile-stages", path])
+                    # (each run its own output topic: one already full would end it at once)
+                    run = run_contender(name, bootstrap, topic, n, partitions,
+                                        f"profile{index}", ["--profile-stages", path])
                 except ContenderFailed as error:
-                    print(f"per-stage profile: the worker run FAILED: {error}")
+                    print(f"per-stage profile: the {name} run FAILED: {error}")
                 else:
                     with open(path) as handle:
-                        print_profile(json.load(handle), run)
+                        print_profile(name, json.load(handle), run)
 
         if not args.skip_scale_out:
             if args.scale_out_contender in unavailable:
