@@ -15,10 +15,10 @@ stream.
 
 `--processes` runs the three workers as `streammargin kafka` processes instead of threads of
 this one (which share its GIL, so that one worker's exchange waits on the others' records), and
-adds the CPU the three processes spent per record, less what three idle workers spend (start-up,
-group join, the idle timeout; measured once per model), and its ratio to partition scope's: the
-throughput cost of topic scope that three threads cannot show. Give it many records (60,000: the
-idle workers' CPU is seconds).
+adds the CPU the three processes spent per record from the moment the records are produced to
+the moment the last prediction is on its topic (start-up, group join and the idle wait before
+they exit left out), and its ratio to partition scope's: the throughput cost of topic scope that
+three threads cannot show. Give it many records (60,000: a few seconds of CPU).
 
 Run: .venv/bin/python benchmarks/model_scope_worker.py [--records 12000] [--partitions 12]
      [--mix-every N [N ...]] [--exchanges auto|mix|delta ...] [--scopes partition topic]
@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import pathlib
 import statistics
 import sys
@@ -75,10 +76,14 @@ def one_model(records: list, model: str) -> float:
 def produce(bootstrap: str, topic: str, records: list, partitions: int) -> int:
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=10)
+    # Encoded first and sent in large batches: `--processes` measures the workers' CPU while
+    # they process, which must not be spent waiting on this producer (sending as it encoded, at
+    # ~7,000 records/s, it kept the workers polling for a few records at a time).
+    values = [json.dumps({"id": f"e{i}", "x": x, "y": y}).encode()
+              for i, (x, y) in enumerate(records)]
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=256 << 10)
     size = 0
-    for i, (x, y) in enumerate(records):
-        value = json.dumps({"id": f"e{i}", "x": x, "y": y}).encode()
+    for i, value in enumerate(values):
         size += len(value)
         producer.send(topic, value, partition=i % partitions)
     producer.flush()
@@ -167,25 +172,33 @@ def fresh_group(bootstrap: str, name: str, model: str, partitions: int, idle_tim
     return cfg
 
 
-def children_cpu() -> float:
-    """CPU seconds (user and system) of this process' children that have been waited for."""
-    import resource
+def process_cpu(pids: list[int]) -> float:
+    """CPU seconds (user and system, all threads) the processes `pids` have spent so far."""
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
+def wait_for_predictions(bootstrap: str, topic: str, partitions: int, expected: int,
+                         timeout: float = 600.0) -> None:
+    """Return once `topic` holds `expected` records (its end offsets, asked every 50 ms)."""
+    from kafka import KafkaConsumer, TopicPartition
 
-def idle_cpu(bootstrap: str, model: str, partitions: int) -> float:
-    """`--processes`: the CPU seconds of three worker processes that get no record (start-up,
-    group join, the idle timeout): what `run`'s CPU holds besides the records' processing."""
-    import tempfile
-
-    cfg = fresh_group(bootstrap, f"scope-idle-{model}-{time.time_ns()}", model, partitions, 8.0)
-    before = children_cpu()
-    with tempfile.TemporaryDirectory() as logs:
-        for process in worker_processes(cfg, pathlib.Path(logs)):
-            process.wait(600)
-    return children_cpu() - before
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                             enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    deadline = time.monotonic() + timeout
+    try:
+        while sum(consumer.end_offsets(tps).values()) < expected:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"fewer than {expected} predictions on {topic} after "
+                                 f"{timeout:.0f} s")
+            time.sleep(0.05)
+    finally:
+        consumer.close()
 
 
 def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
@@ -200,12 +213,18 @@ def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
     if processes:
         import tempfile
 
-        before = children_cpu()
         with tempfile.TemporaryDirectory() as logs:
             started = worker_processes(cfg, pathlib.Path(logs))
+            pids = [process.pid for process in started]
             try:
                 time.sleep(6.0)  # the three start and join the group before the records come
+                # The records' CPU: from their first to their last prediction, without the
+                # start-up, the join and the idle wait before the workers exit (seconds, against
+                # 1-3 for 60,000 records: subtracted instead, their noise was the figure's).
+                before = process_cpu(pids)
                 size = produce(bootstrap, name, records, partitions)
+                wait_for_predictions(bootstrap, cfg.predictions_topic, partitions, len(records))
+                cpu = process_cpu(pids) - before
                 for process in started:
                     process.wait(600)
             finally:
@@ -214,7 +233,6 @@ def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
                         process.kill()
             summaries = [process_summary(pathlib.Path(logs) / f"worker{k}.log")
                          for k in range(WORKERS)]
-        cpu = children_cpu() - before
     else:
         workers = [Worker(cfg) for _ in range(WORKERS)]
         # (Daemons: a SIGTERM's SystemExit in the main thread ends the process, not only the
@@ -242,7 +260,7 @@ def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
         "label": scope if scope == "partition" else
         f"{resolved} {mix_every or default_mix_every(resolved)}",
         "accuracy": accuracy,
-        "cpu": cpu,  # --processes: the three processes' CPU seconds, start-up included
+        "cpu": cpu,  # --processes: the three processes' CPU seconds for the records
         "rate": len(records) / busy if busy > 0 else float("nan"),
         "bytes": sum(s.get("bytes_written", 0) for s in scopes) / size,
         "exchanging": exchanging / busy if busy > 0 else float("nan"),
@@ -286,14 +304,11 @@ def main() -> None:
           f"{'rate':>6} {'ratio':>6} {'bytes%':>7} {'exch%':>6} {'exch':>5}"
           + (f" {'CPU us/rec':>10} {'CPU ratio':>9}" if args.processes else ""))
     gaps: dict[str, list[float]] = {}
-    idle: dict[str, float] = {}  # --processes: CPU seconds of idle workers, per model
     with make_broker(args.broker) as broker:
         for stream in names:
             for model in args.models:
                 one = one_model(data[stream], model)
                 base_rate = base_cpu = None
-                if args.processes and model not in idle:
-                    idle[model] = idle_cpu(broker.bootstrap_servers, model, args.partitions)
                 for scope, exchange, mix_every in runs:
                     if exchange == "delta" and model != "alma":
                         continue  # (delta averaging is built for a binary ALMA)
@@ -308,8 +323,7 @@ def main() -> None:
                     ratio = f"{found['rate'] / base_rate:6.2f}" if base_rate else f"{'':6}"
                     cpu = ""
                     if args.processes:
-                        # (the records' CPU: the run's, less the idle workers' start-up and wait)
-                        per_record = 1e6 * (found["cpu"] - idle[model]) / len(data[stream])
+                        per_record = 1e6 * found["cpu"] / len(data[stream])
                         if scope == "partition":
                             base_cpu = per_record
                         cpu_ratio = f"{per_record / base_cpu:9.2f}" if base_cpu else f"{'':9}"
