@@ -575,6 +575,33 @@ def test_superseded_chunks_get_tombstones_even_after_a_crash_before_them(
 
 
 @pytest.mark.kafka
+@pytest.mark.parametrize("flush_producer", [True, False])
+def test_a_write_flushes_the_whole_producer_only_when_told_to(kafka_broker, topic,
+                                                              flush_producer):
+    """A checkpoint write flushes the producer it shares (the outputs sent before a checkpoint
+    are durable with it); the model topic's store waits for its own records only, leaving the
+    worker's predictions to fill their batches. Either way the write returns durable."""
+    from kafka import KafkaProducer
+
+    class CountingProducer(KafkaProducer):
+        flushes = 0
+
+        def flush(self, timeout=None):
+            CountingProducer.flushes += 1
+            return super().flush(timeout)
+
+    producer = CountingProducer(bootstrap_servers=kafka_broker.bootstrap_servers, linger_ms=20)
+    store = store_for(kafka_broker, topic, producer=producer, flush_producer=flush_producer)
+    try:
+        store.write({("events", 0): b"model"})
+        assert CountingProducer.flushes == (1 if flush_producer else 0)
+    finally:
+        store.close()
+        producer.close()
+    assert load(kafka_broker, topic, [("events", 0)])[("events", 0)].payload == b"model"
+
+
+@pytest.mark.kafka
 def test_a_tombstone_under_the_key_deletes_the_checkpoint(kafka_broker, topic):
     store = store_for(kafka_broker, topic)
     store.write({("events", 0): b"state", ("events", 1): b"other"})

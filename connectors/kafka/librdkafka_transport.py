@@ -878,7 +878,7 @@ class LibrdkafkaTransport(_Fetching, Transport):
     # Checkpoints ------------------------------------------------------------------------------
 
     def checkpoint_store(self, topic: str, group_id: str, chunk_bytes: int,
-                         max_checkpoint_bytes: int) -> typing.Any:
+                         max_checkpoint_bytes: int, flush_producer: bool = True) -> typing.Any:
         from connectors.state.checkpoint import CheckpointStore
 
         reader = dict(self.settings["checkpoint_reader"])
@@ -886,4 +886,5 @@ class LibrdkafkaTransport(_Fetching, Transport):
         return CheckpointStore(servers, topic, group_id, producer=self, reader_config=reader,
                                chunk_bytes=chunk_bytes, max_checkpoint_bytes=max_checkpoint_bytes,
                                reader_factory=CheckpointReader,
-                               transactional=self.transactional)
+                               transactional=self.transactional,
+                               flush_producer=flush_producer)

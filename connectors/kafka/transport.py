@@ -253,9 +253,10 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def checkpoint_store(self, topic: str, group_id: str, chunk_bytes: int,
-                         max_checkpoint_bytes: int) -> typing.Any:
+                         max_checkpoint_bytes: int, flush_producer: bool = True) -> typing.Any:
         """A `connectors.state.checkpoint.CheckpointStore` writing with this transport's producer
-        and reading with a consumer of the same library (settings: ``checkpoint_reader``)."""
+        and reading with a consumer of the same library (settings: ``checkpoint_reader``);
+        `flush_producer` as the store's."""
 
 
 class KafkaPythonTransport(Transport):
@@ -456,7 +457,7 @@ class KafkaPythonTransport(Transport):
         self.producer.abort_transaction()
 
     def checkpoint_store(self, topic: str, group_id: str, chunk_bytes: int,
-                         max_checkpoint_bytes: int) -> typing.Any:
+                         max_checkpoint_bytes: int, flush_producer: bool = True) -> typing.Any:
         from connectors.state.checkpoint import CheckpointStore
 
         reader = dict(self.settings["checkpoint_reader"])
@@ -464,7 +465,8 @@ class KafkaPythonTransport(Transport):
         return CheckpointStore(servers, topic, group_id, producer=self.producer,
                                reader_config=reader, chunk_bytes=chunk_bytes,
                                max_checkpoint_bytes=max_checkpoint_bytes,
-                               transactional=self.transactional)
+                               transactional=self.transactional,
+                               flush_producer=flush_producer)
 
 
 def install_pending_join_fix() -> None:

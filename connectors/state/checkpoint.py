@@ -478,6 +478,14 @@ class CheckpointStore:
         The producer is transactional (exactly-once): writes belong to the worker's open
         transaction, which it ends with `transaction_ended` (give the reader
         isolation_level=read_committed too).
+    flush_producer
+        A write flushes the whole producer before it waits for its records (True: what was
+        sent before a checkpoint is durable with it, as at-least-once needs of the outputs
+        before a checkpoint), or waits for its own records only (False: the model topic, whose
+        records need nothing else durable; a flush of the worker's producer every exchange sent
+        its predictions in batches cut short, and made a record wait for them). librdkafka
+        reports deliveries only to a poll or flush of its producer, so there a write flushes
+        either way (`Delivery.get`).
 
     """
 
@@ -495,6 +503,7 @@ class CheckpointStore:
         timeout: float = 60.0,
         reader_factory: typing.Callable[..., typing.Any] | None = None,
         transactional: bool = False,
+        flush_producer: bool = True,
     ):
         if not MIN_CHUNK_BYTES <= chunk_bytes <= _U32:
             raise ValueError(f"chunk_bytes must be within [{MIN_CHUNK_BYTES}, {_U32}], got "
@@ -551,6 +560,7 @@ class CheckpointStore:
         # aborted transaction puts it back (`transaction_ended`).
         self.transactional = transactional
         self._undo: dict[bytes, _Live | None] = {}
+        self.flush_producer = flush_producer
 
     def n_partitions(self) -> int:
         if self._n_partitions is None:
@@ -625,7 +635,8 @@ class CheckpointStore:
 
         try:
             # Every send completes, acknowledged or failed, within delivery_timeout_ms.
-            self.producer.flush()
+            if self.flush_producer:
+                self.producer.flush()
             return [future.get() for future in futures]
         except MessageSizeTooLargeError as error:
             raise CheckpointError(

@@ -950,6 +950,7 @@ class Worker:
             config.group_id,
             chunk_bytes=config.checkpoint_chunk_bytes,
             max_checkpoint_bytes=min(config.max_checkpoint_bytes, ceiling),
+            flush_producer=False,
         )
         exchange = resolved_exchange(config.model_exchange, self.settings)
         mix_every = config.mix_every or default_mix_every(exchange)
