@@ -27,6 +27,7 @@ import logging
 import pickle
 import signal
 import threading
+import time
 
 import pytest
 import test_kafka_worker as w
@@ -725,6 +726,33 @@ def test_a_bytes_budget_holds_exchanges_back_until_the_input_read_allows_them():
     # Without a budget the period alone decides.
     free = ModelScope(MemoryStore(), SETTINGS, 10, lambda topic: {0, 1})
     assert free.within_budget() and free.due(tasks_of([0]))
+
+
+def test_a_cpu_budget_holds_exchanges_back_until_the_processing_pays_for_them():
+    # --max-exchange-cpu-share: an exchange due by the period waits while the exchanges' CPU
+    # (main-thread half and the scope's thread) is above the share of the main thread's CPU
+    # for everything else; meanwhile the tasks run in slices of the period, not of one record.
+    scope = ModelScope(MemoryStore(), SETTINGS, 10, lambda topic: {0, 1}, max_cpu_share=0.1)
+    own = tasks_of([0])
+    assert scope.due(own)  # nothing spent yet
+    scope.exchange(own)
+    spent = scope.cpu_seconds + scope.background_cpu_seconds
+    assert spent > 0 and scope.exchanges == 1
+    own[0].since_mix = 10
+    assert not scope.due(own)
+    assert scope.records_to_exchange(own, "events") == 10
+    started = time.thread_time()
+    while not scope.due(own):  # processing: CPU on the main thread
+        sum(i * i for i in range(1_000))
+        assert time.thread_time() - started < 60 * spent + 5
+    assert time.thread_time() - started >= 10 * spent * 0.9
+    # Without a budget the period alone decides.
+    free = ModelScope(MemoryStore(), SETTINGS, 10, lambda topic: {0, 1})
+    free.exchange(own)
+    own[0].since_mix = 10
+    assert free.due(own)
+    with pytest.raises(ValueError, match="max_cpu_share"):
+        ModelScope(MemoryStore(), SETTINGS, 10, lambda topic: {0, 1}, max_cpu_share=0)
 
 
 # An AutoClassifier beyond the bytes budget exchanges the member it serves -------------------

@@ -113,6 +113,10 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
     ("--max-model-bytes-share", "float", 0.05,
      "with --model-scope topic: at most this share of the input's bytes goes to the model "
      "topic; a model record waits until the input read allows it ('none': no budget)"),
+    ("--max-exchange-cpu-share", "float", 0.1,
+     "with --model-scope topic: the exchanges' CPU stays within this share of the processing's;"
+     " an exchange waits until it does, so cheap records get a longer period ('none': an "
+     "exchange every --mix-every records whatever it costs)"),
     ("--transport", "str", "kafka-python",
      "Kafka client library: kafka-python (pure Python) or librdkafka (confluent-kafka, the "
      "streammargin[librdkafka] extra; faster, takes kafka-python setting names and librdkafka "
@@ -320,6 +324,7 @@ def config_from_args(args: argparse.Namespace) -> typing.Any:
         model_exchange=args.model_exchange,
         mix_every=args.mix_every,
         max_model_bytes_share=args.max_model_bytes_share,
+        max_exchange_cpu_share=args.max_exchange_cpu_share,
         transport=args.transport,
         session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms,

@@ -108,6 +108,13 @@ def default_mix_every(exchange: str) -> int:
     mixing gains nothing from a shorter period, delta averaging does (docs/kafka.md)."""
     return DEFAULT_DELTA_EVERY if exchange == "delta" else DEFAULT_MIX_EVERY
 DEFAULT_MAX_MODEL_BYTES_SHARE = 0.05
+# The CPU an exchange may take, a share of the main thread's processing CPU (`ModelScope`'s
+# max_cpu_share). An exchange costs a few ms of CPU whatever the model (a record written, the
+# peers' read and checked, their models added), so at a fixed period its share grows as records
+# get cheaper: ALMA on 3 features, every 200 records, cost 1.2x-1.6x partition scope's CPU per
+# record (benchmarks/model_scope_worker.py --processes). The budget makes the period follow the
+# cost instead.
+DEFAULT_MAX_EXCHANGE_CPU_SHARE = 0.1
 
 
 def encode_model_record(settings: TaskSettings, topic: str, partition: int, serial: int,
@@ -297,12 +304,20 @@ class ModelScope:
     exchange
         "mix" (asynchronous parameter mixing) or "delta" (asynchronous delta averaging of a
         binary ALMA, `streammargin.delta`): `resolved_exchange`.
+    max_cpu_share
+        The CPU of the exchanges (their main-thread half and the scope's thread, measured with
+        `time.thread_time`) stays within this share of the main thread's CPU for everything
+        else since the scope's first check: an exchange due by `mix_every` waits until it is. So in a
+        backlog of cheap records the period grows until the exchanges cost that share, and
+        the worker's throughput stays within it of partition scope's. None: no budget. The
+        clients' own threads (the model topic's reads and writes on the wire) are not counted.
 
     """
 
     def __init__(self, store: checkpoint_module.CheckpointStore, settings: TaskSettings,
                  mix_every: int, partitions_for: typing.Callable[[str], typing.Any],
-                 max_bytes_share: float | None = None, exchange: str = "mix"):
+                 max_bytes_share: float | None = None, exchange: str = "mix",
+                 max_cpu_share: float | None = None):
         if mix_every < 1:
             raise ValueError(f"mix_every must be >= 1, got {mix_every!r}")
         if exchange not in ("mix", "delta"):
@@ -314,6 +329,10 @@ class ModelScope:
         if max_bytes_share is not None and not 0.0 < max_bytes_share:
             raise ValueError(f"max_bytes_share must be > 0, got {max_bytes_share!r}")
         self.max_bytes_share = max_bytes_share
+        if max_cpu_share is not None and not 0.0 < max_cpu_share:
+            raise ValueError(f"max_cpu_share must be > 0, got {max_cpu_share!r}")
+        self.max_cpu_share = max_cpu_share
+        self._main_cpu_at_start: float | None = None  # the main thread's, at the first step
         self.input_bytes = 0
         self._last_record_bytes = 0
         self._whole_bytes: dict[str, int] = {}  # the last whole record of a topic's model
@@ -339,6 +358,7 @@ class ModelScope:
         self.bytes_written = 0
         self.bytes_read = 0
         self.seconds = 0.0  # on the main thread: encoding and mixing
+        self.cpu_seconds = 0.0  # the CPU of those seconds
         self.background_seconds = 0.0  # on the scope's thread: writing, reading, checking
         # The scope's thread's CPU (its wall time above is mostly waits on the broker): what an
         # exchange costs the machine besides the main thread's `seconds`.
@@ -353,6 +373,7 @@ class ModelScope:
             "bytes_read": self.bytes_read,
             "input_bytes": self.input_bytes,
             "seconds": round(self.seconds, 3),
+            "cpu_seconds": round(self.cpu_seconds, 3),
             "background_seconds": round(self.background_seconds, 3),
             "background_cpu_seconds": round(self.background_cpu_seconds, 3),
         }
@@ -370,9 +391,21 @@ class ModelScope:
         share = self.max_bytes_share
         return share is None or self.bytes_written + size <= share * self.input_bytes
 
+    def within_cpu_budget(self) -> bool:
+        """Whether the exchanges' CPU so far is within `max_cpu_share` of the main thread's
+        processing CPU (called on the main thread)."""
+        if self.max_cpu_share is None:
+            return True
+        now = time.thread_time()
+        if self._main_cpu_at_start is None:
+            self._main_cpu_at_start = now
+        processing = now - self._main_cpu_at_start - self.cpu_seconds
+        return self.cpu_seconds + self.background_cpu_seconds <= self.max_cpu_share * processing
+
     def records_to_exchange(self, tasks: typing.Iterable[PartitionTask], topic: str) -> int:
         """Records the tasks of `topic` may still process before the next exchange (>= 1)."""
-        if self._exchange is not None or not self.within_budget():
+        if (self._exchange is not None or not self.within_budget()
+                or not self.within_cpu_budget()):
             return self.mix_every  # the next one starts once this one has ended
         done = sum(task.since_mix for task in tasks if task.topic == topic)
         return max(1, self.mix_every - done)
@@ -385,8 +418,8 @@ class ModelScope:
         for task in tasks:
             since[task.topic] = since.get(task.topic, 0) + task.since_mix
             models.setdefault(task.topic, set()).add(id(task.model))
-        return (any(n >= self.mix_every for n in since.values()) and self.within_budget()) or any(
-            len(ids) > 1 for ids in models.values())
+        return (any(n >= self.mix_every for n in since.values()) and self.within_budget()
+                and self.within_cpu_budget()) or any(len(ids) > 1 for ids in models.values())
 
     def step(self, tasks: typing.Sequence[PartitionTask]) -> None:
         """The main loop's call: ends the exchange under way if its reading is done, and
@@ -418,7 +451,7 @@ class ModelScope:
     # The two halves ----------------------------------------------------------------------------
 
     def _start(self, tasks: typing.Sequence[PartitionTask]) -> None:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         by_topic = _by_topic(tasks)
         payloads, weights, wanted = {}, {}, {}
         for topic, own in by_topic.items():
@@ -458,6 +491,7 @@ class ModelScope:
                                      dict(self._refused_at))
         self._exchange = _Exchange(weights, future)
         self.seconds += time.perf_counter() - started
+        self.cpu_seconds += time.thread_time() - cpu
 
     def _record(self, topic: str, partition: int, weight: int, model: typing.Any) -> bytes:
         """The record of the worker's model of `topic` (under the key of `partition`); for an
@@ -522,7 +556,7 @@ class ModelScope:
     def _finish(self, tasks: typing.Sequence[PartitionTask]) -> None:
         exchange, self._exchange = self._exchange, None
         found = exchange.future.result()  # CheckpointError from the scope's thread
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         for topic, own in _by_topic(tasks).items():
             owned = {t.partition for t in own}
             peers = []
@@ -553,6 +587,7 @@ class ModelScope:
                 self._mixed_in[(peer.topic, peer.partition)] = (peer.stream, peer.serial)
         self.exchanges += 1
         self.seconds += time.perf_counter() - started
+        self.cpu_seconds += time.thread_time() - cpu
 
     @staticmethod
     def _mixed(model: typing.Any, weight: int, peers: list[PeerModel]) -> typing.Any:

@@ -60,6 +60,7 @@ from connectors.observability.metrics import Throughput
 from connectors.observability.observability import ClientLogTail, WorkerStatus
 from connectors.state import checkpoint as checkpoint_module
 from connectors.worker.model_scope import (
+    DEFAULT_MAX_EXCHANGE_CPU_SHARE,
     DEFAULT_MAX_MODEL_BYTES_SHARE,
     MODEL_SCOPES,
     ModelScope,
@@ -200,6 +201,10 @@ class WorkerConfig:
     # three workers their gain is the model a worker's partitions share, not the exchange
     # (benchmarks/model_scope_worker.py, docs/kafka.md).
     max_model_bytes_share: float | None = DEFAULT_MAX_MODEL_BYTES_SHARE
+    # The exchanges' CPU stays within this share of the main thread's processing CPU (an
+    # exchange due by mix_every waits until it does); None: no budget, an exchange every
+    # mix_every records whatever it costs (connectors/worker/model_scope.py says why).
+    max_exchange_cpu_share: float | None = DEFAULT_MAX_EXCHANGE_CPU_SHARE
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
     # Big polls pay: measured 12.9k -> 14-17k records/s end to end going from 2000 to 5000.
@@ -247,9 +252,10 @@ class WorkerConfig:
         if set(self.topics) & {self.checkpoint_topic, self.model_topic,
                                *[t for t in outputs if t]}:
             raise ValueError("an input topic cannot also be an output, checkpoint or model topic")
-        share = self.max_model_bytes_share
-        if share is not None and not share > 0:
-            raise ValueError(f"max_model_bytes_share must be > 0, got {share!r}")
+        for name in ("max_model_bytes_share", "max_exchange_cpu_share"):
+            share = getattr(self, name)
+            if share is not None and not share > 0:
+                raise ValueError(f"{name} must be > 0, got {share!r}")
         if self.model_scope not in MODEL_SCOPES:
             raise ValueError(f"model_scope must be one of {MODEL_SCOPES}, "
                              f"got {self.model_scope!r}")
@@ -955,7 +961,7 @@ class Worker:
         exchange = resolved_exchange(config.model_exchange, self.settings)
         mix_every = config.mix_every or default_mix_every(exchange)
         return ModelScope(store, self.settings, mix_every, transport.partitions_for,
-                          config.max_model_bytes_share, exchange)
+                          config.max_model_bytes_share, exchange, config.max_exchange_cpu_share)
 
     def _create_topics(self, transport: Transport) -> None:
         """Create the missing output topics (as many partitions as the inputs have)."""
