@@ -22,10 +22,12 @@ three threads cannot show. Give it many records (60,000: a few seconds of CPU).
 
 Run: .venv/bin/python benchmarks/model_scope_worker.py [--records 12000] [--partitions 12]
      [--mix-every N [N ...]] [--exchanges auto|mix|delta ...] [--scopes partition topic]
-     [--streams ...] [--models ...] [--max-model-bytes-share S] [--broker apache-kafka|tansu]
-     [--processes]
+     [--streams ...] [--models ...] [--max-model-bytes-share S] [--max-exchange-cpu-share S]
+     [--broker apache-kafka|tansu] [--processes] [--rounds R]
 Several --mix-every values (or --exchanges) run topic scope once per value (the period's
-trade-off); delta runs with ALMA only.
+trade-off); delta runs with ALMA only. The period is the shortest: the CPU budget
+(`--max-exchange-cpu-share`, the worker's default) lengthens it where exchanges would cost more.
+`--rounds` runs each configuration R times, taking turns, and gives the median CPU ratio.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ import partition_learning
 from connectors.kafka.broker import create_topics, make_broker
 from connectors.models import build_model
 from connectors.worker.model_scope import (
+    DEFAULT_MAX_EXCHANGE_CPU_SHARE,
     DEFAULT_MAX_MODEL_BYTES_SHARE,
     default_mix_every,
     resolved_exchange,
@@ -125,6 +128,7 @@ def worker_processes(cfg: WorkerConfig, logs: pathlib.Path) -> list:
         "--model-scope", cfg.model_scope, "--model-topic", cfg.model_topic,
         "--model-exchange", cfg.model_exchange,
         "--max-model-bytes-share", str(cfg.max_model_bytes_share or "none"),
+        "--max-exchange-cpu-share", str(cfg.max_exchange_cpu_share or "none"),
         "--scale", "--max-poll-records", str(cfg.max_poll_records),
         "--idle-timeout", str(cfg.idle_timeout),
         "--session-timeout-ms", str(cfg.session_timeout_ms),
@@ -203,11 +207,12 @@ def wait_for_predictions(bootstrap: str, topic: str, partitions: int, expected: 
 
 def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
         mix_every: int | None, tag: str, bytes_share: float | None = None,
-        exchange: str = "auto", processes: bool = False) -> dict:
+        exchange: str = "auto", processes: bool = False,
+        cpu_share: float | None = DEFAULT_MAX_EXCHANGE_CPU_SHARE) -> dict:
     name = f"scope-{tag}-{time.time_ns()}"
     cfg = fresh_group(bootstrap, name, model, partitions, 8.0 if processes else 3.0,
                       model_scope=scope, mix_every=mix_every, model_exchange=exchange,
-                      max_model_bytes_share=bytes_share)
+                      max_model_bytes_share=bytes_share, max_exchange_cpu_share=cpu_share)
     summaries: list = []
     cpu = None
     if processes:
@@ -289,6 +294,14 @@ def main() -> None:
                         help="topic scope's budget of model-topic bytes, a share of the input's"
                         f" ('none': no budget; default {DEFAULT_MAX_MODEL_BYTES_SHARE}, the "
                         "worker's)")
+    parser.add_argument("--max-exchange-cpu-share", default=str(DEFAULT_MAX_EXCHANGE_CPU_SHARE),
+                        type=lambda text: None if text == "none" else float(text),
+                        help="topic scope's budget of exchange CPU, a share of the processing's"
+                        f" ('none': no budget; default {DEFAULT_MAX_EXCHANGE_CPU_SHARE}, the "
+                        "worker's)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="runs of each configuration, taking turns (with --processes the "
+                        "summary gives the median CPU ratio)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     data = streams(args.records)
@@ -304,36 +317,55 @@ def main() -> None:
           f"{'rate':>6} {'ratio':>6} {'bytes%':>7} {'exch%':>6} {'exch':>5}"
           + (f" {'CPU us/rec':>10} {'CPU ratio':>9}" if args.processes else ""))
     gaps: dict[str, list[float]] = {}
+    cpu_ratios: dict[str, list[float]] = {}
     with make_broker(args.broker) as broker:
         for stream in names:
             for model in args.models:
                 one = one_model(data[stream], model)
-                base_rate = base_cpu = None
-                for scope, exchange, mix_every in runs:
-                    if exchange == "delta" and model != "alma":
-                        continue  # (delta averaging is built for a binary ALMA)
-                    found = run(broker.bootstrap_servers, data[stream], model, scope,
-                                args.partitions, mix_every, f"{model}-{scope}",
-                                args.max_model_bytes_share, exchange, args.processes)
-                    label = found["label"]
-                    gap = 100 * (found["accuracy"] - one)
-                    gaps.setdefault(label, []).append(gap)
-                    if scope == "partition":
-                        base_rate = found["rate"]
-                    ratio = f"{found['rate'] / base_rate:6.2f}" if base_rate else f"{'':6}"
-                    cpu = ""
-                    if args.processes:
-                        per_record = 1e6 * found["cpu"] / len(data[stream])
-                        if scope == "partition":
-                            base_cpu = per_record
-                        cpu_ratio = f"{per_record / base_cpu:9.2f}" if base_cpu else f"{'':9}"
-                        cpu = f" {per_record:10.1f} {cpu_ratio}"
-                    print(f"{stream:14} {model:10} {one:6.3f} {label:>11} "
-                          f"{found['accuracy']:8.3f} {gap:+6.1f} {found['rate']:6.0f} {ratio} "
-                          f"{100 * found['bytes']:7.1f} {100 * found['exchanging']:6.1f} "
-                          f"{found['exchanges']:5d}{cpu}", flush=True)
+                wanted = [r for r in runs if r[1] != "delta" or model == "alma"]
+                for round_index in range(args.rounds):
+                    # The configurations take turns: each round starts one further on.
+                    shift = round_index % len(wanted)
+                    found = {}
+                    for scope, exchange, mix_every in wanted[shift:] + wanted[:shift]:
+                        found[(scope, exchange, mix_every)] = run(
+                            broker.bootstrap_servers, data[stream], model, scope,
+                            args.partitions, mix_every, f"{model}-{scope}",
+                            args.max_model_bytes_share, exchange, args.processes,
+                            args.max_exchange_cpu_share)
+                    base = found.get(("partition", "auto", None))
+                    for configuration in wanted:
+                        print_row(stream, model, one, found[configuration], base,
+                                  len(data[stream]), args.processes, gaps, cpu_ratios)
     for label, values in gaps.items():
-        print(f"{label}: mean gap {statistics.mean(values):+.1f} points, worst {min(values):+.1f}")
+        summary = f"{label}: mean gap {statistics.mean(values):+.1f} points, worst {min(values):+.1f}"
+        if cpu_ratios.get(label):
+            summary += (f"; CPU per record / partition scope's: median "
+                        f"{statistics.median(cpu_ratios[label]):.2f}x over "
+                        f"{len(cpu_ratios[label])} runs")
+        print(summary)
+
+
+def print_row(stream: str, model: str, one: float, found: dict, base: dict | None, n: int,
+              processes: bool, gaps: dict, cpu_ratios: dict) -> None:
+    """One run's row; its gap (and CPU ratio to partition scope's run of the same round) kept
+    for the summary."""
+    label = found["label"]
+    gap = 100 * (found["accuracy"] - one)
+    gaps.setdefault(label, []).append(gap)
+    ratio = f"{found['rate'] / base['rate']:6.2f}" if base else f"{'':6}"
+    cpu = ""
+    if processes:
+        per_record = 1e6 * found["cpu"] / n
+        cpu_ratio = f"{'':9}"
+        if base:
+            cpu_ratios.setdefault(label, []).append(found["cpu"] / base["cpu"])
+            cpu_ratio = f"{found['cpu'] / base['cpu']:9.2f}"
+        cpu = f" {per_record:10.1f} {cpu_ratio}"
+    print(f"{stream:14} {model:10} {one:6.3f} {label:>11} "
+          f"{found['accuracy']:8.3f} {gap:+6.1f} {found['rate']:6.0f} {ratio} "
+          f"{100 * found['bytes']:7.1f} {100 * found['exchanging']:6.1f} "
+          f"{found['exchanges']:5d}{cpu}", flush=True)
 
 
 if __name__ == "__main__":
