@@ -13,6 +13,7 @@ keeps its log across a crash. Each test skips with one line on another broker.
   compacts it;
 - the broker SIGKILLed mid-stream and started again on its log: the worker waits, goes on and
   ends with every offset predicted and the uninterrupted model (both transports);
+- a broker (either kind) ends with the process that started it, killed outright;
 - dead letters of every kind the codec and the model refuse, and the metrics records, as the
   README's tables describe them (what tests/test_kafka_worker.py does not check already).
 
@@ -25,9 +26,11 @@ a worker that exits during the outage (`OutageStoppedWorker`), both fixed.
 from __future__ import annotations
 
 import json
+import pathlib
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -523,6 +526,43 @@ def test_the_launcher_waits_for_its_own_node_not_a_broker_that_answers_on_its_po
     finally:
         ours.kill()
         ours.wait()
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, ended but not reaped yet, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.kafka
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("kind", ["tansu", "apache-kafka"])
+def test_a_broker_ends_with_the_process_that_started_it(kind, tmp_path):
+    # A broker runs in a session of its own; a test run or benchmark killed outright (SIGKILL,
+    # an abort) must not leave it running (connectors.kafka.broker._ending_with_this_thread).
+    if kind == "apache-kafka":
+        require_apache_kafka()
+    # (Apache Kafka's log in the test's folder: the killed starter cannot remove it.)
+    options = ", data_dir=sys.argv[2]" if kind == "apache-kafka" else ""
+    script = ("import sys, time; from connectors.kafka.broker import make_broker; "
+              f"broker = make_broker(sys.argv[1]{options}).start(); "
+              "print(broker._process.pid, flush=True); time.sleep(600)")
+    starter = subprocess.Popen([sys.executable, "-c", script, kind, str(tmp_path / "data")],
+                               cwd=pathlib.Path(__file__).resolve().parents[1],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(starter.stdout.readline())
+        assert _running(pid)
+    finally:
+        starter.kill()
+        starter.wait()
+    deadline = time.monotonic() + 10
+    while _running(pid):
+        assert time.monotonic() < deadline, f"the {kind} broker outlived its starter"
+        time.sleep(0.05)
 
 
 # 3. The broker SIGKILLed mid-stream and started again on its log --------------------------------
