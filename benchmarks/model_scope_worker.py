@@ -4,7 +4,8 @@
 For each stream and model (`StandardScaler() | model`: the worker's `--scale`): the records
 are produced round robin over the partitions (a keyed producer's spread) while three in-process
 workers run (one group, their threads taking turns on the GIL: the same for both scopes), until
-they are idle. Printed per scope: the progressive
+they are idle; `--arrival` says whether they come as a live stream (~7,000 records/s, the
+default) or as a backlog (the default with `--processes`). Printed per scope: the progressive
 accuracy over all predictions, its gap to one model learning the stream in order (River's
 progressive validation, no broker), the records per second of the workers' busy time
 (processing and exchanging; waits for records left out) and its ratio to partition scope's, the
@@ -23,7 +24,7 @@ three threads cannot show. Give it many records (60,000: a few seconds of CPU).
 Run: .venv/bin/python benchmarks/model_scope_worker.py [--records 12000] [--partitions 12]
      [--mix-every N [N ...]] [--exchanges auto|mix|delta ...] [--scopes partition topic]
      [--streams ...] [--models ...] [--max-model-bytes-share S] [--max-exchange-cpu-share S]
-     [--broker apache-kafka|tansu] [--processes] [--rounds R]
+     [--broker apache-kafka|tansu] [--processes] [--rounds R] [--arrival live|backlog]
 Several --mix-every values (or --exchanges) run topic scope once per value (the period's
 trade-off); delta runs with ALMA only. The period is the shortest: the CPU budget
 (`--max-exchange-cpu-share`, the worker's default) lengthens it where exchanges would cost more.
@@ -76,15 +77,25 @@ def one_model(records: list, model: str) -> float:
     return score.get()
 
 
-def produce(bootstrap: str, topic: str, records: list, partitions: int) -> int:
+def produce(bootstrap: str, topic: str, records: list, partitions: int,
+            arrival: str = "live") -> int:
+    """Send `records` round robin over the partitions; returns their bytes. `arrival` "live":
+    each record sent as it is encoded, some 7,000 records/s, so the workers keep up as with a
+    live stream; "backlog": all encoded first and sent in large batches, so the workers catch up
+    on a backlog, as fast as they go (the CPU of `--processes` is then their processing's, not
+    their polls' for a few records at a time). An exchange's period in records is at least what
+    a worker processes while the last one is written and read, so a backlog makes it longer."""
     from kafka import KafkaProducer
 
-    # Encoded first and sent in large batches: `--processes` measures the workers' CPU while
-    # they process, which must not be spent waiting on this producer (sending as it encoded, at
-    # ~7,000 records/s, it kept the workers polling for a few records at a time).
-    values = [json.dumps({"id": f"e{i}", "x": x, "y": y}).encode()
-              for i, (x, y) in enumerate(records)]
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=256 << 10)
+    if arrival == "backlog":
+        values = [json.dumps({"id": f"e{i}", "x": x, "y": y}).encode()
+                  for i, (x, y) in enumerate(records)]
+        producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20,
+                                 batch_size=256 << 10)
+    else:
+        values = (json.dumps({"id": f"e{i}", "x": x, "y": y}).encode()
+                  for i, (x, y) in enumerate(records))
+        producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=10)
     size = 0
     for i, value in enumerate(values):
         size += len(value)
@@ -208,7 +219,7 @@ def wait_for_predictions(bootstrap: str, topic: str, partitions: int, expected: 
 def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
         mix_every: int | None, tag: str, bytes_share: float | None = None,
         exchange: str = "auto", processes: bool = False,
-        cpu_share: float | None = DEFAULT_MAX_EXCHANGE_CPU_SHARE) -> dict:
+        cpu_share: float | None = DEFAULT_MAX_EXCHANGE_CPU_SHARE, arrival: str = "live") -> dict:
     name = f"scope-{tag}-{time.time_ns()}"
     cfg = fresh_group(bootstrap, name, model, partitions, 8.0 if processes else 3.0,
                       model_scope=scope, mix_every=mix_every, model_exchange=exchange,
@@ -227,7 +238,7 @@ def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
                 # start-up, the join and the idle wait before the workers exit (seconds, against
                 # 1-3 for 60,000 records: subtracted instead, their noise was the figure's).
                 before = process_cpu(pids)
-                size = produce(bootstrap, name, records, partitions)
+                size = produce(bootstrap, name, records, partitions, arrival)
                 wait_for_predictions(bootstrap, cfg.predictions_topic, partitions, len(records))
                 cpu = process_cpu(pids) - before
                 for process in started:
@@ -247,7 +258,7 @@ def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
         for thread in threads:
             thread.start()
         time.sleep(3.0)  # the three join the group before the records come
-        size = produce(bootstrap, name, records, partitions)
+        size = produce(bootstrap, name, records, partitions, arrival)
         for thread in threads:
             thread.join(600)
     accuracy = read_accuracy(bootstrap, cfg.predictions_topic, partitions, len(records))
@@ -302,7 +313,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="runs of each configuration, taking turns (with --processes the "
                         "summary gives the median CPU ratio)")
+    parser.add_argument("--arrival", choices=("live", "backlog"), default=None,
+                        help="records sent as they are made (live, ~7,000/s) or all at once "
+                        "(backlog); default: backlog with --processes, else live")
     args = parser.parse_args()
+    arrival = args.arrival or ("backlog" if args.processes else "live")
     logging.basicConfig(level=logging.ERROR)
     data = streams(args.records)
     names = args.streams or list(data)
@@ -311,6 +326,7 @@ def main() -> None:
         runs += [("topic", e, m) for e in args.exchanges for m in args.mix_every]
     print(f"{args.records:,} records a stream over {args.partitions} partitions, "
           f"{WORKERS} workers ({'processes' if args.processes else 'threads of one process'}), "
+          f"arriving {'as a backlog' if arrival == 'backlog' else 'live'}, "
           f"StandardScaler | model, {args.broker}; gap: points of progressive "
           "accuracy to one model; rate: records/s of busy time; ratio: to partition scope")
     print(f"{'stream':14} {'model':10} {'one':>6} {'scope':>11} {'accuracy':>8} {'gap':>6} "
@@ -332,7 +348,7 @@ def main() -> None:
                             broker.bootstrap_servers, data[stream], model, scope,
                             args.partitions, mix_every, f"{model}-{scope}",
                             args.max_model_bytes_share, exchange, args.processes,
-                            args.max_exchange_cpu_share)
+                            args.max_exchange_cpu_share, arrival)
                     base = found.get(("partition", "auto", None))
                     for configuration in wanted:
                         print_row(stream, model, one, found[configuration], base,
