@@ -90,6 +90,7 @@ learning with kernels. ECML PKDD.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import typing
 
@@ -511,35 +512,64 @@ class _Support:
         return self.rows.shape[0]
 
 
+class _Unaligned:
+    """A copy's support rows in its own columns, aligned over the union's (`_Columns.align`)
+    only when `_union` reaches them: a part's `rows` until then."""
+
+    def __init__(self, columns: _Columns, i: int, rows: np.ndarray):
+        self.columns, self.i, self.raw = columns, i, rows
+        self.shape = (rows.shape[0], columns.n_columns)
+
+    def aligned(self) -> np.ndarray:
+        return self.columns.align(self.i, self.raw)
+
+
 def _union(parts: list[_Support], coefs: np.ndarray, avg_coefs: np.ndarray | None = None
            ) -> _Support:
     """The support sets with their coefficients times `coefs` (the averaged ones times
     `avg_coefs`, by default the same), identical vectors of equal label merged (their
-    coefficients added, the youngest age kept)."""
+    coefficients added, the youngest age kept), in the order of first appearance.
+
+    Memory: a part's rows (`_Unaligned`) are aligned one part at a time and only the distinct
+    ones copied, into one array of the parts' total rows (the result's rows are a view of it).
+    Why: concatenating the aligned parts and sorting them for duplicates held six copies of
+    every support at once, 38x a budget SVM's ceiling for 12 copies, 416 MiB
+    (benchmarks/memory_ceiling.py, section 3). A vector is known by a 128-bit digest of its
+    bytes and label (two distinct vectors colliding: 2**-128 a pair)."""
     avg_coefs = coefs if avg_coefs is None else avg_coefs
-    rows = np.concatenate([p.rows for p in parts])
     label = np.concatenate([p.label for p in parts])
     coef = np.concatenate([p.coef * c for p, c in zip(parts, coefs)])
     avg = np.concatenate([p.avg * c for p, c in zip(parts, avg_coefs)])
     age = np.concatenate([p.age for p in parts])
-    if rows.shape[0] == 0:
-        return _Support(rows, label, coef, avg, age)
-    keyed = np.ascontiguousarray(np.column_stack([rows, label]))
-    view = keyed.view(np.dtype((np.void, keyed.dtype.itemsize * keyed.shape[1]))).ravel()
-    _, first, inverse = np.unique(view, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")  # in the order of first appearance
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.shape[0])
-    group = rank[inverse.ravel()]
-    n = order.shape[0]
+    total = label.shape[0]
+    width = parts[0].rows.shape[1] if parts else 0
+    rows = np.empty((total, width))
+    group = np.empty(total, dtype=np.int64)
+    first_of: dict[bytes, int] = {}  # a vector's key -> its group
+    firsts: list[int] = []  # each group's first member
+    n = start = 0
+    for part in parts:
+        part_rows = part.rows.aligned() if isinstance(part.rows, _Unaligned) else part.rows
+        part_rows = np.ascontiguousarray(part_rows, dtype=np.float64)
+        for j in range(part_rows.shape[0]):
+            row = part_rows[j]
+            key = hashlib.blake2b(row.tobytes(), digest_size=16).digest() + label[start + j].tobytes()
+            found = first_of.get(key)
+            if found is None:
+                found = first_of[key] = n
+                firsts.append(start + j)
+                rows[n] = row
+                n += 1
+            group[start + j] = found
+        start += part_rows.shape[0]
     merged_coef = np.zeros(n)
     merged_avg = np.zeros(n)
     np.add.at(merged_coef, group, coef)
     np.add.at(merged_avg, group, avg)
     merged_age = np.full(n, np.inf)
     np.minimum.at(merged_age, group, age)
-    keep = first[order]
-    return _Support(rows[keep], label[keep], merged_coef, merged_avg, merged_age)
+    return _Support(rows[:n], label[np.array(firsts, dtype=np.int64)], merged_coef, merged_avg,
+                    merged_age)
 
 
 def _kernel(kp: np.ndarray, A: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -713,8 +743,7 @@ def _budget_support(model: BudgetKernelClassifier, columns: _Columns, i: int,
         avg = summed * label
     else:
         avg = np.zeros(n)
-    rows = columns.align(i, model._support[:n])
-    return _Support(rows, label, coef, avg, ages)
+    return _Support(_Unaligned(columns, i, model._support[:n]), label, coef, avg, ages)
 
 
 def _reduce_budget(sup: _Support, budget: int, policy: str, kp: np.ndarray,
@@ -918,25 +947,29 @@ def _pack_svm(mixing: _Mixing) -> BudgetSVMClassifier:
     for i, m in enumerate(sources):
         n, label = _cached_labels(m)
         coef = m._slots[:n, kjit.COEF] * label
-        parts.append(_Support(columns.align(i, m._support[:n]), label, coef, coef.copy(),
+        parts.append(_Support(_Unaligned(columns, i, m._support[:n]), label, coef, coef.copy(),
                               _ages(mixing, i, m._slots[:n, kjit.BORN], trials)))
     sup = _union(parts, mixing.coefs)
     C = float(model.C)
     alpha = _snapped(np.clip(sup.coef * sup.label, 0.0, C), C)
+    # The vectors kept, chosen on the coefficients and ages, then taken at once: each take
+    # copies its rows, and the union's rows are most of a mix's memory.
+    kept = np.arange(len(sup))
     released = 0
-    if len(sup) > model.budget:
+    if len(kept) > model.budget:
         nonzero = alpha > 0.0
-        released = int(len(sup) - nonzero.sum())
-        sup, alpha = sup.take(nonzero), alpha[nonzero]
+        released = int(len(kept) - nonzero.sum())
+        kept, alpha = kept[nonzero], alpha[nonzero]
     pruned = 0
-    if len(sup) > model.budget:
+    if len(kept) > model.budget:
         if model.prune == "oldest":
-            order = np.lexsort((-alpha, sup.age))
+            order = np.lexsort((-alpha, sup.age[kept]))
         else:
             order = np.argsort(-alpha, kind="stable")
         keep = np.sort(order[: model.budget])
-        pruned = len(sup) - model.budget
-        sup, alpha = sup.take(keep), alpha[keep]
+        pruned = len(kept) - model.budget
+        kept, alpha = kept[keep], alpha[keep]
+    sup = sup.take(kept)
     cap = model.budget * C
     if alpha.sum() > cap:
         alpha = alpha * (cap / alpha.sum())
@@ -989,7 +1022,7 @@ def _pack_sbp(mixing: _Mixing) -> SBPClassifier:
     parts = []
     for i, m in enumerate(sources):
         n, label = _cached_labels(m)
-        parts.append(_Support(columns.align(i, m._support[:n]), label,
+        parts.append(_Support(_Unaligned(columns, i, m._support[:n]), label,
                               m._slots[:n, kjit.COEF] * label, m._slots[:n, sbp_jit.AVG] * label,
                               _ages(mixing, i, m._slots[:n, kjit.BORN], trials)))
     # (the averaged coefficients are a moving average: their weighted mean)
@@ -1050,7 +1083,7 @@ def _pack_mpu(mixing: _Mixing) -> typing.Any:
         r_i = float(m._st[mpu_jit.R_NORM])
         growth = (r / r_i) ** 2 if r_i > 0.0 else 1.0
         count = m._slots[:n, kjit.COEF] * growth * label
-        parts.append(_Support(columns.align(i, m._support[:n]), label, count, count.copy(),
+        parts.append(_Support(_Unaligned(columns, i, m._support[:n]), label, count, count.copy(),
                               _ages(mixing, i, m._slots[:n, kjit.BORN], trials)))
     sup = _union(parts, mixing.coefs)
     st[mpu_jit.R_NORM] = r
