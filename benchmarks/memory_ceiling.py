@@ -18,8 +18,16 @@ gives every name a column. Every model runs with its default parameters.
    model reaches its bound early (the kernel models and the CPM within 2,000 records, ALMA within
    57,344), so the second half should not exceed the first; the bound is beside it.
    (`--skip-worker` leaves this part out.)
+3. A topic-scope exchange (`--model-scope topic`, issue 25) on a topic of P partitions (12 and
+   32): P - 1 peers' records of full models on the embedded broker's model topic (each model
+   learnt 1,500 records of the stream above, so that ALMA at `max_features=1024` and the
+   budget SVM at its default budget are at their ceilings), then one exchange of the worker's
+   own model under tracemalloc: its peak beside the documented bound, (2P + 2) x the model's
+   ceiling for parameter mixing, (2P + 5) x for delta averaging (docs/kafka.md, "Memory").
+   (`--skip-exchange` leaves this part out.)
 
-Run: .venv/bin/python benchmarks/memory_ceiling.py [--records 200000] [--skip-worker] [--quick]
+Run: .venv/bin/python benchmarks/memory_ceiling.py [--records 200000] [--skip-worker]
+     [--skip-exchange] [--quick]
 """
 
 from __future__ import annotations
@@ -207,12 +215,73 @@ def worker_rss(n: int) -> None:
     )
 
 
+def exchange_memory(partitions: tuple[int, ...] = (12, 32)) -> None:
+    import tracemalloc
+
+    from connectors.kafka.broker import EmbeddedBroker, create_topics
+    from connectors.state.checkpoint import CheckpointStore
+    from connectors.worker.model_scope import (
+        ModelScope,
+        encode_contribution_record,
+        encode_model_record,
+    )
+    from connectors.worker.task import PartitionTask, TaskSettings
+
+    print("\n3. A topic-scope exchange: peak memory (tracemalloc) of one exchange with P - 1 "
+          "peers' full models\n")
+    header = (f"{'model':12}{'exchange':>9}{'P':>4}{'ceiling':>12}{'peak':>12}"
+              f"{'peak / ceiling':>16}{'bound':>8}")
+    print(header + "\n" + "-" * len(header))
+    cases = [("alma", {"max_features": 1024}, "mix"), ("alma", {"max_features": 1024}, "delta"),
+             ("budgetsvm", {}, "mix")]
+    with EmbeddedBroker() as broker:
+        for model, params, exchange in cases:
+            settings = TaskSettings(group_id="memory", model=model, params=params)
+            for count in partitions:
+                trained = []
+                for peer in range(count):
+                    learner = settings.build_model()
+                    for x, y in records(1_500, seed=peer):
+                        learner.learn_one(x, y)
+                    trained.append(learner)
+                ceiling = memory.memory_bound(trained[0])
+                topic = f"models-{model}-{exchange}-{count}-{time.time_ns()}"
+                create_topics(broker.bootstrap_servers, [topic], compacted=True)
+                store = CheckpointStore(broker.bootstrap_servers, topic, "memory",
+                                        max_checkpoint_bytes=2 * ceiling + MiB)
+                try:
+                    for peer in range(1, count):  # every other partition's latest record
+                        payload = (encode_model_record(settings, "events", peer, peer, 100,
+                                                       trained[peer]) if exchange == "mix" else
+                                   encode_contribution_record(settings, "events", peer, peer, 1,
+                                                              100, trained[peer]))
+                        store.write({("events", peer): payload})
+                    own = PartitionTask.new("events", 0, settings)
+                    own.model, own.since_mix = trained[0], 100
+                    scope = ModelScope(store, settings, 1, lambda topic, n=count: set(range(n)),
+                                       exchange=exchange)
+                    tracemalloc.start()
+                    try:
+                        scope.exchange([own])
+                        _, peak = tracemalloc.get_traced_memory()
+                    finally:
+                        tracemalloc.stop()
+                    assert scope.peer_models == count - 1, scope.counters()
+                finally:
+                    scope.close()
+                bound = 2 * count + 2 if exchange == "mix" else 2 * count + 5
+                print(f"{model:12}{exchange:>9}{count:>4}{ceiling / MiB:>8.2f} MiB"
+                      f"{peak / MiB:>8.2f} MiB{peak / ceiling:>15.1f}x{bound:>7}x", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--quick", action="store_true", help="20,000 records")
     parser.add_argument("--skip-worker", action="store_true", help="leave out the worker's RSS")
     parser.add_argument("--skip-in-process", action="store_true")
+    parser.add_argument("--skip-exchange", action="store_true",
+                        help="leave out the topic-scope exchange")
     args = parser.parse_args()
     n = 20_000 if args.quick else args.records
     print("Documented bounds at default parameters (streammargin.memory.memory_bound):")
@@ -223,6 +292,8 @@ def main() -> None:
         in_process(n)
     if not args.skip_worker:
         worker_rss(n)
+    if not args.skip_exchange:
+        exchange_memory()
 
 
 if __name__ == "__main__":

@@ -530,7 +530,11 @@ class ModelScope:
             found[topic] = []
             if not keys:
                 continue
-            for key, loaded in sorted(self.store.follow(keys).items()):
+            records = self.store.follow(keys)
+            for key in sorted(records):
+                # (each record's payload let go once decoded: P of them at once, beside the P
+                # models they decode to, were most of an exchange's memory for kernel models)
+                loaded = records.pop(key)
                 if isinstance(loaded, checkpoint_module.RefusedCheckpoint):
                     found[topic].append((key, loaded.offset, loaded.reason, 0))
                     continue
