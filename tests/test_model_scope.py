@@ -744,7 +744,13 @@ def test_a_cpu_budget_holds_exchanges_back_until_the_processing_pays_for_them():
     assert spent > 0 and scope.exchanges == 1
     own[0].since_mix = 10
     assert not scope.due(own)
-    assert scope.records_to_exchange(own, "events") == 10
+    assert scope.records_to_exchange(own, "events") == 10  # no record counted yet: the period
+    # Once records are counted, the slice is what pays for the next exchange at their cost: the
+    # main thread's CPU still needed, over its CPU per record so far.
+    scope.read(0, 20)
+    short = 10 * spent - (time.thread_time() - scope._main_cpu_at_start - scope.cpu_seconds)
+    per_record = (time.thread_time() - scope._main_cpu_at_start - scope.cpu_seconds) / 20
+    assert scope.records_to_exchange(own, "events") >= max(10, 0.5 * short / per_record)
     started = time.thread_time()
     while not scope.due(own):  # processing: CPU on the main thread
         sum(i * i for i in range(1_000))

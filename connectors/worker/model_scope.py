@@ -73,6 +73,7 @@ import dataclasses
 import functools
 import heapq
 import logging
+import math
 import random
 import time
 import typing
@@ -334,6 +335,7 @@ class ModelScope:
         self.max_cpu_share = max_cpu_share
         self._main_cpu_at_start: float | None = None  # the main thread's, at the first step
         self.input_bytes = 0
+        self.input_records = 0
         self._last_record_bytes = 0
         self._whole_bytes: dict[str, int] = {}  # the last whole record of a topic's model
         self.store = store
@@ -378,9 +380,11 @@ class ModelScope:
             "background_cpu_seconds": round(self.background_cpu_seconds, 3),
         }
 
-    def read(self, n_bytes: int) -> None:
-        """The worker's tasks read `n_bytes` more of input (the budget of `max_bytes_share`)."""
+    def read(self, n_bytes: int, n_records: int = 0) -> None:
+        """The worker's tasks read `n_bytes` more of input (the budget of `max_bytes_share`; 0
+        without it) in `n_records` records (what a record costs, for `max_cpu_share`)."""
         self.input_bytes += n_bytes
+        self.input_records += n_records
 
     def within_budget(self) -> bool:
         """Whether one more record, as large as the last, keeps the bytes written within
@@ -394,19 +398,35 @@ class ModelScope:
     def within_cpu_budget(self) -> bool:
         """Whether the exchanges' CPU so far is within `max_cpu_share` of the main thread's
         processing CPU (called on the main thread)."""
+        return self._cpu_short_by() <= 0.0
+
+    def _cpu_short_by(self) -> float:
+        """The main thread's processing CPU still needed before the exchanges' CPU is within
+        `max_cpu_share` of it (<= 0: within it)."""
         if self.max_cpu_share is None:
-            return True
+            return 0.0
         now = time.thread_time()
         if self._main_cpu_at_start is None:
             self._main_cpu_at_start = now
         processing = now - self._main_cpu_at_start - self.cpu_seconds
-        return self.cpu_seconds + self.background_cpu_seconds <= self.max_cpu_share * processing
+        spent = self.cpu_seconds + self.background_cpu_seconds
+        return spent / self.max_cpu_share - processing
 
     def records_to_exchange(self, tasks: typing.Iterable[PartitionTask], topic: str) -> int:
         """Records the tasks of `topic` may still process before the next exchange (>= 1)."""
-        if (self._exchange is not None or not self.within_budget()
-                or not self.within_cpu_budget()):
+        if self._exchange is not None or not self.within_budget():
             return self.mix_every  # the next one starts once this one has ended
+        short = self._cpu_short_by()
+        if short > 0.0:
+            # Held back by the CPU budget: the records whose processing pays for the next
+            # exchange, at what a record has cost so far. Why: slices of --mix-every meanwhile
+            # were each a task.process call, its sends and a check; at 200 records they cost
+            # the main thread a fifth more than slices of 2,000 (ALMA on SEA, delta averaging).
+            processing = time.thread_time() - self._main_cpu_at_start - self.cpu_seconds
+            per_record = processing / self.input_records if self.input_records else 0.0
+            if per_record <= 0.0:
+                return self.mix_every
+            return max(self.mix_every, math.ceil(short / per_record))
         done = sum(task.since_mix for task in tasks if task.topic == topic)
         return max(1, self.mix_every - done)
 

@@ -1188,8 +1188,9 @@ class Worker:
             self.status.processed(task, output)
             self._send_output(task, output)
             self.throughput.add(output.processed, started)
-            if scope is not None and scope.max_bytes_share is not None:
-                scope.read(sum(len(records[i].value or b"") for i in range(start, output.end)))
+            if scope is not None:
+                scope.read(sum(len(records[i].value or b"") for i in range(start, output.end))
+                           if scope.max_bytes_share is not None else 0, output.processed)
             start = output.end
             if stop_set():
                 return
