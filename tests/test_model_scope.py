@@ -756,6 +756,13 @@ def test_a_cpu_budget_holds_exchanges_back_until_the_processing_pays_for_them():
         sum(i * i for i in range(1_000))
         assert time.thread_time() - started < 60 * spent + 5
     assert time.thread_time() - started >= 10 * spent * 0.9
+    # Time the worker waited for records counts as processing: a worker that keeps up with its
+    # stream exchanges every period, on time it had spare.
+    scope.exchange(own)
+    own[0].since_mix = 10
+    assert not scope.due(own)
+    scope.waited(10 * (scope.cpu_seconds + scope.background_cpu_seconds))
+    assert scope.due(own)
     # Without a budget the period alone decides.
     free = ModelScope(MemoryStore(), SETTINGS, 10, lambda topic: {0, 1})
     free.exchange(own)

@@ -308,10 +308,12 @@ class ModelScope:
     max_cpu_share
         The CPU of the exchanges (their main-thread half and the scope's thread, measured with
         `time.thread_time`) stays within this share of the main thread's CPU for everything
-        else since the scope's first check: an exchange due by `mix_every` waits until it is. So in a
-        backlog of cheap records the period grows until the exchanges cost that share, and
-        the worker's throughput stays within it of partition scope's. None: no budget. The
-        clients' own threads (the model topic's reads and writes on the wire) are not counted.
+        else since the scope's first check, plus the time it waited for records (`waited`):
+        an exchange due by `mix_every` waits until it is. So in a backlog of cheap records the
+        period grows until the exchanges cost that share, and the worker's throughput stays
+        within it of partition scope's; a worker that waits for its records exchanges every
+        `mix_every` records, on time it had spare. None: no budget. The clients' own threads
+        (the model topic's reads and writes on the wire) are not counted.
 
     """
 
@@ -336,6 +338,7 @@ class ModelScope:
         self._main_cpu_at_start: float | None = None  # the main thread's, at the first step
         self.input_bytes = 0
         self.input_records = 0
+        self.idle_seconds = 0.0  # the main thread's waits for records (`waited`)
         self._last_record_bytes = 0
         self._whole_bytes: dict[str, int] = {}  # the last whole record of a topic's model
         self.store = store
@@ -400,9 +403,15 @@ class ModelScope:
         processing CPU (called on the main thread)."""
         return self._cpu_short_by() <= 0.0
 
+    def waited(self, seconds: float) -> None:
+        """The main thread waited `seconds` for records (a poll's wait): time the exchanges'
+        CPU budget counts as the processing's, as the worker had nothing else to do."""
+        if seconds > 0.0:
+            self.idle_seconds += seconds
+
     def _cpu_short_by(self) -> float:
-        """The main thread's processing CPU still needed before the exchanges' CPU is within
-        `max_cpu_share` of it (<= 0: within it)."""
+        """The main thread's processing CPU (or wait for records, `waited`) still needed before
+        the exchanges' CPU is within `max_cpu_share` of it (<= 0: within it)."""
         if self.max_cpu_share is None:
             return 0.0
         now = time.thread_time()
@@ -410,7 +419,7 @@ class ModelScope:
             self._main_cpu_at_start = now
         processing = now - self._main_cpu_at_start - self.cpu_seconds
         spent = self.cpu_seconds + self.background_cpu_seconds
-        return spent / self.max_cpu_share - processing
+        return spent / self.max_cpu_share - processing - self.idle_seconds
 
     def records_to_exchange(self, tasks: typing.Iterable[PartitionTask], topic: str) -> int:
         """Records the tasks of `topic` may still process before the next exchange (>= 1)."""

@@ -1003,6 +1003,9 @@ class Worker:
             self._raise_callback_error()
             if self._unrestored:
                 self._restore_assigned()
+            scope = self.model_scope
+            if scope is not None:
+                polled_at, polled_cpu = time.monotonic(), time.thread_time()
             try:
                 batches = consumer.poll(timeout_ms=200, max_records=self._poll_records())
             except UndecodableBatch as error:
@@ -1016,6 +1019,9 @@ class Worker:
                 log.debug("poll: %s (waiting for the broker)", error)
                 time.sleep(0.2)
                 continue
+            if scope is not None:
+                # (the poll's wait for records: time the CPU budget of the exchanges may use)
+                scope.waited(time.monotonic() - polled_at - (time.thread_time() - polled_cpu))
             undecodable = None
             if batches and self.model_scope is not None:
                 batches, undecodable = self._complete_poll(batches)
