@@ -114,9 +114,10 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
      "with --model-scope topic: at most this share of the input's bytes goes to the model "
      "topic; a model record waits until the input read allows it ('none': no budget)"),
     ("--max-exchange-cpu-share", "float", 0.1,
-     "with --model-scope topic: the exchanges' CPU stays within this share of the processing's;"
-     " an exchange waits until it does, so cheap records get a longer period ('none': an "
-     "exchange every --mix-every records whatever it costs)"),
+     "with --model-scope topic: the exchanges' CPU stays within this share of the processing's "
+     "(waits for records count as processing); an exchange waits until it does, so a backlog "
+     "of cheap records gets a longer period ('none': an exchange every --mix-every records "
+     "whatever it costs)"),
     ("--transport", "str", "kafka-python",
      "Kafka client library: kafka-python (pure Python) or librdkafka (confluent-kafka, the "
      "streammargin[librdkafka] extra; faster, takes kafka-python setting names and librdkafka "

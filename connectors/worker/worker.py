@@ -201,9 +201,10 @@ class WorkerConfig:
     # three workers their gain is the model a worker's partitions share, not the exchange
     # (benchmarks/model_scope_worker.py, docs/kafka.md).
     max_model_bytes_share: float | None = DEFAULT_MAX_MODEL_BYTES_SHARE
-    # The exchanges' CPU stays within this share of the main thread's processing CPU (an
-    # exchange due by mix_every waits until it does); None: no budget, an exchange every
-    # mix_every records whatever it costs (connectors/worker/model_scope.py says why).
+    # The exchanges' CPU stays within this share of the main thread's processing CPU, its waits
+    # for records included (an exchange due by mix_every waits until it does); None: no
+    # budget, an exchange every mix_every records whatever it costs
+    # (connectors/worker/model_scope.py says why).
     max_exchange_cpu_share: float | None = DEFAULT_MAX_EXCHANGE_CPU_SHARE
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
