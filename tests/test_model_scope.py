@@ -739,6 +739,7 @@ def test_a_cpu_budget_holds_exchanges_back_until_the_processing_pays_for_them():
     scope = ModelScope(MemoryStore(), SETTINGS, 10, lambda topic: {0, 1}, max_cpu_share=0.1)
     own = tasks_of([0])
     assert scope.due(own)  # nothing spent yet
+    scope.waited(3600.0)  # an hour idle before the records: not banked for what comes after
     scope.exchange(own)
     spent = scope.cpu_seconds + scope.background_cpu_seconds
     assert spent > 0 and scope.exchanges == 1
