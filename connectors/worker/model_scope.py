@@ -411,8 +411,9 @@ class ModelScope:
         return self._cpu_short_by() <= 0.0
 
     def waited(self, seconds: float) -> None:
-        """The main thread waited `seconds` for records (a poll's wait): time the exchanges'
-        CPU budget counts as the processing's, as the worker had nothing else to do."""
+        """The main thread waited `seconds` for records (the wait of a poll that could have
+        taken more): time the exchanges' CPU budget counts as the processing's, as the worker
+        had nothing else to do."""
         if seconds > 0.0:
             self.idle_seconds += seconds
 
