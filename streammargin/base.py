@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import abc
 import copy
-import functools
-import inspect
 import json
 import math
 import typing
@@ -357,12 +355,6 @@ class LearningFrame(typing.NamedTuple):
     mark: tuple
 
 
-@functools.cache
-def _init_parameters(cls: type) -> tuple[inspect.Parameter, ...]:
-    """The parameters of `cls.__init__` but self: what River's `_get_params` reads each call."""
-    return tuple(inspect.signature(cls.__init__).parameters.values())[1:]
-
-
 class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
     """What every streammargin classifier shares: River dicts and frames in, through a bounded
     `FeatureSpace`, and the safe state (`to_state`, `from_state`).
@@ -403,7 +395,7 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
         `from_state`, a mix): five times per model record a peer decodes, a third of the
         1.1 ms that took for an ALMA of 20 features. The result is the same dict."""
         params: dict[str, typing.Any] = {}
-        for param in _init_parameters(type(self)):
+        for param in memory.init_parameters(type(self)):
             name = param.name
             if param.kind == param.VAR_POSITIONAL:
                 if positional_args := getattr(self, name, []):
@@ -589,7 +581,7 @@ class FeatureSpaceClassifier(base.MiniBatchClassifier, abc.ABC):
         """A model of the saved params, validated by the constructor (a bad value is a
         `StateError` naming the parameter), before anything is allocated: `__init__` runs with
         `_reset` shadowed, so it validates and sets the params only."""
-        names = {param.name for param in _init_parameters(cls)}
+        names = {param.name for param in memory.init_parameters(cls)}
         if not isinstance(params, dict):
             raise StateError(f"the state's params must be a dict, got {type(params).__name__}")
         for name, value in params.items():
