@@ -528,9 +528,10 @@ def _union(parts: list[_Support], coefs: np.ndarray, avg_coefs: np.ndarray | Non
            ) -> _Support:
     """The support sets with their coefficients times `coefs` (the averaged ones times
     `avg_coefs`, by default the same), identical vectors of equal label merged (their
-    coefficients added, the youngest age kept), in the order of first appearance.
+    coefficients added, the youngest age kept), in the order of first appearance. Each part's
+    rows are `_Unaligned`.
 
-    Memory: a part's rows (`_Unaligned`) are aligned one part at a time and only the distinct
+    Memory: the parts' rows are aligned one part at a time and only the distinct
     ones copied, into one array of the parts' total rows (the result's rows are a view of it).
     Why: concatenating the aligned parts and sorting them for duplicates held six copies of
     every support at once, 38x a budget SVM's ceiling for 12 copies, 416 MiB
@@ -549,11 +550,11 @@ def _union(parts: list[_Support], coefs: np.ndarray, avg_coefs: np.ndarray | Non
     firsts: list[int] = []  # each group's first member
     n = start = 0
     for part in parts:
-        part_rows = part.rows.aligned() if isinstance(part.rows, _Unaligned) else part.rows
-        part_rows = np.ascontiguousarray(part_rows, dtype=np.float64)
+        part_rows = part.rows.aligned()  # (float64, C order: `_Columns.align`'s own array)
         for j in range(part_rows.shape[0]):
             row = part_rows[j]
-            key = hashlib.blake2b(row.tobytes(), digest_size=16).digest() + label[start + j].tobytes()
+            digest = hashlib.blake2b(row.tobytes(), digest_size=16).digest()
+            key = digest + label[start + j].tobytes()
             found = first_of.get(key)
             if found is None:
                 found = first_of[key] = n
