@@ -224,6 +224,7 @@ def exchange_memory(partitions: tuple[int, ...] = (12, 32)) -> None:
         ModelScope,
         encode_contribution_record,
         encode_model_record,
+        exchange_memory_bound,
     )
     from connectors.worker.task import PartitionTask, TaskSettings
 
@@ -269,7 +270,7 @@ def exchange_memory(partitions: tuple[int, ...] = (12, 32)) -> None:
                     assert scope.peer_models == count - 1, scope.counters()
                 finally:
                     scope.close()
-                bound = 2 * count + 2 if exchange == "mix" else 2 * count + 5
+                bound = exchange_memory_bound(count, exchange)
                 print(f"{model:12}{exchange:>9}{count:>4}{ceiling / MiB:>8.2f} MiB"
                       f"{peak / MiB:>8.2f} MiB{peak / ceiling:>15.1f}x{bound:>7}x", flush=True)
 

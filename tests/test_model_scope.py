@@ -47,6 +47,7 @@ from connectors.worker.model_scope import (
     encode_contribution_record,
     encode_member_record,
     encode_model_record,
+    exchange_memory_bound,
     in_time_order,
     resolved_exchange,
 )
@@ -658,13 +659,10 @@ def test_a_sigkill_in_topic_scope_repeats_only_what_it_must_and_ends_near_an_unb
 @pytest.mark.parametrize("model, exchange", [
     ("budgetsvm", "mix"), ("alma", "mix"), ("convexpolytope", "mix"), ("alma", "delta")])
 def test_an_exchange_stays_within_its_documented_memory_ceiling(model, exchange):
-    # docs/kafka.md: an exchange by mixing holds at most (2P + 2) x the model's ceiling (its own
-    # model, the mix, one model per other partition's record, and a kernel mix's union of their
-    # supports before the budget rule: one support per partition), P the topic's partitions;
-    # delta averaging's ledger (streammargin.delta) holds (2P + 5) x: the models, one
-    # contribution per peer stream (at most P), its own, the model after its last exchange and a
-    # fresh model's, each within the ceiling. (At scale, where the ceilings are reached:
-    # benchmarks/memory_ceiling.py, section 3.)
+    # docs/kafka.md: an exchange holds at most `exchange_memory_bound` times the model's ceiling,
+    # (2P + 2) x by mixing and (2P + 5) x adding contributions, P the topic's partitions (what
+    # each term is: its docstring). At scale, where the ceilings are reached:
+    # benchmarks/memory_ceiling.py, section 3.
     import tracemalloc
 
     # (At 16 features, ceilings near what Agrawal's 9 use, and the budget SVM's support full: at
@@ -695,8 +693,7 @@ def test_an_exchange_stays_within_its_documented_memory_ceiling(model, exchange)
     finally:
         tracemalloc.stop()
     assert scope.peer_models == partitions - 1
-    bound = 2 * partitions + 2 if exchange == "mix" else 2 * partitions + 5
-    assert peak <= bound * ceiling, (peak, ceiling)
+    assert peak <= exchange_memory_bound(partitions, exchange) * ceiling, (peak, ceiling)
 
 
 def test_a_bytes_budget_holds_exchanges_back_until_the_input_read_allows_them():

@@ -118,6 +118,16 @@ DEFAULT_MAX_MODEL_BYTES_SHARE = 0.05
 DEFAULT_MAX_EXCHANGE_CPU_SHARE = 0.1
 
 
+def exchange_memory_bound(partitions: int, exchange: str) -> int:
+    """How many times the model's ceiling (`streammargin.memory.memory_bound`) an exchange on a
+    topic of `partitions` partitions may hold at once (docs/kafka.md, "Memory"). `mix`:
+    2P + 2, the worker's model, the mix, one model per other partition's record and a kernel
+    mix's union of their supports (one support per partition at most). `delta`: 2P + 5, the
+    models, and the ledger's P + 3 parts (one contribution per peer stream, its own, the model
+    after its last exchange, a fresh model's)."""
+    return 2 * partitions + (2 if exchange == "mix" else 5)
+
+
 def encode_model_record(settings: TaskSettings, topic: str, partition: int, serial: int,
                         weight: int, model: typing.Any) -> bytes:
     """A model-topic record: a worker's model of `topic`, under the key of `partition` (the lowest
