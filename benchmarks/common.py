@@ -40,6 +40,17 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a running process, all its threads (Linux /proc; 0.0
+    elsewhere or once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def time_loop(model, data) -> float:
     """predict_one + learn_one samples/s over `data`."""
     start = time.perf_counter()

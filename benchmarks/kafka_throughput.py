@@ -476,10 +476,10 @@ def run_contender(name: str, bootstrap: str, topic: str, n: int, partitions: int
             now = time.monotonic()
             if first is None and count > 0:
                 first, count_first = now, count
-                cpu_first = sum(process_cpu(p.pid) for p in processes)
+                cpu_first = sum(common.process_cpu(p.pid) for p in processes)
             if count >= n:
                 last = now
-                cpu_last = sum(process_cpu(p.pid) for p in processes)
+                cpu_last = sum(common.process_cpu(p.pid) for p in processes)
                 peak_rss = max(peak_rss_kib(p.pid) for p in processes)
                 break
             if (now - started > TIMEOUT_S
@@ -587,16 +587,6 @@ def peak_rss_kib(pid: int) -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 0
-
-
-def process_cpu(pid: int) -> float:
-    """User + system CPU seconds of a running process (Linux /proc; 0.0 elsewhere)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return 0.0
 
 
 def checkpoint_benchmark(bootstrap: str, n_features: int = 1000, n: int = 3000) -> dict:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import pathlib
 import statistics
 import sys
@@ -187,16 +186,6 @@ def fresh_group(bootstrap: str, name: str, model: str, partitions: int, idle_tim
     return cfg
 
 
-def process_cpu(pids: list[int]) -> float:
-    """CPU seconds (user and system, all threads) the processes `pids` have spent so far."""
-    ticks = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
 def wait_for_predictions(bootstrap: str, topic: str, partitions: int, expected: int,
                          timeout: float = 600.0) -> None:
     """Return once `topic` holds `expected` records (its end offsets, asked every 50 ms)."""
@@ -237,10 +226,10 @@ def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
                 # The records' CPU: from their first to their last prediction, without the
                 # start-up, the join and the idle wait before the workers exit (seconds, against
                 # 1-3 for 60,000 records: subtracted instead, their noise was the figure's).
-                before = process_cpu(pids)
+                before = sum(map(common.process_cpu, pids))
                 size = produce(bootstrap, name, records, partitions, arrival)
                 wait_for_predictions(bootstrap, cfg.predictions_topic, partitions, len(records))
-                cpu = process_cpu(pids) - before
+                cpu = sum(map(common.process_cpu, pids)) - before
                 for process in started:
                     process.wait(600)
             finally:
