@@ -1028,7 +1028,7 @@ class Worker:
                 # ~1,800, at 1.20x partition scope's CPU per record against 0.95x).
                 scope.waited(time.monotonic() - polled_at - (time.thread_time() - polled_cpu))
             undecodable = None
-            if batches and self.model_scope is not None:
+            if batches and scope is not None:
                 batches, undecodable = self._complete_poll(batches)
             self._raise_callback_error()
             now = time.monotonic()
@@ -1058,7 +1058,6 @@ class Worker:
             elif config.idle_timeout is not None and self._idle(now):
                 self.exit_reason = "idle"
                 return
-            scope = self.model_scope
             if scope is not None and not stop.is_set():
                 self._exchange_models(scope)
             due = [t for t in self.tasks.values() if t.since_checkpoint >= config.checkpoint_every]
