@@ -19,12 +19,17 @@ this one (which share its GIL, so that one worker's exchange waits on the others
 adds the CPU the three processes spent per record from the moment the records are produced to
 the moment the last prediction is on its topic (start-up, group join and the idle wait before
 they exit left out), and its ratio to partition scope's: the throughput cost of topic scope that
-three threads cannot show. Give it many records (60,000: a few seconds of CPU).
+three threads cannot show. Give it many records (60,000: a few seconds of CPU). Also the
+exchanges' own CPU as a share of it (`exch CPU%`: what the workers count for
+`--max-exchange-cpu-share`, both threads' halves). On a shared 2-core VM a process's CPU for the
+same work moves by tens of percent between runs; `--control` runs partition scope twice a round,
+and the second run's ratio to the first (an A/A test) shows how far the ratios can be trusted.
 
 Run: .venv/bin/python benchmarks/model_scope_worker.py [--records 12000] [--partitions 12]
      [--mix-every N [N ...]] [--exchanges auto|mix|delta ...] [--scopes partition topic]
      [--streams ...] [--models ...] [--max-model-bytes-share S] [--max-exchange-cpu-share S]
      [--broker apache-kafka|tansu] [--processes] [--rounds R] [--arrival live|backlog]
+     [--control]
 Several --mix-every values (or --exchanges) run topic scope once per value (the period's
 trade-off); delta runs with ALMA only. The period is the shortest: the CPU budget
 (`--max-exchange-cpu-share`, the worker's default) lengthens it where exchanges would cost more.
@@ -270,6 +275,10 @@ def run(bootstrap: str, records: list, model: str, scope: str, partitions: int,
         "bytes": sum(s.get("bytes_written", 0) for s in scopes) / size,
         "exchanging": exchanging / busy if busy > 0 else float("nan"),
         "exchanges": sum(s.get("exchanges", 0) for s in scopes),
+        # --processes: the exchanges' own CPU (both halves on the main thread and the exchange
+        # thread, as the workers count it for --max-exchange-cpu-share), seconds
+        "exchange_cpu": sum(s.get("cpu_seconds", 0.0) + s.get("background_cpu_seconds", 0.0)
+                            for s in scopes),
     }
 
 
@@ -302,6 +311,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="runs of each configuration, taking turns (with --processes the "
                         "summary gives the median CPU ratio)")
+    parser.add_argument("--control", action="store_true",
+                        help="run partition scope twice a round: the second run's CPU ratio to "
+                        "the first is the noise of the same configuration (an A/A test)")
     parser.add_argument("--arrival", choices=("live", "backlog"), default=None,
                         help="records sent as they are made (live, ~7,000/s) or all at once "
                         "(backlog); default: backlog with --processes, else live")
@@ -311,6 +323,8 @@ def main() -> None:
     data = streams(args.records)
     names = args.streams or list(data)
     runs = [("partition", "auto", None)] if "partition" in args.scopes else []
+    if args.control and runs:
+        runs.append(("partition", "control", None))
     if "topic" in args.scopes:
         runs += [("topic", e, m) for e in args.exchanges for m in args.mix_every]
     print(f"{args.records:,} records a stream over {args.partitions} partitions, "
@@ -320,9 +334,11 @@ def main() -> None:
           "accuracy to one model; rate: records/s of busy time; ratio: to partition scope")
     print(f"{'stream':14} {'model':10} {'one':>6} {'scope':>11} {'accuracy':>8} {'gap':>6} "
           f"{'rate':>6} {'ratio':>6} {'bytes%':>7} {'exch%':>6} {'exch':>5}"
-          + (f" {'CPU us/rec':>10} {'CPU ratio':>9}" if args.processes else ""))
+          + (f" {'CPU us/rec':>10} {'CPU ratio':>9} {'exch CPU%':>9}" if args.processes
+             else ""))
     gaps: dict[str, list[float]] = {}
     cpu_ratios: dict[str, list[float]] = {}
+    exchange_shares: dict[str, list[float]] = {}
     with make_broker(args.broker) as broker:
         for stream in names:
             for model in args.models:
@@ -333,28 +349,36 @@ def main() -> None:
                     shift = round_index % len(wanted)
                     found = {}
                     for scope, exchange, mix_every in wanted[shift:] + wanted[:shift]:
+                        control = exchange == "control"
                         found[(scope, exchange, mix_every)] = run(
                             broker.bootstrap_servers, data[stream], model, scope,
                             args.partitions, mix_every, f"{model}-{scope}",
-                            args.max_model_bytes_share, exchange, args.processes,
-                            args.max_exchange_cpu_share, arrival)
+                            args.max_model_bytes_share, "auto" if control else exchange,
+                            args.processes, args.max_exchange_cpu_share, arrival)
+                        if control:
+                            found[(scope, exchange, mix_every)]["label"] = "control"
                     base = found.get(("partition", "auto", None))
                     for configuration in wanted:
                         print_row(stream, model, one, found[configuration], base,
-                                  len(data[stream]), args.processes, gaps, cpu_ratios)
+                                  len(data[stream]), args.processes, gaps, cpu_ratios,
+                                  exchange_shares)
     for label, values in gaps.items():
         summary = f"{label}: mean gap {statistics.mean(values):+.1f} points, worst {min(values):+.1f}"
-        if cpu_ratios.get(label):
+        ratios = cpu_ratios.get(label)
+        if ratios:
             summary += (f"; CPU per record / partition scope's: median "
-                        f"{statistics.median(cpu_ratios[label]):.2f}x over "
-                        f"{len(cpu_ratios[label])} runs")
+                        f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}x-{max(ratios):.2f}x)"
+                        f" over {len(ratios)} runs")
+        if exchange_shares.get(label):
+            summary += (f"; the exchanges' own CPU: median "
+                        f"{statistics.median(exchange_shares[label]):.1f}% of the workers'")
         print(summary)
 
 
 def print_row(stream: str, model: str, one: float, found: dict, base: dict | None, n: int,
-              processes: bool, gaps: dict, cpu_ratios: dict) -> None:
-    """One run's row; its gap (and CPU ratio to partition scope's run of the same round) kept
-    for the summary."""
+              processes: bool, gaps: dict, cpu_ratios: dict, exchange_shares: dict) -> None:
+    """One run's row; its gap (and CPU ratio to partition scope's run of the same round, and
+    the exchanges' share of its CPU) kept for the summary."""
     label = found["label"]
     gap = 100 * (found["accuracy"] - one)
     gaps.setdefault(label, []).append(gap)
@@ -366,7 +390,10 @@ def print_row(stream: str, model: str, one: float, found: dict, base: dict | Non
         if base:
             cpu_ratios.setdefault(label, []).append(found["cpu"] / base["cpu"])
             cpu_ratio = f"{found['cpu'] / base['cpu']:9.2f}"
-        cpu = f" {per_record:10.1f} {cpu_ratio}"
+        exchange_cpu = 100 * found["exchange_cpu"] / found["cpu"] if found["cpu"] else 0.0
+        if found["exchanges"]:
+            exchange_shares.setdefault(label, []).append(exchange_cpu)
+        cpu = f" {per_record:10.1f} {cpu_ratio} {exchange_cpu:9.1f}"
     print(f"{stream:14} {model:10} {one:6.3f} {label:>11} "
           f"{found['accuracy']:8.3f} {gap:+6.1f} {found['rate']:6.0f} {ratio} "
           f"{100 * found['bytes']:7.1f} {100 * found['exchanging']:6.1f} "
