@@ -39,16 +39,21 @@ stream in order. Settings (several per run):
 - `share S` (kernel models with a cache, the budget SVM): every S records a worker, the peers
   learn the records that entered its cache since (through their own scaler), the route of
   exchanging support vectors instead of models. `peer/input` is how many records each worker
-  learnt from its peers per record of its own: the price of the route.
+  learnt from its peers per record of its own: the price of the route. `bytes%` is the least
+  this route would write to a model topic, over the input's bytes: each shared record once, as
+  a support vector of float32 features plus 12 bytes (its coefficient and its label), against
+  the JSON records `benchmarks/model_scope_worker.py` produces (RBF drift: 286 bytes a record).
 
 Run: .venv/bin/python benchmarks/topic_scope_sim.py [--records 12000] [--streams ...]
      [--models ...] [--settings "runs 260 mix 2000" "runs 32 delta 2000" ...]
+     [--worker-budget B]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import pathlib
 import statistics
 import sys
@@ -60,6 +65,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import partition_learning  # (this folder: the script's own)
 
+import streammargin
 from streammargin.alma import ALMAClassifier
 from streammargin.delta import DeltaLedger
 from streammargin.jit import budget_svm as svm_jit
@@ -136,14 +142,23 @@ def _copy(model):
     return type(model).from_state(model.to_state())
 
 
-def simulate(rows: list, model_name: str, run: int, route: str, period: int) -> dict:
+def worker_pipeline(model_name: str, budget: int | None):
+    """A worker's `StandardScaler() | model`; `budget` (`--worker-budget`) sets a budget SVM's."""
+    if budget is not None and model_name == "BudgetSVM":
+        return compose.Pipeline(streammargin.StandardScaler(),
+                                streammargin.BudgetSVMClassifier(budget=budget))
+    return partition_learning.pipeline(model_name)
+
+
+def simulate(rows: list, model_name: str, run: int, route: str, period: int,
+             budget: int | None = None) -> dict:
     orders = worker_orders(len(rows), run)
-    pipes = [partition_learning.pipeline(model_name) for _ in range(WORKERS)]
+    pipes = [worker_pipeline(model_name, budget) for _ in range(WORKERS)]
     since = [0] * WORKERS
     outbox: list[list] = [[] for _ in range(WORKERS)]
     last = None  # the last mix (delta averaging's base)
     published = Published(list(pipes[0].steps.values())[1].clone())
-    correct = learnt_from_peers = 0
+    correct = learnt_from_peers = shared_bytes = 0
     steps = max(len(order) for order in orders)
     for j in range(steps):
         for k in range(WORKERS):
@@ -158,6 +173,7 @@ def simulate(rows: list, model_name: str, run: int, route: str, period: int) -> 
                 pipe.learn_one(x, y)
                 if cache_entries(model) != before:
                     outbox[k].append((x, y))
+                    shared_bytes += shared_vector_bytes(len(x))
             else:
                 pipe.learn_one(x, y)
             since[k] += 1
@@ -193,7 +209,20 @@ def simulate(rows: list, model_name: str, run: int, route: str, period: int) -> 
                 pipes = [compose.Pipeline(scaler, type(merged).from_state(merged.to_state()))
                          for scaler, _ in steps]
                 since = [0] * WORKERS
-    return {"accuracy": correct / len(rows), "peer": learnt_from_peers / len(rows)}
+    return {"accuracy": correct / len(rows), "peer": learnt_from_peers / len(rows),
+            "bytes": shared_bytes}
+
+
+def shared_vector_bytes(features: int) -> int:
+    """The least a shared support vector takes: float32 features, a float64 coefficient, a
+    label and an age in 4 bytes."""
+    return 4 * features + 12
+
+
+def input_bytes(rows: list) -> int:
+    """The bytes of `rows` as the JSON records benchmarks/model_scope_worker.py produces."""
+    return sum(len(json.dumps({"id": f"e{i}", "x": x, "y": y}).encode())
+               for i, (x, y) in enumerate(rows))
 
 
 def main() -> None:
@@ -203,28 +232,36 @@ def main() -> None:
                                                           "SEA drift"])
     parser.add_argument("--models", nargs="+", default=["ALMA", "BudgetSVM", "Auto"])
     parser.add_argument("--settings", nargs="+", default=list(DEFAULT_SETTINGS))
+    parser.add_argument("--worker-budget", type=int, default=None,
+                        help="the workers' budget SVMs keep this many support vectors (one model"
+                        " keeps the default): a third of it holds the same span of the stream")
     args = parser.parse_args()
     settings = [(s, *parse(s)) for s in args.settings]
     made = partition_learning.streams(args.records)
     print(f"{args.records:,} records a stream, {PARTITIONS} partitions over {WORKERS} workers "
           "(lockstep), StandardScaler | model; gap: points of progressive accuracy to one model; "
-          "peer/input: records learnt from peers per input record")
+          "peer/input: records learnt from peers per input record; bytes%: the least a share "
+          "writes, over the input's bytes"
+          + (f"; the workers' budget SVMs keep {args.worker_budget}" if args.worker_budget
+             else ""))
     print(f"{'stream':14} {'model':10} {'one':>6}  {'setting':24} {'accuracy':>8} {'gap':>6} "
-          f"{'peer/input':>10} {'s':>5}")
+          f"{'peer/input':>10} {'bytes%':>6} {'s':>5}")
     gaps: dict[str, list[float]] = {}
     for stream in args.streams:
         rows = made[stream][0]
+        size = input_bytes(rows)
         for model_name in args.models:
             one = partition_learning.run(rows, model_name, 1, "partition", 0, 500)["accuracy"]
             for label, run, route, period in settings:
                 if route == "share" and model_name != "BudgetSVM":
                     continue
                 started = time.perf_counter()
-                found = simulate(rows, model_name, run, route, period)
+                found = simulate(rows, model_name, run, route, period, args.worker_budget)
                 gap = 100 * (found["accuracy"] - one)
                 gaps.setdefault(label, []).append(gap)
                 print(f"{stream:14} {model_name:10} {one:6.3f}  {label:24} "
                       f"{found['accuracy']:8.3f} {gap:+6.1f} {found['peer']:10.2f} "
+                      f"{100 * found['bytes'] / size:6.1f} "
                       f"{time.perf_counter() - started:5.0f}", flush=True)
     for label, values in gaps.items():
         print(f"{label}: mean gap {statistics.mean(values):+.1f} points, worst {min(values):+.1f}")
