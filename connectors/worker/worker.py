@@ -1023,9 +1023,12 @@ class Worker:
             if scope is not None and sum(map(len, batches.values())) < self._poll_records():
                 # A poll that could have taken more: its wait for records is time the CPU budget
                 # of the exchanges may use. Not a full one's: in a backlog its wait is for a
-                # fetch or for a core the broker and other workers hold (counted, it let delta
-                # averaging of ALMA on SEA exchange every ~1,200 records a worker instead of
-                # ~1,800, at 1.20x partition scope's CPU per record against 0.95x).
+                # fetch or for a core the broker and other workers hold. (A stricter rule, no
+                # credit while records wait on the broker beyond the poll, changed nothing
+                # measurable on a backlog of SEA: the exchanges took 10.1% of the workers' CPU
+                # against 9.4%, five rounds each, benchmarks/model_scope_worker.py --processes
+                # --control; whole-process CPU ratios there move by -30% to +40% between runs
+                # of one configuration.)
                 scope.waited(time.monotonic() - polled_at - (time.thread_time() - polled_cpu))
             undecodable = None
             if batches and scope is not None:
