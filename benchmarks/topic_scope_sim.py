@@ -42,7 +42,7 @@ stream in order. Settings (several per run):
   learnt from its peers per record of its own: the price of the route. `bytes%` is the least
   this route would write to a model topic, over the input's bytes: each shared record once, as
   a support vector of float32 features plus 12 bytes (its coefficient and its label), against
-  the JSON records `benchmarks/model_scope_worker.py` produces (RBF drift: 286 bytes a record).
+  the records as JSON (`partition_learning.input_bytes`).
 
 Run: .venv/bin/python benchmarks/topic_scope_sim.py [--records 12000] [--streams ...]
      [--models ...] [--settings "runs 260 mix 2000" "runs 32 delta 2000" ...]
@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import pathlib
 import statistics
 import sys
@@ -219,11 +218,6 @@ def shared_vector_bytes(features: int) -> int:
     return 4 * features + 12
 
 
-def input_bytes(rows: list) -> int:
-    """The bytes of `rows` as the JSON records benchmarks/model_scope_worker.py produces."""
-    return sum(len(json.dumps({"id": f"e{i}", "x": x, "y": y}).encode())
-               for i, (x, y) in enumerate(rows))
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -249,7 +243,7 @@ def main() -> None:
     gaps: dict[str, list[float]] = {}
     for stream in args.streams:
         rows = made[stream][0]
-        size = input_bytes(rows)
+        size = partition_learning.input_bytes(rows)
         for model_name in args.models:
             one = partition_learning.run(rows, model_name, 1, "partition", 0, 500)["accuracy"]
             for label, run, route, period in settings:
