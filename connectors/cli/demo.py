@@ -74,7 +74,7 @@ def add_parser(subparsers) -> None:
 
 def default_detector() -> tuple[str, dict]:
     """The worker's default drift detector and its parameters (`WorkerConfig`)."""
-    from connectors.worker.worker import WorkerConfig
+    from connectors.worker.config import WorkerConfig
 
     fields = WorkerConfig.__dataclass_fields__
     return fields["drift_detector"].default, fields["drift_params"].default_factory()

@@ -279,7 +279,7 @@ def _copy_headers(text: str) -> str | tuple[str, ...]:
 
 def config_from_args(args: argparse.Namespace) -> typing.Any:
     """The `WorkerConfig` of parsed arguments."""
-    from connectors.worker.worker import WorkerConfig
+    from connectors.worker.config import WorkerConfig
 
     topics = args.topic if args.topic is not None else args.topic_env
     client_config = {

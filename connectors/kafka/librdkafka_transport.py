@@ -5,7 +5,7 @@ fetching, decompression, CRC checks, batching and delivery reports happen in C t
 worker's main thread spends less of each record in the client than with kafka-python. Everything
 the worker does goes through the same `connectors.kafka.transport.Transport` interface:
 
-- settings: the worker's kafka-python settings (`connectors.worker.worker.client_settings`)
+- settings: the worker's kafka-python settings (`connectors.worker.config.client_settings`)
   translated to librdkafka properties (`translate`: ``max_request_size`` -> ``message.max.bytes``,
   ``ssl_cafile`` -> ``ssl.ca.location``, ...); a name with a dot in `--consumer-config` /
   `--producer-config` is a librdkafka property and passes as given; a kafka-python setting

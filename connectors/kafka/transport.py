@@ -83,7 +83,7 @@ def sendable_headers(headers: typing.Any) -> list[tuple[str, bytes]] | None:
 class Transport(abc.ABC):
     """A group consumer, a producer and topic administration over one Kafka client library.
 
-    `settings` are the worker's client settings (`connectors.worker.worker.client_settings`):
+    `settings` are the worker's client settings (`connectors.worker.config.client_settings`):
     keyword arguments of kafka-python's clients by role (``producer``, ``consumer``, ``admin``,
     ``checkpoint_reader``). Start the producer first (`start_producer`), create topics if
     wanted (`list_topics`, `create_topic`), then the consumer (`start_consumer`). Failures to

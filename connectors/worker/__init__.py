@@ -1,14 +1,16 @@
 """The Kafka worker, the application on top of the Kafka clients, state and observability.
 
 - `worker.py`: `Worker(WorkerConfig)`, the consumer-group member (polling, sends, checkpoints,
-  commits, transactions, failures);
+  commits, transactions, failures); `config.py`: `WorkerConfig`, its checks and the clients'
+  settings;
 - `task.py`: `PartitionTask`, one partition's records in, output records out, no broker;
 - `outage.py`: broker contact and outages; `profiling.py`: `--profile-stages`;
 - `warmup.py`: the per-record path on made-up records, before the first real one.
 
 `from connectors.worker import Worker, WorkerConfig` works as it did when the worker was the
-module `connectors.worker`: those names are read from `connectors.worker.worker` on first use,
-so importing `connectors.worker.task` alone does not import the worker's other modules.
+module `connectors.worker`: those names are read from `connectors.worker.worker` (`WorkerConfig`
+from `connectors.worker.config`) on first use, so importing `connectors.worker.task` alone does
+not import the worker's other modules.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ __all__ = ["Worker", "WorkerConfig", "WorkerError"]
 
 def __getattr__(name: str) -> typing.Any:
     if name in __all__:
-        return getattr(importlib.import_module("connectors.worker.worker"), name)
+        module = "connectors.worker.config" if name == "WorkerConfig" else "connectors.worker.worker"
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
