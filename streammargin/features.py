@@ -195,6 +195,10 @@ def _bind_native() -> None:
     _pack_as = module.pack_as if module is not None else _python_only
 
 
+#: How many sets of names `FeatureSpace` keeps the encodings of (see `_forget_cache`).
+RECENT_NAME_SETS = 64
+
+
 def _sorted_known(x: dict, index: dict) -> tuple | None:
     """`(names, values, columns as int64 bytes, values as float64 bytes, dict_names, ranks)` of
     a record whose names are all str with a column of their own and whose values are finite
@@ -315,6 +319,10 @@ class FeatureSpace:
     def _forget_cache(self) -> None:
         self._cache = _NO_ENCODING
         self._cached_val: np.ndarray | None = None  # the cached packed values as an array, on demand
+        # The encodings of the last RECENT_NAME_SETS sets of names (every name known), by the
+        # names in the dict's order: a record of categories (one-hot: `country=BR`) has the
+        # names of one of a few such sets, rarely those of the record before it.
+        self._recent: dict[tuple, tuple] = {}
 
     def __len__(self) -> int:
         return len(self.names)
@@ -537,6 +545,17 @@ class FeatureSpace:
 
     def _encode_in_order(self, x: dict, grow: bool, check_finite: bool) -> tuple[np.ndarray, bytes]:
         """`encode_packed` of a dict with other names than the last one, in `canonical_order`."""
+        recent = self._recent.get(tuple(x)) if type(x) is dict else None
+        if recent is not None:
+            # The names of a recent record, in its order: its columns and order stand (the
+            # columns of known names never change), the values are x's (C, plain and finite, or
+            # None: the path below). Measured on ten numbers and two one-hot categories of 4 and
+            # 3 values: ALMA's predict + learn from ~6.5 to ~4.5 us a record.
+            found = _pack_as(x, recent[8], recent[9])
+            if found is not None:
+                self._cache = (*recent[:5], found[0], found[1], *recent[7:])
+                self._cached_val = None
+                return recent[3], found[1]
         # Names all known, each in its own column, values plain and finite (a sparse stream's
         # record, usually): the C encoder gives what the code below would, to the byte, in about
         # a fifth of the time (~2 us instead of ~7 for 20 names; `tests/test_features.py`
@@ -550,6 +569,7 @@ class FeatureSpace:
             self._cache = (n if n >= 2 else -1, getter, keys, idx, True, values, packed, _packer(n),
                            dict_names, ranks)
             self._cached_val = None
+            self._remember(dict_names)
             return idx, packed
         keys = dict_names = tuple(x)
         ranks = None  # (None: in the dict's order)
@@ -610,7 +630,16 @@ class FeatureSpace:
         self._cache = (n if n >= 2 else -1, getter, keys, idx, all_known, values, packed, packer,
                        dict_names, ranks)
         self._cached_val = None
+        if all_known:
+            self._remember(dict_names)
         return idx, packed
+
+    def _remember(self, dict_names: tuple) -> None:
+        """Keep the encoding just cached among the recent ones (at most RECENT_NAME_SETS)."""
+        recent = self._recent
+        if len(recent) >= RECENT_NAME_SETS:
+            recent.clear()
+        recent[dict_names] = self._cache
 
     def _learn_hashed(
         self, keys: tuple, cols: list[int], floats: tuple, new_names: list, hashed: int

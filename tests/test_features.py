@@ -245,3 +245,41 @@ def test_the_c_encoder_encodes_exactly_as_python_does(known, max_features, recor
                     None if r is None else (r[0].tolist(), r[1]) for r in repeats_with_c]
             else:
                 repeats_with_c = repeats
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    sets=st.lists(st.lists(st.sampled_from(["a", "b", "c=x", "c=y", "d=p", "d=q", "e"]),
+                           unique=True, min_size=1, max_size=5), min_size=1, max_size=4),
+    order=st.lists(st.integers(0, 3), min_size=1, max_size=40),
+    values=st.lists(st.one_of(st.floats(-1e6, 1e6), st.just(True), st.integers(-5, 5)),
+                    min_size=5, max_size=5),
+    grow=st.booleans(),
+)
+def test_recent_sets_of_names_encode_as_a_space_that_keeps_none(sets, order, values, grow):
+    """A record whose names are those of a recent record (not the last one's: a stream of
+    one-hot categories) is encoded from the recent encodings as a fresh computation would."""
+    keeping = FeatureSpace(first_column=1, max_features=64)
+    fresh = FeatureSpace(first_column=1, max_features=64)
+    saved = features.RECENT_NAME_SETS
+    for i in order:
+        names = sets[i % len(sets)]
+        x = {name: values[k % len(values)] for k, name in enumerate(names)}
+        features.RECENT_NAME_SETS = saved
+        kept = keeping.encode_packed(x, grow)
+        features.RECENT_NAME_SETS = 0  # (every encoding forgotten before the next)
+        fresh._recent.clear()
+        computed = fresh.encode_packed(x, grow)
+        assert (kept[0].tolist(), kept[1]) == (computed[0].tolist(), computed[1])
+        values = values[1:] + values[:1]
+    features.RECENT_NAME_SETS = saved
+    assert len(keeping._recent) <= features.RECENT_NAME_SETS
+
+
+def test_the_recent_encodings_are_forgotten_when_the_space_changes_its_cache():
+    space = FeatureSpace(first_column=1, max_features=64)
+    space.encode_packed({"a": 1.0, "b=x": True}, grow=True)
+    space.encode_packed({"a": 2.0, "b=y": True}, grow=True)
+    assert len(space._recent) == 2
+    space._forget_cache()
+    assert not space._recent
