@@ -891,6 +891,11 @@ class Worker:
             new = [tp for tp in assigned if tp not in self.tasks]
             self._idle_since = None
             self._member = True
+            # An assignment is the coordinator's answer, just now (SyncGroup). kafka-python's
+            # heartbeat clock does not count it: after Tansu's join hold (3 s on the demo's
+            # session) the first turn as a member read the hold as an outage of a member.
+            if self.contact is not None:
+                self.contact.heard()
             if new:
                 self._transport.pause(*new)
                 self._unrestored.update(new)
