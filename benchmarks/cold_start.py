@@ -59,7 +59,7 @@ if sys.argv[3] == "jit":  # (on the compiled modules nothing is compiled: numba 
             compile_seconds[name] += time.perf_counter() - opened.pop()
 
     event.register("numba:compile", CompileTimes())
-from connectors.codec import JSONCodec
+from connectors.serializers.json_format import JSONCodec
 from connectors.worker.task import PartitionTask, TaskSettings
 from connectors.worker.warmup import _records, _Record
 

@@ -1,53 +1,37 @@
-"""Decoding input records into events, and the checks that turn bad records into dead letters.
+"""The contract of a decoded record, and the checks that turn bad records into dead letters.
 
-A codec turns the raw value of a Kafka record into an *event* `(id, x, y)`:
+A codec (`connectors.serializers`: JSON, Avro, Protobuf, JSON Schema, through a field mapping)
+turns the raw value of a Kafka record into an *event* `(id, x, y)`:
 
-- `x`: a dict of feature name -> finite real number, or `None` for a label record;
+- `x`: a dict of feature name -> finite real number (`True`: a category's indicator, see
+  `connectors.serializers.mapping`), or `None` for a label record;
 - `y`: the label, or `None` when the record carries no label: `True` / `False` for a binary
   model, the label as it came (a str, an int or a bool) for a multiclass one;
 - `id`: the join key of delayed labels (a str or an int), or `None`.
 
 Anything that cannot be decoded or validated raises `DeadLetter(reason)`, or one of its
 subclasses that say what was wrong (`NullRecord`, `OversizedRecord`, `MalformedJSON`,
-`InvalidRecord`, `InvalidFeature`, `InvalidLabel`): the worker sends the raw record to the
-dead-letter topic with the reason and the class name in its headers, and goes on without
-touching the model.
+`InvalidRecord`, `InvalidFeature`, `InvalidLabel`, and the Schema Registry formats' own in
+`connectors.serializers`): the worker sends the raw record to the dead-letter topic with the
+reason and the class name in its headers, and goes on without touching the model.
 
-The default `JSONCodec` implements the event contract of DESIGN.md::
-
-    {"id": "a1", "x": {"amount": 12.5, "n_items": 3}, "y": true}    labelled event
-    {"id": "a2", "x": {"amount": 3.0, "n_items": 1}}                 event waiting for its label
-    {"id": "a2", "y": false}                                         the label, later
-
-Labels of a binary model (`multiclass=False`, the default) are true/false, 1/0 or 1/-1 (JSON
-numbers), normalised to `True`/`False` so that metrics compare them with the predicted labels
-exactly as River does. Labels of a multiclass model (`multiclass=True`: a natively multiclass
+Labels of a binary model (`multiclass=False`, the default) are true/false, 1/0 or 1/-1,
+normalised to `True`/`False` so that metrics compare them with the predicted labels exactly as
+River does (`_label`). Labels of a multiclass model (`multiclass=True`: a natively multiclass
 model, or a binary one wrapped one-vs-rest) are taken as they come: strings (at most
 `MAX_LABEL_CHARS` characters), integers (64-bit) or booleans; a number with a zero fraction
-(`2.0`) is the integer, as JSON does not tell them apart. Other codecs plug in by import path
-(`get_codec("mypackage.codecs:AvroCodec")`): any class with a `decode(value)` method following the
-rules above, taking the keyword `multiclass=True` if it serves multiclass models.
-
-`JSONCodec` decodes with msgspec when it is installed (the kafka extra installs it): msgspec
-parses the record in C straight into the three typed fields of the contract (`_EventFields`), about
-six times faster than `json.loads` and its checks. Only what both parsers read the same way gets
-through that path (the tests compare them); anything msgspec refuses (a float label, a lone
-surrogate, a number beyond float64, deep nesting, bad JSON, a field beyond the contract's four)
-goes on to the standard library's parser, which accepts or refuses it as before and names what
-was wrong.
+(`2.0`) is the integer, as JSON does not tell them apart (`_multiclass_label`).
 
 This module also gives kafka-python a compiled CRC-32C (`install_fast_crc32c`): the client checks
 and computes a CRC-32C over every record batch, in pure Python unless the optional `crc32c`
-package is installed, and that alone caps a consumer at ~10k records/s.
+package is installed, and that alone caps a consumer at ~10k records/s; and the errors of record
+batches the client cannot decode (`install_batch_errors`).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
-import math
-import numbers
 import typing
 from json.encoder import encode_basestring
 
@@ -55,11 +39,6 @@ import numpy as np
 
 from streammargin.errors import StateError
 from streammargin.jit.dispatch import njit
-
-try:
-    import msgspec
-except ImportError:  # (the kafka extra installs it) every record takes the json path
-    msgspec = None
 
 __all__ = [
     "DeadLetter",
@@ -73,9 +52,6 @@ __all__ = [
     "label_json",
     "label_to_state",
     "label_from_state",
-    "Codec",
-    "JSONCodec",
-    "get_codec",
     "install_fast_crc32c",
     "crc32c",
 ]
@@ -123,13 +99,6 @@ class InvalidLabel(DeadLetter):
     """A label the model cannot take."""
 
 
-class Codec(typing.Protocol):
-    """What the worker needs from a codec."""
-
-    def decode(self, value: bytes | None) -> Event:
-        """`(id, x, y)` of a record value, or raise `DeadLetter(reason)`."""
-
-
 def _short(value: typing.Any, limit: int = 100) -> str:
     """`repr(value)`, cut to `limit` characters: reasons quote names and values, which can be as
     long as the record."""
@@ -137,45 +106,6 @@ def _short(value: typing.Any, limit: int = 100) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text)} characters)"
-
-
-def _non_finite(constant: str) -> typing.NoReturn:
-    raise MalformedJSON(f"non-finite number {constant} (NaN and infinities are not allowed)")
-
-
-def _feature_reason(x: dict) -> str | None:
-    """Why a feature dict is invalid (naming the feature), or None if every value is fine."""
-    for name, value in x.items():
-        if isinstance(value, (str, bytes)) or not isinstance(value, numbers.Real):
-            return (
-                f"feature {_short(name)} has value {_short(value)} of type "
-                f"{type(value).__name__}: expected a finite real number"
-            )
-        try:
-            as_float = float(value)
-        except OverflowError:
-            return f"feature {_short(name)} has value {_short(value)}: too large for a float64"
-        if not math.isfinite(as_float):
-            return (f"feature {_short(name)} has value {_short(value)}: expected a finite real "
-                    "number")
-    return None
-
-
-def _check_features(x: dict) -> None:
-    # Fast path: `sum` raises on strings, None and containers; float() overflows on integers
-    # beyond float64; the difference is NaN when a value is infinite or NaN. Only records that
-    # fail it pay for the per-feature walk that names the culprit (finite values whose sum
-    # overflows take that walk too, and pass it).
-    try:
-        total = sum(x.values())
-        float(total)
-        if total - total == 0:
-            return
-    except (TypeError, OverflowError):
-        pass
-    reason = _feature_reason(x)
-    if reason is not None:
-        raise InvalidFeature(reason)
 
 
 def _label(y: typing.Any) -> bool | None:
@@ -251,137 +181,6 @@ def label_from_state(data: typing.Any) -> typing.Any:
         if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
             return value
     raise StateError(f"not a label: {_short(data, 60)}")
-
-
-if msgspec is not None:
-
-    class _EventFields(msgspec.Struct, forbid_unknown_fields=True):
-        """The fields of the event contract as msgspec decodes them; only values of these types
-        get through. Every field is decoded, `ts` included: msgspec skips an unknown field
-        without checking it as json.loads does (its UTF-8, its escapes), so a record with
-        another field takes the json path."""
-
-        id: str | int | None = None
-        x: dict[str, int | float] | None = None
-        y: bool | int | str | None = None
-        ts: typing.Any = None
-
-    # What msgspec raises for a record it will not read the way json.loads does (its
-    # ValidationError is a DecodeError): the record then takes the json path, which decides.
-    _FAST_PATH_MISSES: tuple = (msgspec.DecodeError, RecursionError, UnicodeDecodeError)
-
-
-class JSONCodec:
-    """The JSON event contract: `{"id": str|int?, "x": {name: number}?, "y": label?, "ts": ...?}`.
-
-    Parameters
-    ----------
-    max_record_bytes
-        Records larger than this are dead letters ("oversized record"), before any parsing.
-    multiclass
-        False: binary labels, normalised to True/False. True: labels as they come (strings,
-        integers, booleans).
-
-    Examples
-    --------
-
-    >>> codec = JSONCodec()
-    >>> codec.decode(b'{"id": "a1", "x": {"amount": 12.5, "n": 3}, "y": 1}')
-    ('a1', {'amount': 12.5, 'n': 3}, True)
-    >>> codec.decode(b'{"id": 7, "y": -1}')
-    (7, None, False)
-    >>> try:
-    ...     codec.decode(b'{"x": {"amount": "12.5"}}')
-    ... except DeadLetter as error:
-    ...     print(type(error).__name__, error)
-    InvalidFeature feature 'amount' has value '12.5' of type str: expected a finite real number
-    >>> JSONCodec(multiclass=True).decode(b'{"x": {"a": 1.0}, "y": "sky"}')
-    (None, {'a': 1.0}, 'sky')
-
-    """
-
-    name = "json"
-
-    def __init__(self, max_record_bytes: int = 1 << 20, multiclass: bool = False):
-        if max_record_bytes <= 0:
-            raise ValueError(f"max_record_bytes must be positive, got {max_record_bytes!r}")
-        self.max_record_bytes = max_record_bytes
-        self.multiclass = bool(multiclass)
-        self._label = _multiclass_label if multiclass else _label
-        # One decoder for every record: json.loads(..., parse_constant=...) would build a new
-        # decoder per call.
-        self._decode_text = json.JSONDecoder(parse_constant=_non_finite).decode
-        self._decode_fields = (
-            None if msgspec is None else msgspec.json.Decoder(_EventFields).decode
-        )
-
-    def decode(self, value: bytes | None) -> Event:
-        if value is None:
-            raise NullRecord("empty record (null value)")
-        if len(value) > self.max_record_bytes:
-            raise OversizedRecord(
-                f"oversized record: {len(value)} bytes > max_record_bytes={self.max_record_bytes}"
-            )
-        decode_fields = self._decode_fields
-        if decode_fields is not None:
-            try:
-                fields = decode_fields(value)
-            except _FAST_PATH_MISSES:
-                pass  # the json path below accepts or refuses it, and says why
-            else:
-                return self._event(fields.id, fields.x, fields.y)
-        try:
-            doc = self._decode_text(value.decode())
-        except DeadLetter:
-            raise
-        except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError
-            raise MalformedJSON(f"bad JSON: {error}") from None
-        if type(doc) is not dict:
-            raise InvalidRecord(f"record is a JSON {type(doc).__name__}, expected an object")
-        event_id = doc.get("id")
-        if event_id is not None and (type(event_id) is not str and type(event_id) is not int):
-            raise InvalidRecord(f"id {_short(event_id)} must be a string or an integer")
-        return self._event(event_id, doc.get("x"), doc.get("y"))
-
-    def _event(self, event_id: typing.Any, x: typing.Any, y: typing.Any) -> Event:
-        """The event of a decoded document's fields (`event_id` checked already)."""
-        if y is not True and y is not False and y is not None:
-            y = self._label(y)
-        if x is None:
-            if y is None:
-                raise InvalidRecord("missing x: an event needs features, a label record needs y")
-            if event_id is None:
-                raise InvalidRecord("label record without an id: cannot join it to an event")
-            return event_id, None, y
-        if type(x) is not dict:
-            raise InvalidRecord(
-                f"x must be a JSON object of feature values, got {_short(x, 80)}"
-            )
-        _check_features(x)
-        return event_id, x, y
-
-    def __repr__(self) -> str:
-        return (f"JSONCodec(max_record_bytes={self.max_record_bytes}, "
-                f"multiclass={self.multiclass})")
-
-
-_CODECS: dict[str, type] = {"json": JSONCodec}
-
-
-def get_codec(spec: str = "json", **options: typing.Any) -> Codec:
-    """A codec by name ("json") or by import path ("package.module:ClassName")."""
-    cls = _CODECS.get(spec)
-    if cls is None:
-        module_name, _, class_name = spec.partition(":")
-        if not class_name:
-            raise ValueError(
-                f"unknown codec {spec!r}: use one of {sorted(_CODECS)} or 'package.module:Class'"
-            )
-        cls = getattr(importlib.import_module(module_name), class_name)
-    codec = cls(**options)
-    if not callable(getattr(codec, "decode", None)):
-        raise ValueError(f"codec {spec!r} has no decode(value) method")
-    return codec
 
 
 # CRC-32C of Kafka record batches ----------------------------------------------------------------

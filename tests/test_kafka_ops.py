@@ -146,7 +146,7 @@ class Running:
         self.server.close()
 
 
-BAD = {0: [b"{not json", b"[1, 2]"], 1: [b'{"x": {"a": "high"}}', b'{"x": {"a": 1}, "y": 7}', None]}
+BAD = {0: [b"{not json", b"[1, 2]"], 1: [b'{"x": {"a": ["high"]}}', b'{"x": {"a": 1}, "y": 7}', None]}
 
 
 def test_metrics_and_probes_of_a_running_worker(kafka_broker):

@@ -3,6 +3,7 @@ state, model registry, client settings, command line. (The partition task: tests
 
 from __future__ import annotations
 
+import argparse
 import pathlib
 import random
 import re
@@ -16,6 +17,8 @@ from river import drift, metrics, utils
 
 import streammargin
 from connectors import codec, models
+from connectors.serializers import get_codec
+from connectors.serializers.json_format import JSONCodec
 from connectors.cli import kafka_command
 from connectors.observability.metrics import PartitionMetrics, make_detector
 from connectors.state import checkpoint
@@ -25,7 +28,7 @@ from streammargin import state
 # Codec --------------------------------------------------------------------------------------------
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-JSON = codec.JSONCodec(max_record_bytes=300)
+JSON = JSONCodec(max_record_bytes=300)
 
 
 @pytest.mark.parametrize(
@@ -35,7 +38,11 @@ JSON = codec.JSONCodec(max_record_bytes=300)
         (b'{"id": 3, "x": {"f": 1}, "y": 0}', (3, {"f": 1}, False)),
         (b'{"x": {"f": 1}, "y": -1}', (None, {"f": 1}, False)),
         (b'{"x": {"f": 1}, "y": 1.0}', (None, {"f": 1}, True)),
-        (b'{"x": {"f": true}, "y": null}', (None, {"f": True}, None)),
+        # Booleans are the numbers 0 and 1 (True is a category's indicator), strings are
+        # categories, nested objects are flattened, null is an absent feature.
+        (b'{"x": {"f": true, "g": false}, "y": null}', (None, {"f": 1, "g": 0}, None)),
+        (b'{"x": {"f": "high", "g": {"h": 2.5}, "n": null}}',
+         (None, {"f=high": True, "g.h": 2.5}, None)),
         (b'{"x": {}}', (None, {}, None)),
         (b'{"id": "a", "y": false}', ("a", None, False)),
         (b'{"x": {"f": 1e308, "g": 1e308}, "ts": "2024-01-01T00:00:00Z", "extra": [1]}',
@@ -54,18 +61,17 @@ def test_codec_decodes_the_event_contract(value, expected):
         (b"not json", "bad JSON"),
         (b"\xff\xfe{}", "bad JSON"),
         (b'{"x": {"f": 1}', "bad JSON"),
-        (b"[1, 2]", "record is a JSON list"),
+        (b"[1, 2]", "record is an array"),
         (b'{"x": {"f": NaN}}', "non-finite number NaN"),
         (b'{"x": {"f": -Infinity}}', "non-finite number -Infinity"),
-        (b'{"x": {"f": 1e999}}', "feature 'f' has value inf"),
-        (b'{"x": {"f": "1.5"}}', "feature 'f' has value '1.5' of type str"),
-        (b'{"x": {"f": null}}', "feature 'f' has value None"),
-        (b'{"x": {"f": [1]}}', "feature 'f' has value [1] of type list"),
-        (b'{"x": {"f": 1, "g": {"h": 1}}}', "feature 'g'"),
+        (b'{"x": {"f": 1e999}}', "field 'x.f' has value inf"),
+        (b'{"x": {"f": ["1.5"]}}', "field 'x.f' holds an array"),
+        (b'{"x": {"f": {"g": [1]}}}', "field 'x.f.g' holds an array"),
+        (b'{"x": {"f": {"g": "' + b"s" * 257 + b'"}}}', "field 'x.f.g' has a string of 257"),
         (b'{"x": {"f": 1' + b"0" * 320 + b"}}", "oversized"),
         (b'{"y": true}', "label record without an id"),
-        (b'{"id": "a"}', "missing x"),
-        (b'{"x": [1, 2]}', "x must be a JSON object"),
+        (b'{"id": "a"}', "no features and no label"),
+        (b'{"x": [1, 2]}', "x is an array, not an object"),
         (b'{"x": {"f": 1}, "y": 2}', "unknown label 2"),
         (b'{"x": {"f": 1}, "y": "yes"}', "unknown label 'yes'"),
         (b'{"x": {"f": 1}, "id": [1]}', "id [1] must be a string or an integer"),
@@ -80,18 +86,18 @@ def test_codec_turns_bad_records_into_dead_letters_with_a_reason(value, reason):
 
 def test_codec_reasons_quote_names_and_values_in_bounded_length():
     name = "n" * 100_000
-    for value in [f'{{"x": {{"{name}": "v"}}}}', f'{{"x": {{"a": "{name}"}}}}',
+    for value in [f'{{"x": {{"{name}": ["v"]}}}}', f'{{"x": {{"a": 1}}, "id": {{"k": "{name}"}}}}',
                   f'{{"x": {{"a": 1}}, "y": "{name}"}}', f'{{"x": {{"a": 1}}, "id": ["{name}"]}}',
-                  f'{{"x": ["{name}"]}}']:
+]:
         with pytest.raises(codec.DeadLetter) as raised:
-            codec.JSONCodec().decode(value.encode())
+            JSONCodec().decode(value.encode())
         assert len(str(raised.value)) < 400 and "characters)" in str(raised.value)
 
 
 def test_codec_rejects_integers_beyond_float64():
     big = b'{"x": {"g": 2.0, "f": 1' + b"0" * 400 + b"}}"
-    with pytest.raises(codec.DeadLetter, match="feature 'f' has value 1000.* too large"):
-        codec.JSONCodec().decode(big)
+    with pytest.raises(codec.DeadLetter, match="field 'x.f' has value 1000.* too large"):
+        JSONCodec().decode(big)
 
 
 # The codec's two parsers: msgspec straight into the contract's fields, and json.loads for
@@ -152,11 +158,29 @@ def _outcome(json_codec, value):
 @given(_documents, st.booleans())
 def test_the_codecs_fast_parser_decodes_exactly_what_the_json_parser_does(document, multiclass):
     value = document.encode("utf-8", "surrogatepass").replace(b"<FF>", b"\xff")
-    fast = codec.JSONCodec(multiclass=multiclass)
+    fast = JSONCodec(multiclass=multiclass)
     assert fast._decode_fields is not None, "msgspec (the kafka extra) is not installed"
-    slow = codec.JSONCodec(multiclass=multiclass)
+    slow = JSONCodec(multiclass=multiclass)
     slow._decode_fields = None
     assert _outcome(fast, value) == _outcome(slow, value)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_documents)
+def test_the_tree_of_msgspec_is_the_tree_of_json_loads(document):
+    """json_tree takes msgspec's parse only where it reads the document as json.loads does
+    (refusing NaN and the infinities, as the codec does)."""
+    from connectors.serializers.json_format import _json_text, json_tree
+
+    value = document.encode("utf-8", "surrogatepass").replace(b"<FF>", b"\xff")
+
+    def outcome(parse):
+        try:
+            return "tree", repr(parse(value))
+        except codec.DeadLetter:
+            return ("refused",)
+
+    assert outcome(json_tree) == outcome(_json_text)
 
 
 @pytest.mark.parametrize("value", [
@@ -165,7 +189,7 @@ def test_the_codecs_fast_parser_decodes_exactly_what_the_json_parser_does(docume
     b'{"x": {"a": 1e-400, "b": 4.9e-324}, "ts": {"deep": [[[]]]}}', b'{"id": "b", "id": 2, "y": 1}',
 ])
 def test_the_fast_parser_takes_valid_records_as_json_does(value):
-    slow = codec.JSONCodec()
+    slow = JSONCodec()
     slow._decode_fields = None
     assert _outcome(JSON, value) == _outcome(slow, value)
     assert _outcome(JSON, value)[0] == "event"
@@ -180,7 +204,7 @@ def test_the_fast_parser_takes_valid_records_as_json_does(value):
         (b'{"x": {"f": NaN}}', codec.MalformedJSON),
         (b"[1, 2]", codec.InvalidRecord),
         (b'{"y": true}', codec.InvalidRecord),
-        (b'{"x": {"f": "1.5"}}', codec.InvalidFeature),
+        (b'{"x": {"f": ["1.5"]}}', codec.InvalidFeature),
         (b'{"x": {"f": 1}, "y": 2}', codec.InvalidLabel),
     ],
 )
@@ -189,7 +213,7 @@ def test_codec_dead_letters_say_what_was_wrong_by_their_class(value, cls):
         JSON.decode(value)
 
 
-MULTICLASS = codec.JSONCodec(multiclass=True)
+MULTICLASS = JSONCodec(multiclass=True)
 
 
 @pytest.mark.parametrize(
@@ -247,10 +271,10 @@ def test_labels_from_checkpoint_state_are_only_the_codecs_types(data):
 
 
 def test_get_codec_by_name_and_import_path():
-    assert isinstance(codec.get_codec("json"), codec.JSONCodec)
-    assert isinstance(codec.get_codec("connectors.codec:JSONCodec"), codec.JSONCodec)
+    assert isinstance(get_codec("json"), JSONCodec)
+    assert isinstance(get_codec("connectors.serializers.json_format:JSONCodec"), JSONCodec)
     with pytest.raises(ValueError, match="unknown codec"):
-        codec.get_codec("avro")
+        get_codec("avro")
 
 
 def test_crc32c_matches_kafka_python_reference():
@@ -967,3 +991,67 @@ def test_a_bug_in_the_batch_reader_is_raised_as_it_is_not_as_an_undecodable_batc
             fetched(batch_bytes(VALUES[:5], 0, offset=0)).take(100)
     finally:
         codec._unpack = None  # (the next test installs the reader it wants)
+
+
+def test_the_record_format_options_reach_the_worker_config():
+    parser = argparse.ArgumentParser()
+    kafka_command.add_parser(parser.add_subparsers())
+    args = parser.parse_args([
+        "kafka", "--topic", "payments", "--features", "*", "--exclude-features", "a,b.c",
+        "--label-field", "is_fraud", "--id-field", "tx", "--categorical", "hash",
+        "--hash-buckets", "64", "--value-format", "avro", "--schema-registry-url",
+        "http://registry:8081", "--schema-registry-config", "basic.auth.user.info=u:p",
+        "--schema-registry-config", "timeout=5", "--output-format", "avro",
+        "--label-topic", "labels"])
+    config = kafka_command.config_from_args(args)
+    assert (config.features, config.exclude_features) == (("*",), ("a", "b.c"))
+    assert (config.label_field, config.id_field, config.categorical, config.hash_buckets) == (
+        "is_fraud", "tx", "hash", 64)
+    assert config.schema_registry_config == {"basic.auth.user.info": "u:p", "timeout": "5"}
+    assert (config.value_format, config.output_format, config.label_topic) == (
+        "avro", "avro", "labels")
+    settings = config.task_settings()
+    assert settings.field_mapping().label_field == "is_fraud"
+
+
+@pytest.mark.parametrize(("options", "reason"), [
+    ({"value_format": "avro"}, "needs --schema-registry-url"),
+    ({"output_format": "avro"}, "needs --schema-registry-url"),
+    ({"schema_registry_url": "http://r"}, "is for --value-format avro"),
+    ({"value_format": "xml"}, "value_format must be one of"),
+    ({"label_topic": "t"}, "topic of its own"),
+    ({"label_topic": "l", "topics": ["a", "b"]}, "pairs with one --topic"),
+    ({"label_topic": "l", "consumer_config": {"partition_assignment_strategy": "roundrobin"}},
+     "range assignor"),
+    ({"features": ["a..b"]}, "empty segment"),
+    ({"value_format": "avro", "schema_registry_url": "http://r",
+      "schema_registry_config": {"proxy": "p"}}, "does not support"),
+])
+def test_record_format_options_that_contradict_fail_in_one_line(options, reason):
+    settings = {"topics": ["t"], **options}
+    with pytest.raises(ValueError, match=reason):
+        WorkerConfig(**settings)
+
+
+def test_first_contact_warns_once_with_the_reason_and_the_fix(caplog):
+    from connectors.observability.first_contact import FirstContact
+    from connectors.worker.task import dead_letter_headers
+
+    def dead(reason):
+        headers = dead_letter_headers("t", 0, 1, "g", "VALUE_CONVERTER", "c",
+                                      "connectors.codec.InvalidRecord", reason)
+        return type("R", (), {"headers": headers})()
+
+    contact = FirstContact(first_records=10)
+    with caplog.at_level("WARNING"):
+        contact.observe(4, [dead("no features and no label: ... Fix: --features '*'")] * 3)
+        contact.observe(6, [dead("no features and no label: ...")] * 4)
+        contact.observe(100, [dead("no features and no label: ...")] * 90)
+    warnings = [r.message for r in caplog.records if "went to the dead-letter topic" in r.message]
+    assert warnings == ["7 of the first 10 records went to the dead-letter topic for one reason "
+                        "(missing_features): no features and no label: ... Fix: --features '*'"]
+    assert contact.counts() == {"missing_features": 97}
+    quiet = FirstContact(first_records=10)
+    quiet.observe(10, [dead("bad JSON: x")] * 4)
+    quiet.check()
+    assert quiet.warned is None

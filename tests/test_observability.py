@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from connectors.cli.kafka_command import _as_flags
-from connectors.codec import DeadLetter, JSONCodec
+from connectors.codec import DeadLetter
+from connectors.serializers.json_format import JSONCodec
 from connectors.kafka.broker import free_port
 from connectors.observability import observability
 from connectors.observability.observability import (
@@ -70,8 +71,8 @@ CODEC_REJECTIONS = [
     (b'{"id": "a"}', "missing_features"),
     (b'{"y": true}', "unjoinable_label"),
     (b'{"x": [1, 2]}', "bad_features"),
-    (b'{"x": {"a": "high"}}', "not_a_number"),
-    (b'{"x": {"a": null}}', "not_a_number"),
+    (b'{"x": {"a": ["high"]}}', "not_a_number"),
+    (b'{"x": {"a": {"b": "' + b"s" * 300 + b'"}}}', "not_a_number"),
     (b'{"x": {"a": 1e999}}', "non_finite"),
     (b'{"x": {"a": 1' + b"0" * 400 + b"}}", "non_finite"),
 ]
@@ -155,7 +156,7 @@ def test_counters_start_at_the_restore_while_the_models_totals_continue():
     status.assigned([TopicPartition("events", 0)])
     status.restored([(task, 5000)])
     assert status.readiness()[0]
-    processed(status, task, [b"{bad", b'{"x": {"a": "high"}}', b'{"x": {"a": 1}, "y": 7}',
+    processed(status, task, [b"{bad", b'{"x": {"a": ["high"]}}', b'{"x": {"a": 1}, "y": 7}',
                              b"{worse", event(9, {"a": 1.0})], start=8)
     samples = scrape(status)
     at = {"group": "g", "topic": "events", "partition": 0}

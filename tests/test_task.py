@@ -522,14 +522,14 @@ def test_bad_records_become_dead_letters_with_reasons_and_leave_the_model_untouc
     bad = [
         (b"not json", b"k1", "bad JSON", "MalformedJSON"),
         (b'{"x": {"age": NaN}, "y": true}', None, "non-finite number NaN", "MalformedJSON"),
-        (b'{"x": {"age": 1e999}, "y": true}', None, "feature 'age' has value inf",
+        (b'{"x": {"age": 1e999}, "y": true}', None, "field 'x.age' has value inf",
          "InvalidFeature"),
-        (b'{"x": {"age": "old"}, "y": true}', None, "feature 'age' has value 'old' of type str",
+        (b'{"x": {"age": ["old"]}, "y": true}', None, "field 'x.age' holds an array",
          "InvalidFeature"),
         (b'{"y": true}', None, "label record without an id", "InvalidRecord"),
-        (b'{"id": "z"}', None, "missing x", "InvalidRecord"),
+        (b'{"id": "z"}', None, "no features and no label", "InvalidRecord"),
         (b'{"x": {"age": 3}, "y": "spam"}', None, "unknown label 'spam'", "InvalidLabel"),
-        (b'{"x": [1, 2], "y": true}', None, "x must be a JSON object", "InvalidRecord"),
+        (b'{"x": [1, 2], "y": true}', None, "x is an array, not an object", "InvalidRecord"),
         (b'{"x": {"age": 1}, "y": 1}' + b" " * 3_000, None, "oversized record",
          "OversizedRecord"),
         (b"\xff\xfe\x00", None, "bad JSON", "MalformedJSON"),
@@ -565,7 +565,7 @@ def test_bad_records_become_dead_letters_with_reasons_and_leave_the_model_untouc
         assert (found[CONNECT + "topic"], found[CONNECT + "partition"],
                 found[CONNECT + "connector.name"], found[CONNECT + "stage"],
                 found[CONNECT + "class.name"]) == (
-            b"events", b"2", b"g", b"VALUE_CONVERTER", b"connectors.codec.JSONCodec")
+            b"events", b"2", b"g", b"VALUE_CONVERTER", b"connectors.serializers.json_format.JSONCodec")
         # The record as it came: a null value stays null, the key and timestamp are kept.
         assert dead.value == value and dead.key == key
         assert dead.timestamp_ms == timestamps[offset] and dead.partition is None
@@ -652,7 +652,7 @@ def test_a_model_without_predict_with_proba_one_is_asked_both_river_calls():
 def test_dead_letter_reasons_stay_bounded_whatever_the_feature_names():
     name = "n" * (1 << 20)  # a 1 MB feature name
     values = [
-        json.dumps({"x": {name: "text"}}).encode(),
+        json.dumps({"x": {name: ["text"]}}).encode(),
         json.dumps({"x": {name: 1.0}, "y": "x" * 100_000}).encode(),
         json.dumps({"id": [name], "x": {"a": 1}}).encode(),
     ]
@@ -661,7 +661,7 @@ def test_dead_letter_reasons_stay_bounded_whatever_the_feature_names():
     reasons = [headers_of(d)[CONNECT + "exception.message"] for d in out.dead_letters]
     assert len(reasons) == 3
     assert all(len(r) < 500 for r in reasons), [len(r) for r in reasons]
-    assert reasons[0].startswith("feature 'nnnn") and "characters)" in reasons[0]
+    assert reasons[0].startswith("field 'x.nnnn") and "characters)" in reasons[0]
 
 
 # Schemas ------------------------------------------------------------------------------------------
@@ -678,7 +678,8 @@ def test_every_output_record_follows_its_json_schema():
         "prediction-multiclass")
     dead_letter = schemas.validator("dead-letter-headers")
     task = PartitionTask.new("events", 0, TaskSettings(label_store_size=5))
-    out = run(task, as_records(mixed_stream(300) + [None, b"[1]", b'{"x": {"a": 1}, "y": 3}']))
+    out = run(task, as_records(mixed_stream(300) + [None, b"[1]", b'{"x": {"a": 1}, "y": 3}',
+                                                    b'{"x": {"a": [1]}}']))
     assert len(out.predictions) > 200 and len(out.dead_letters) > 3
     for value in out.predictions:
         binary.validate(json.loads(value))

@@ -62,6 +62,36 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
      "put a StandardScaler in front of the model (River's arithmetic, bounded memory)"),
     ("--codec", "str", "json", "input codec: json or package.module:Class"),
     ("--max-record-bytes", "int", 1 << 20, "larger records are dead letters"),
+    ("--value-format", "str", "json",
+     "input records: json (JSON objects of any shape), or avro, protobuf or json-schema in "
+     "Confluent's wire format, their schemas from --schema-registry-url"),
+    ("--label-field", "str", "y", "PATH of the label (dotted for nesting: outcome.label)"),
+    ("--id-field", "str", "id", "PATH of the id that joins a delayed label to its event"),
+    ("--id-from-key", "bool", False, "the record key (UTF-8 text) is the id, not --id-field"),
+    ("--features", "str", "x.*",
+     "PATH[,PATH...] of the features: '*' every field but the id and label, P.* the fields of "
+     "the object P (named without P.: the default reads {\"id\", \"x\": {...}, \"y\"}), P "
+     "the field P; nested objects are flattened with dotted names"),
+    ("--exclude-features", "str", "", "PATH[,PATH...] left out of --features"),
+    ("--categorical", "str", "onehot",
+     "strings and enums: onehot (a feature field=value of 1), hash (field#bucket, "
+     "--hash-buckets per field) or drop"),
+    ("--hash-buckets", "int", 1024, "with --categorical hash: buckets per field"),
+    ("--label-topic", "str", None,
+     "a topic of label records (--id-field and --label-field), co-partitioned with --topic: "
+     "the label of an event on partition p is on partition p; merged by record timestamp"),
+    ("--schema-registry-url", "str", None,
+     "Schema Registry of --value-format avro|protobuf|json-schema and --output-format avro "
+     "(Confluent's REST API: Confluent, Apicurio's /apis/ccompat/v7, Karapace, Redpanda)"),
+    ("--schema-registry-config", "params", {},
+     "Schema Registry client setting KEY=VALUE, confluent-kafka's names (repeatable): "
+     "basic.auth.user.info=USER:PASSWORD, bearer.auth.token, ssl.ca.location, "
+     "ssl.certificate.location, ssl.key.location, timeout, cache.capacity"),
+    ("--schema-cache-bytes", "int", 32 << 20,
+     "schema text the Schema Registry cache keeps, at most (least recently used out first)"),
+    ("--output-format", "str", "json",
+     "predictions and metrics: json, or avro (Confluent's wire format, schemas registered "
+     "under <topic>-value)"),
     ("--metrics-every", "int", 10_000, "metrics every N records of a partition"),
     ("--metrics-interval", "float", None, "also every SECONDS"),
     ("--checkpoint-every", "int", 10_000, "checkpoint every N records of a partition"),
@@ -302,6 +332,19 @@ def config_from_args(args: argparse.Namespace) -> typing.Any:
         scale=args.scale,
         codec=args.codec,
         max_record_bytes=args.max_record_bytes,
+        value_format=args.value_format,
+        label_field=args.label_field,
+        id_field=args.id_field,
+        id_from_key=args.id_from_key,
+        features=args.features,
+        exclude_features=args.exclude_features,
+        categorical=args.categorical,
+        hash_buckets=args.hash_buckets,
+        label_topic=args.label_topic or None,
+        schema_registry_url=args.schema_registry_url or None,
+        schema_registry_config={k: str(v) for k, v in args.schema_registry_config.items()},
+        schema_cache_bytes=args.schema_cache_bytes,
+        output_format=args.output_format,
         metrics_every=args.metrics_every,
         metrics_interval=args.metrics_interval,
         checkpoint_every=args.checkpoint_every,

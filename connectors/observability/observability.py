@@ -48,6 +48,8 @@ import typing
 __all__ = [
     "DEAD_LETTER_KINDS",
     "dead_letter_kind",
+    "dead_letter_kind_of",
+    "dead_letter_reason",
     "WorkerStatus",
     "Snapshot",
     "PartitionView",
@@ -72,20 +74,34 @@ DEAD_LETTER_KINDS = (
     "not_an_object",       # JSON, but not an object
     "bad_id",              # an id that is neither a string nor an integer
     "unknown_label",       # a label the model cannot take
-    "missing_features",    # neither x nor a label
+    "missing_features",    # neither features nor a label (the field options find nothing)
+    "missing_label",       # a record of the label topic without a label
     "unjoinable_label",    # a label record without an id
-    "bad_features",        # x is not an object of feature values
-    "not_a_number",        # a feature value that is not a number (a string, a list, ...)
+    "bad_features",        # the object --features names is not one
+    "not_a_number",        # a field that is no feature (an array, bytes, a free text)
     "non_finite",          # NaN, an infinity, or a number beyond float64
+    "wire_format",         # not in Confluent's wire format (magic byte, schema id)
+    "unknown_schema",      # a schema id the registry does not have
+    "bad_schema",          # a schema that cannot be used (another format, too large, ...)
+    "bad_payload",         # a payload that does not decode with its schema
     "rejected_by_model",   # the model's documented rejection (streammargin.InvalidInput)
     "undecodable",         # a record batch the client could not decode (skipped; named by the
                            # worker, not found in the reason)
     "other",
 )
 
-# (pattern at the start of the reason, kind), tried in order: the reasons of `connectors.codec`
-# and `connectors.worker.task`. The model's rejection comes first: it quotes the model's own
-# message.
+# The dead-letter classes of the Schema Registry formats, by the exception class header: their
+# reasons quote what the registry and the payload say.
+_CLASS_KINDS = {
+    b"connectors.serializers.wire.WireFormatError": "wire_format",
+    b"connectors.serializers.schema_registry.UnknownSchema": "unknown_schema",
+    b"connectors.serializers.schema_registry.SchemaRefused": "bad_schema",
+    b"connectors.serializers.registry_codec.UndecodablePayload": "bad_payload",
+}
+
+# (pattern at the start of the reason, kind), tried in order: the reasons of
+# `connectors.serializers` and `connectors.worker.task`. The model's rejection comes first: it
+# quotes the model's own message.
 _REASON_KINDS = [
     (re.compile(p, re.DOTALL), kind)
     for p, kind in [
@@ -94,21 +110,25 @@ _REASON_KINDS = [
         (r"oversized record", "oversized"),
         (r"non-finite number", "non_finite"),
         (r"bad JSON", "bad_json"),
-        (r"record is a JSON ", "not_an_object"),
+        (r"(label )?record is an? \w+, expected an object", "not_an_object"),
         (r"id .* must be a string or an integer", "bad_id"),
+        (r"the record key is not UTF-8", "bad_id"),
         (r"unknown label", "unknown_label"),
         (r"label .* (of type \w+: a label is|is longer than|is beyond)", "unknown_label"),
-        (r"missing x", "missing_features"),
+        (r"no features and no label", "missing_features"),
+        (r"label record without a label", "missing_label"),
         (r"label record without an id", "unjoinable_label"),
-        (r"x must be a JSON object", "bad_features"),
-        (r"feature .* of type \w+: expected a finite real number$", "not_a_number"),
-        (r"feature .*: (expected a finite real number|too large for a float64)$", "non_finite"),
+        (r"\S+ is an? \w+, not an object of fields", "bad_features"),
+        (r"field .* nests objects deeper", "bad_features"),
+        (r"field .* (holds an array|holds bytes|has a string of)", "not_a_number"),
+        (r"field .*: (expected a finite real number|too large for a float64)$", "non_finite"),
     ]
 ]
 
 # Kafka Connect's dead-letter headers (written after the record's own headers: the last wins).
 _REASON_HEADER = "__connect.errors.exception.message"
 _STAGE_HEADER = "__connect.errors.stage"
+_EXCEPTION_HEADER = "__connect.errors.exception.class.name"
 
 
 def dead_letter_kind(reason: str) -> str:
@@ -116,9 +136,9 @@ def dead_letter_kind(reason: str) -> str:
 
     >>> dead_letter_kind("bad JSON: Expecting value: line 1 column 1 (char 0)")
     'bad_json'
-    >>> dead_letter_kind("feature 'f' has value 'high' of type str: expected a finite real number")
+    >>> dead_letter_kind("field 'x.f' holds an array: arrays are not features. Fix: ...")
     'not_a_number'
-    >>> dead_letter_kind("feature 'f' has value nan: expected a finite real number")
+    >>> dead_letter_kind("field 'x.f' has value nan: expected a finite real number")
     'non_finite'
     >>> dead_letter_kind("the schema registry is down")
     'other'
@@ -129,17 +149,35 @@ def dead_letter_kind(reason: str) -> str:
     return "other"
 
 
+def dead_letter_reason(headers: typing.Any) -> str:
+    """A dead letter's reason, from its headers ("" if it has none)."""
+    reason = b""
+    for name, value in headers or ():
+        if name == _REASON_HEADER:
+            reason = value
+    return reason.decode("utf-8", "replace")
+
+
+def dead_letter_kind_of(headers: typing.Any) -> str:
+    """The kind (one of `DEAD_LETTER_KINDS`) of a dead letter, from its headers."""
+    return _kind_of(headers)
+
+
 def _kind_of(headers: typing.Any) -> str:
     """The kind of a dead letter from its headers: the model's refusals by their stage
     (TASK_PUT), the others by their reason."""
-    reason, stage = b"", b""
+    reason, stage, exception = b"", b"", b""
     for name, value in headers or ():
         if name == _REASON_HEADER:
             reason = value
         elif name == _STAGE_HEADER:
             stage = value
+        elif name == _EXCEPTION_HEADER:
+            exception = value
     if stage == b"TASK_PUT":
         return "rejected_by_model"
+    if exception in _CLASS_KINDS:
+        return _CLASS_KINDS[exception]
     return dead_letter_kind(reason.decode("utf-8", "replace"))
 
 
@@ -275,6 +313,10 @@ class WorkerStatus:
         # The model exchange of --model-scope topic (connectors/worker/model_scope.ModelScope,
         # set by the worker once connected): its counters go to /metrics.
         self.model_scope: typing.Any = None
+        # The Schema Registry client (connectors/serializers/schema_registry.SchemaRegistry), and
+        # why it is waited for while it does not answer (None: it answers, or is not used).
+        self.registry: typing.Any = None
+        self.registry_outage: str | None = None
         self._session_expired = False
         self._expired_in = 0  # the outage (BrokerContact.outages) that expired the session
         self._member_before_expiry = False
@@ -453,6 +495,8 @@ class WorkerStatus:
             if self._session_expired:
                 return False, ("rejoining the consumer group: an outage outlasted the session "
                                "timeout")
+            if self.registry_outage is not None:
+                return False, f"waiting for the Schema Registry: {self.registry_outage[:300]}"
             if not self.member:
                 return False, "joining the consumer group (or rebalancing)"
             if self._unrestored:
@@ -619,6 +663,27 @@ class _Collector:
             exchanged.add_metric(["written"], scope.bytes_written)
             exchanged.add_metric(["read"], scope.bytes_read)
             yield exchanged
+        registry = status.registry
+        if registry is not None:
+            yield GaugeMetricFamily(
+                "streammargin_schema_registry_up",
+                "1 while the Schema Registry answers (0: the worker waits for it, paused).",
+                value=0.0 if status.registry_outage is not None else 1.0)
+            requests = CounterMetricFamily(
+                "streammargin_schema_registry_requests",
+                "HTTP requests to the Schema Registry, by kind (schema: a schema by id, once per "
+                "id while it stays cached; reference; register; probe: while waiting).",
+                labels=["kind"])
+            for kind in ("schema", "reference", "register", "probe"):
+                requests.add_metric([kind], registry.requests.get(kind, 0))
+            yield requests
+            counts = registry.cache_counts()
+            yield GaugeMetricFamily("streammargin_schema_cache_schemas",
+                                    "Schemas in the Schema Registry cache (cache.capacity "
+                                    "bounds it).", value=counts["schemas"])
+            yield GaugeMetricFamily("streammargin_schema_cache_bytes",
+                                    "Schema text in the cache (--schema-cache-bytes bounds it).",
+                                    value=counts["schema_bytes"])
         yield GaugeMetricFamily("streammargin_assigned_partitions",
                                 "Partitions this worker owns and has restored.",
                                 value=len(snap.partitions))

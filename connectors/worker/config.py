@@ -13,6 +13,9 @@ import functools
 import typing
 
 from connectors.kafka.transport import TRANSPORTS
+from connectors.serializers import OUTPUT_FORMATS
+from connectors.serializers.mapping import parse_paths
+from connectors.serializers.schema_registry import DEFAULT_MAX_CACHE_BYTES
 from connectors.state import checkpoint as checkpoint_module
 from connectors.worker.model_scope import (
     DEFAULT_MAX_EXCHANGE_CPU_SHARE,
@@ -64,6 +67,22 @@ class WorkerConfig:
     scale: bool = False
     codec: str = "json"
     max_record_bytes: int = 1 << 20
+    # Records as they come (connectors/serializers, docs/kafka.md "Topics as they are"): the input
+    # format, where the label, id and features are, what strings become, the Schema Registry
+    # (confluent-kafka's setting names), the outputs' format, and a topic of labels only.
+    value_format: str = "json"
+    label_field: str = "y"
+    id_field: str = "id"
+    id_from_key: bool = False
+    features: typing.Sequence[str] = ("x.*",)
+    exclude_features: typing.Sequence[str] = ()
+    categorical: str = "onehot"
+    hash_buckets: int = 1024
+    schema_registry_url: str | None = None
+    schema_registry_config: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
+    schema_cache_bytes: int = DEFAULT_MAX_CACHE_BYTES
+    output_format: str = "json"
+    label_topic: str | None = None
     # Metrics of a partition every N of its records (deterministic points: a replay repeats
     # them), and optionally every T seconds.
     metrics_every: int = 10_000
@@ -152,6 +171,8 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         if isinstance(self.topics, str):
             self.topics = [self.topics]
+        self.features = parse_paths(self.features)
+        self.exclude_features = parse_paths(self.exclude_features)
         if not isinstance(self.copy_headers, str):
             self.copy_headers = tuple(self.copy_headers)
         self.topics = list(dict.fromkeys(self.topics))
@@ -176,6 +197,28 @@ class WorkerConfig:
         if set(self.topics) & {self.checkpoint_topic, self.model_topic,
                                *[t for t in outputs if t]}:
             raise ValueError("an input topic cannot also be an output, checkpoint or model topic")
+        if self.output_format not in OUTPUT_FORMATS:
+            raise ValueError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, "
+                             f"got {self.output_format!r}")
+        if self.output_format == "avro" and not self.schema_registry_url:
+            raise ValueError("--output-format avro registers the outputs' schemas: it needs "
+                             "--schema-registry-url URL")
+        if (self.schema_registry_url and self.value_format == "json"
+                and self.output_format == "json"):
+            raise ValueError("--schema-registry-url is for --value-format avro, protobuf or "
+                             "json-schema, or --output-format avro (--value-format json reads "
+                             "plain JSON)")
+        if self.label_topic is not None:
+            if len(self.topics) != 1:
+                raise ValueError("--label-topic pairs with one --topic: the labels of its "
+                                 "events, partition for partition")
+            if self.label_topic in {*self.topics, self.checkpoint_topic, self.model_topic,
+                                    *[t for t in outputs if t]}:
+                raise ValueError("--label-topic must be a topic of its own (not the input, an "
+                                 "output, the checkpoint or the model topic)")
+            if self.codec != "json":
+                raise ValueError(f"--label-topic needs the built-in codec: --codec "
+                                 f"{self.codec} cannot read label records")
         for name in ("max_model_bytes_share", "max_exchange_cpu_share"):
             share = getattr(self, name)
             if share is not None and not share > 0:
@@ -210,6 +253,8 @@ class WorkerConfig:
         resolved_exchange(self.model_exchange, self.task_settings())
         if self.transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
+        if self.label_topic is not None:
+            _check_range_assignment(self.consumer_config, self.transport)
         settings = client_settings(self)  # and client settings that contradict each other
         if self.transport == "librdkafka":
             from connectors.kafka.librdkafka_transport import translate
@@ -243,7 +288,62 @@ class WorkerConfig:
             label_store_bytes=self.label_store_bytes,
             label_max_age_records=self.label_max_age_records,
             label_max_age_seconds=self.label_max_age_seconds,
+            value_format=self.value_format,
+            label_field=self.label_field,
+            id_field=self.id_field,
+            id_from_key=self.id_from_key,
+            features=tuple(self.features),
+            exclude_features=tuple(self.exclude_features),
+            categorical=self.categorical,
+            hash_buckets=self.hash_buckets,
+            schema_registry_url=self.schema_registry_url,
+            schema_registry_config=dict(self.schema_registry_config),
+            schema_cache_bytes=self.schema_cache_bytes,
+            label_topic=self.label_topic,
         )
+
+    @property
+    def uses_registry(self) -> bool:
+        """Whether the worker reads or writes through a Schema Registry."""
+        return self.value_format != "json" or self.output_format == "avro"
+
+    def make_registry(self) -> typing.Any:
+        """The worker's Schema Registry client (one per process), or None."""
+        if not self.uses_registry:
+            return None
+        from connectors.serializers.schema_registry import SchemaRegistry
+
+        return SchemaRegistry({**self.schema_registry_config, "url": self.schema_registry_url},
+                              max_cache_bytes=self.schema_cache_bytes)
+
+
+def _co_partitioning(config: WorkerConfig) -> dict[str, typing.Any]:
+    """--label-topic: the range assignor alone, which gives a member the same partition numbers
+    of the input and the label topic (both clients list it first by default; named, so that a
+    group of mixed versions cannot settle on another)."""
+    if config.label_topic is None:
+        return {}
+    if config.transport == "librdkafka":
+        return {"partition.assignment.strategy": "range"}
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+    return {"partition_assignment_strategy": (RangePartitionAssignor,)}
+
+
+def _check_range_assignment(consumer: dict[str, typing.Any], transport: str) -> None:
+    """--label-topic: a member must own the same partition numbers of both topics, which the
+    range assignor gives topics of equal partition counts (Kafka Streams' co-partitioning rule).
+    Another assignor asked for in --consumer-config is refused."""
+    for name in ("partition_assignment_strategy", "partition.assignment.strategy"):
+        if name not in consumer:
+            continue
+        given = consumer[name]
+        names = [str(getattr(item, "name", item)).lower() for item in (
+            given.split(",") if isinstance(given, str) else given)]
+        if names != ["range"]:
+            raise ValueError(f"--label-topic needs the range assignor (a member owns the same "
+                             f"partition numbers of both topics): leave {name} out of "
+                             "--consumer-config")
 
 
 def _check_drift_detector(name: str, params: dict[str, typing.Any]) -> None:
@@ -454,6 +554,7 @@ def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> di
             else 64 << 20),
         "metrics_enabled": False,
         **reading,
+        **_co_partitioning(config),
         **config.client_config,
         **config.consumer_config,
     }

@@ -189,3 +189,77 @@ class BrokerContact:
     def _say(self, level: int, message: str, *args: typing.Any, **fields: typing.Any) -> None:
         if self._log_lines:
             log.log(level, message, *args, extra=fields)
+
+
+class RegistryWait:
+    """A Schema Registry that does not answer: an outage of the registry, waited out as one of
+    the brokers is (the worker keeps polling its paused partitions, so that it stays in its
+    group; nothing is dead-lettered meanwhile).
+
+    The registry is asked again (`due`, then `answered` or `failed`) after 0.5 s, then twice as
+    long each time, at most `MAX_PROBE_INTERVAL_S`; one line when the wait starts, a summary at
+    most every `summary_every` seconds, one line when it ends. Past `max_outage` seconds,
+    `failed` raises `BrokerOutage` (`--max-outage` bounds both kinds of outage).
+
+    >>> now = [0.0]
+    >>> wait = RegistryWait("http://registry:8081", "refused", max_outage=None,
+    ...                     clock=lambda: now[0], log_lines=False)
+    >>> wait.due(), now.__setitem__(0, 0.6), wait.due()
+    (False, None, True)
+    >>> wait.failed("refused"); wait.next_probe
+    1.6
+    >>> now[0] = 2.0; round(wait.answered(), 1)
+    2.0
+    """
+
+    MAX_PROBE_INTERVAL_S = 10.0
+
+    def __init__(self, url: str, reason: str, max_outage: float | None,
+                 summary_every: float = 30.0, clock: typing.Callable[[], float] = time.monotonic,
+                 log_lines: bool = True):
+        self.url = url
+        self.reason = reason
+        self.max_outage = max_outage
+        self.summary_every = summary_every
+        self._clock = clock
+        self._log_lines = log_lines
+        self.since = clock()
+        self._interval = 0.5
+        self.next_probe = self.since + self._interval
+        self._next_summary = self.since + summary_every
+        self._say(logging.WARNING,
+                  "the Schema Registry at %s does not answer (%s): every partition waits, "
+                  "paused, and nothing is dead-lettered meanwhile", url, reason[:300])
+
+    def due(self) -> bool:
+        return self._clock() >= self.next_probe
+
+    def failed(self, reason: str) -> None:
+        """The registry did not answer again; raises `BrokerOutage` past `max_outage`."""
+        now = self._clock()
+        self.reason = reason
+        lasted = now - self.since
+        if self.max_outage is not None and lasted > self.max_outage:
+            raise BrokerOutage(
+                f"the Schema Registry at {self.url} has not answered for {lasted:.0f} s "
+                f"(--max-outage {self.max_outage:g} s; last: {reason[:200]}). Fix: restore the "
+                "registry or the network path to it (--schema-registry-url), or raise "
+                "--max-outage; the next start resumes from the last checkpoint")
+        self._interval = min(2 * self._interval, self.MAX_PROBE_INTERVAL_S)
+        self.next_probe = now + self._interval
+        if now >= self._next_summary:
+            self._next_summary = now + self.summary_every
+            self._say(logging.WARNING, "the Schema Registry at %s has not answered for %.0f s "
+                      "(%s); still waiting", self.url, lasted, reason[:300],
+                      outage_seconds=round(lasted, 1))
+
+    def answered(self) -> float:
+        """The registry answers again: the wait's length in seconds (logged)."""
+        lasted = self._clock() - self.since
+        self._say(logging.WARNING, "the Schema Registry at %s answers again after %.1f s: the "
+                  "partitions resume", self.url, lasted, outage_seconds=round(lasted, 1))
+        return lasted
+
+    def _say(self, level: int, message: str, *args: typing.Any, **fields: typing.Any) -> None:
+        if self._log_lines:
+            log.log(level, message, *args, extra=fields)

@@ -6,7 +6,7 @@
     poll        kafka-python's `KafkaConsumer.poll` (fetching, parsing batches, CRC, group
                 protocol, waiting for the broker), or the librdkafka transport's (consume,
                 and the records built from its messages)
-    decode      the codec (`JSONCodec.decode`)
+    decode      the codec (`connectors/serializers`: parsing, the Schema Registry, the mapping)
     scale       the StandardScaler (`streammargin/scaler.py`)
     model       the model (every other `streammargin/` module, River's linear models)
     metrics     progressive metrics and the drift detector
@@ -63,7 +63,7 @@ _RULES: list[tuple[str, str | None, str]] = [
     (f"kafka{_SEP}consumer{_SEP}group.py", "poll", "poll"),
     (f"connectors{_SEP}kafka{_SEP}librdkafka_transport.py", "poll", "poll"),
     (f"kafka{_SEP}producer{_SEP}", None, "produce"),
-    (f"connectors{_SEP}codec.py", "decode", "decode"),
+    (f"connectors{_SEP}serializers{_SEP}", None, "decode"),
     (f"connectors{_SEP}codec.py", "label_json", "encode"),
     (f"connectors{_SEP}worker{_SEP}task.py", "_proba_json", "encode"),
     (f"connectors{_SEP}worker{_SEP}task.py", "_json_id", "encode"),

@@ -51,13 +51,26 @@ import numpy as np
 from connectors.codec import (
     MAX_LABEL_CHARS,
     DeadLetter,
-    get_codec,
     label_from_state,
     label_json,
     label_to_state,
 )
 from connectors.models import build_model, check_model, model_class, short_name
 from connectors.observability.metrics import MAX_CLASSES, PartitionMetrics, label_key, make_detector
+from connectors.serializers import VALUE_FORMATS, get_codec, make_codec
+from connectors.serializers.mapping import (
+    DEFAULT_FEATURES,
+    FieldMapping,
+    indicator_splitter,
+    split_indicators,
+)
+from connectors.serializers.schema_registry import (
+    DEFAULT_MAX_CACHE_BYTES,
+    RegistryRefused,
+    RegistryUnavailable,
+    SchemaRegistry,
+    check_settings,
+)
 from connectors.state import checkpoint as checkpoint_module
 from streammargin.errors import InvalidInput, StateError
 from streammargin.scaler import StandardScaler
@@ -174,6 +187,21 @@ class TaskSettings:
     label_max_age_records: int | None = 1_000_000
     label_max_age_seconds: float | None = None
     copy_headers: str | tuple[str, ...] = "all"
+    # Records as they come (connectors/serializers): the format, where the label, id and features
+    # are, what becomes of strings, the Schema Registry of the registry formats, and the topic
+    # whose records are labels only (co-partitioned with the input).
+    value_format: str = "json"
+    label_field: str = "y"
+    id_field: str = "id"
+    id_from_key: bool = False
+    features: tuple[str, ...] = DEFAULT_FEATURES
+    exclude_features: tuple[str, ...] = ()
+    categorical: str = "onehot"
+    hash_buckets: int = 1024
+    schema_registry_url: str | None = None
+    schema_registry_config: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
+    schema_cache_bytes: int = DEFAULT_MAX_CACHE_BYTES
+    label_topic: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_record_bytes", "metrics_every", "rolling_window", "label_store_size",
@@ -210,6 +238,42 @@ class TaskSettings:
             )
         object.__setattr__(self, "_native_multiclass", native)
         make_detector(self.drift_detector, self.drift_params)
+        if self.value_format not in VALUE_FORMATS:
+            raise ValueError(f"value_format must be one of {', '.join(VALUE_FORMATS)}, "
+                             f"got {self.value_format!r}")
+        mapping = self.field_mapping()  # bad paths and options fail here
+        if self.codec != "json" and (self.value_format != "json" or not mapping.is_default):
+            raise ValueError(f"--codec {self.codec} decodes records itself: --value-format and "
+                             "the field options (--label-field, --features, ...) are for the "
+                             "built-in codec (--codec json)")
+        if self.value_format != "json":
+            if not self.schema_registry_url:
+                raise ValueError(f"--value-format {self.value_format} needs "
+                                 "--schema-registry-url URL")
+            check_settings(self.registry_settings())
+        if type(self.schema_cache_bytes) is not int or self.schema_cache_bytes < 1 << 16:
+            raise ValueError(f"schema_cache_bytes must be an integer >= 65536, "
+                             f"got {self.schema_cache_bytes!r}")
+
+    def field_mapping(self) -> FieldMapping:
+        """The `FieldMapping` of these settings (labels multiclass or binary, as the model)."""
+        return FieldMapping(
+            label_field=self.label_field, id_field=self.id_field, id_from_key=self.id_from_key,
+            features=self.features, exclude_features=self.exclude_features,
+            categorical=self.categorical, hash_buckets=self.hash_buckets,
+            multiclass=self.multiclass,
+        )
+
+    def registry_settings(self) -> dict[str, typing.Any]:
+        """The Schema Registry client's settings: confluent-kafka's names, `url` included."""
+        return {**self.schema_registry_config, "url": self.schema_registry_url}
+
+    def make_registry(self) -> SchemaRegistry | None:
+        """A client of the Schema Registry (None for plain JSON): one per worker process, whose
+        cache serves every task."""
+        if self.value_format == "json":
+            return None
+        return SchemaRegistry(self.registry_settings(), max_cache_bytes=self.schema_cache_bytes)
 
     @property
     def multiclass(self) -> bool:
@@ -226,7 +290,14 @@ class TaskSettings:
             return None
         return int(self.label_max_age_seconds * 1000)
 
-    def make_codec(self) -> typing.Any:
+    def make_codec(self, registry: SchemaRegistry | None = None) -> typing.Any:
+        """The codec of these settings (the registry formats read schemas from `registry`,
+        or from a client of their own when it is None)."""
+        if self.codec == "json":
+            if registry is None:
+                registry = self.make_registry()
+            return make_codec(self.value_format, self.field_mapping(), self.max_record_bytes,
+                              registry)
         if not self.multiclass:
             return get_codec(self.codec, max_record_bytes=self.max_record_bytes)
         try:
@@ -419,6 +490,9 @@ class TaskOutput:
     metrics: list[dict] = dataclasses.field(default_factory=list)
     end: int = 0
     processed: int = 0
+    # Why processing stopped before `end`'s record without consuming it (the Schema Registry
+    # does not answer): the worker waits, and the record is processed again once it can be.
+    stalled: str | None = None
 
 
 # Delayed labels -----------------------------------------------------------------------------------
@@ -856,7 +930,7 @@ class PartitionTask:
     >>> records = [
     ...     Record("events", 0, 0, 1700000000000, b"k1",
     ...            b'{"id": "a", "x": {"f": 1.0}, "y": true}', [("trace", b"t1")]),
-    ...     Record("events", 0, 1, 1700000000001, None, b'{"x": {"f": "high"}}', []),
+    ...     Record("events", 0, 1, 1700000000001, None, b'{"x": {"f": ["high"]}}', []),
     ... ]
     >>> out = task.process(records)
     >>> prediction = out.predictions[0]
@@ -868,7 +942,7 @@ class PartitionTask:
     >>> headers["__connect.errors.exception.class.name"], headers["__connect.errors.stage"]
     (b'connectors.codec.InvalidFeature', b'VALUE_CONVERTER')
     >>> headers["__connect.errors.exception.message"]
-    b"feature 'f' has value 'high' of type str: expected a finite real number"
+    b"field 'x.f' holds an array: arrays are not features. Fix: --exclude-features x.f"
     >>> [(event["event"], event["records"]) for event in out.metrics], task.next_offset
     ([('periodic', 2)], 2)
 
@@ -897,6 +971,7 @@ class PartitionTask:
         next_offset: int | None = None,
         counters: dict[str, int] | None = None,
         prediction_partition: int | None = None,
+        label_next_offset: int | None = None,
     ):
         self.topic = topic
         self.partition = partition
@@ -933,6 +1008,16 @@ class PartitionTask:
         self._header_names = frozenset(copy) if isinstance(copy, tuple) else None
         self._codec_class = qualified_name(type(self.codec))
         self._model_class = qualified_name(type(model))
+        # --label-topic: its partition of this number holds the labels of this partition's
+        # events; `label_next_offset` is the next of its offsets to process.
+        self.label_topic = settings.label_topic
+        self.label_next_offset = label_next_offset
+        self.checkpointed_label_offset = label_next_offset
+        self._reads_key = bool(getattr(self.codec, "reads_key", False))
+        # Category indicators (features of value True) go to the model unscaled: a scaler would
+        # make an indicator, always 1 where present, into 0 (connectors/serializers/mapping.py).
+        self._split = (scaler is not None and bool(getattr(self.codec, "emits_indicators", False))
+                       and getattr(self.codec, "mapper", None) is not None)
 
     # Construction ---------------------------------------------------------------------------
 
@@ -999,6 +1084,16 @@ class PartitionTask:
                 f"not {settings.group_id}/{topic}/{partition}"
             )
         next_offset = checked_count(fields.get("next_offset"), "next_offset")
+        label_next_offset = fields.get("label_next_offset")
+        if label_next_offset is not None:
+            label_next_offset = checked_count(label_next_offset, "label_next_offset")
+        saved_label_topic = fields.get("label_topic")
+        if saved_label_topic != settings.label_topic:
+            raise StateError(
+                f"it was written with --label-topic {saved_label_topic!r:.200}, not "
+                f"{settings.label_topic!r:.200}: the offsets of one label topic mean nothing in "
+                "another"
+            )
         saved_model = _field(fields, "model", dict)
         model = restore_part("model", streammargin.from_state, saved_model)
         check_model_kind(model, settings)
@@ -1051,7 +1146,7 @@ class PartitionTask:
         task = cls(
             topic, partition, settings, model, scaler, metrics, pending, codec=codec,
             next_offset=next_offset, counters=counters,
-            prediction_partition=prediction_partition,
+            prediction_partition=prediction_partition, label_next_offset=label_next_offset,
         )
         task.restored = True
         return task
@@ -1071,6 +1166,10 @@ class PartitionTask:
                 "pending": self.pending.to_state(),
                 "counters": self.counters(),
                 "written_at": time.time(),
+                # (only with --label-topic: a checkpoint without them reads as it always did)
+                **({} if self.label_topic is None else {
+                    "label_topic": self.label_topic,
+                    "label_next_offset": self.label_next_offset}),
             }
         )
 
@@ -1079,10 +1178,12 @@ class PartitionTask:
     @property
     def dirty(self) -> bool:
         """Whether the task moved on since its last checkpoint."""
-        return self.next_offset != self.checkpointed_offset
+        return (self.next_offset != self.checkpointed_offset
+                or self.label_next_offset != self.checkpointed_label_offset)
 
     def mark_checkpointed(self) -> None:
         self.checkpointed_offset = self.next_offset
+        self.checkpointed_label_offset = self.label_next_offset
         self.since_checkpoint = 0
 
     def counters(self) -> dict[str, int]:
@@ -1118,8 +1219,13 @@ class PartitionTask:
         # River's Pipeline order: the unsupervised scaler learns x, then the model learns the
         # freshly scaled x; `transform_learn_one` gives that scaling in the same pass (a delayed
         # label's record takes the compiled path like a labelled event's).
+        indicators = None
+        if self._split and True in x.values():  # (a waiting event's: no mapper count kept)
+            x, indicators = split_indicators(x)
         _, scaled_after, update = self.scaler.transform_learn_one(x)
         self.scaler.apply_learn(update)
+        if indicators:
+            scaled_after.update(indicators)
         self.model.learn_one(scaled_after, y)
 
     def _dead_letter(self, out: OutputRecords, record: typing.Any, error: BaseException,
@@ -1160,6 +1266,13 @@ class PartitionTask:
         header_names = self._header_names
         dead_letters = out.dead_letters
         decode = self.codec.decode
+        reads_key = self._reads_key
+        label_topic = self.label_topic
+        decode_label = getattr(self.codec, "decode_label", None) if label_topic else None
+        label_next_offset = self.label_next_offset
+        split = indicator_splitter() if self._split else None
+        # (the codec's mapper says how many indicators the event it made holds)
+        mapper = getattr(self.codec, "mapper", None) if self._split else None
         prefix = self._prefix
         model = self.model
         scaler = self.scaler
@@ -1189,91 +1302,136 @@ class PartitionTask:
         n_unjoinable = self.n_unjoinable
         n_done = 0
         drift = False
+        stalled = None
         index = start
         if end is None:
             end = len(records)
         while index < end:
             record = records[index]
             offset = record.offset
-            if next_offset is not None and offset < next_offset:
+            is_label = label_topic is not None and record.topic == label_topic
+            if is_label:
+                if label_next_offset is not None and offset < label_next_offset:
+                    index += 1
+                    continue
+            elif next_offset is not None and offset < next_offset:
                 index += 1
                 continue  # already processed (stale fetch data after a seek)
             if stop is not None and stop():
                 break
             index += 1
             try:
-                event_id, x, y = decode(record.value)
-                if x is None:
-                    entry = pending.pop(event_id, offset, record.timestamp)
+                if is_label:
+                    if decode_label is None:
+                        raise TypeError(f"the codec {type(self.codec).__name__} has no "
+                                        "decode_label: it cannot read --label-topic records")
+                    event_id, y = decode_label(record.value, record.key)
+                    # A label's age counts the events of this partition (its own offsets are
+                    # another partition's).
+                    entry = pending.pop(event_id, next_offset or 0, record.timestamp)
                     if entry is not None:
                         learn(entry[0], y)
-                        drift = update_metrics(y, entry[3], entry[4], offset)
+                        drift = update_metrics(y, entry[3], entry[4], next_offset or 0)
                 else:
-                    if scaler is None:
-                        scaled = x
-                    elif y is None:
-                        scaled = scaler.transform_one(x)
+                    if reads_key:
+                        event_id, x, y = decode(record.value, record.key)
                     else:
-                        # River's pipeline: predict on x scaled before learning it, learn on x
-                        # scaled after; both in one pass, the scaler learns once predicted.
-                        scaled, scaled_after, update = transform_learn(x)
-                    y_pred, p = predict_with_proba(scaled)
-                    if multiclass:
-                        proba_json = _proba_json(p)
+                        event_id, x, y = decode(record.value)
+                    if x is None:
+                        entry = pending.pop(event_id, offset, record.timestamp)
+                        if entry is not None:
+                            learn(entry[0], y)
+                            drift = update_metrics(y, entry[3], entry[4], offset)
                     else:
-                        p = p.get(True, 0.0)
-                        if not 0.0 <= p <= 1.0:  # also False for NaN
-                            raise ArithmeticError(f"the model gave the probability {p!r}")
-                    if y is not None:
                         if scaler is None:
-                            learn(x, y)
+                            scaled = x
+                        elif split is not None and mapper.indicators:
+                            numbers, indicators = split(x)
+                            if y is None:
+                                scaled = scaler.transform_one(numbers)
+                            else:
+                                scaled, scaled_after, update = transform_learn(numbers)
+                                # (the scaler's dicts are its own, made for this record)
+                                scaled_after.update(indicators)
+                            scaled.update(indicators)
+                        elif y is None:
+                            scaled = scaler.transform_one(x)
                         else:
-                            apply_learn(update)
-                            learn_model(scaled_after, y)
-                        drift = update_metrics(y, y_pred, p, offset)
-                    elif event_id is not None:
-                        size = len(record.value) + FEATURE_BYTES * len(x) + ENTRY_BYTES
+                            # River's pipeline: predict on x scaled before learning it, learn on x
+                            # scaled after; both in one pass, the scaler learns once predicted.
+                            scaled, scaled_after, update = transform_learn(x)
+                        y_pred, p = predict_with_proba(scaled)
                         if multiclass:
-                            size += PROBA_DICT_BYTES + PROBA_CLASS_BYTES * len(p)
-                        pending.add(event_id, x, offset, record.timestamp, y_pred, p, size)
-                    else:
-                        n_unjoinable += 1
-                    n_predictions += 1
-                    id_json = (
-                        encode_basestring(event_id) if type(event_id) is str
-                        else _json_id(event_id)
-                    )
-                    if multiclass:
-                        emit((
-                            f'{prefix}{offset},"id":{id_json},"y_pred":{label_json(y_pred)},'
-                            f'"proba":{proba_json},"y":{label_json(y)}}}'
-                        ).encode())
-                    else:
-                        emit((
-                            f'{prefix}{offset},"id":{id_json},'
-                            f'"y_pred":{"true" if y_pred else "false"},"p_true":{float(p)!r},'
-                            f'"y":{"null" if y is None else "true" if y else "false"}}}'
-                        ).encode())
-                    # Kafka's conventions: the input's key, timestamp and headers.
-                    emit_key(record.key)
-                    timestamp = record.timestamp
-                    emit_timestamp(timestamp if timestamp is not None and timestamp >= 0
-                                   else None)
-                    emit_headers(record.headers if copy_all else None if header_names is None
-                                 else _kept_headers(record.headers, header_names))
+                            proba_json = _proba_json(p)
+                        else:
+                            p = p.get(True, 0.0)
+                            if not 0.0 <= p <= 1.0:  # also False for NaN
+                                raise ArithmeticError(f"the model gave the probability {p!r}")
+                        if y is not None:
+                            if scaler is None:
+                                learn(x, y)
+                            else:
+                                apply_learn(update)
+                                learn_model(scaled_after, y)
+                            drift = update_metrics(y, y_pred, p, offset)
+                        elif event_id is not None:
+                            size = len(record.value) + FEATURE_BYTES * len(x) + ENTRY_BYTES
+                            if multiclass:
+                                size += PROBA_DICT_BYTES + PROBA_CLASS_BYTES * len(p)
+                            if split is not None and mapper.indicators:
+                                # An indicator's name is not in the record's bytes (an Avro
+                                # record holds the category only).
+                                size += sum(len(k) for k, v in x.items() if v is True)
+                            pending.add(event_id, x, offset, record.timestamp, y_pred, p, size)
+                        else:
+                            n_unjoinable += 1
+                        n_predictions += 1
+                        id_json = (
+                            encode_basestring(event_id) if type(event_id) is str
+                            else _json_id(event_id)
+                        )
+                        if multiclass:
+                            emit((
+                                f'{prefix}{offset},"id":{id_json},"y_pred":{label_json(y_pred)},'
+                                f'"proba":{proba_json},"y":{label_json(y)}}}'
+                            ).encode())
+                        else:
+                            emit((
+                                f'{prefix}{offset},"id":{id_json},'
+                                f'"y_pred":{"true" if y_pred else "false"},"p_true":{float(p)!r},'
+                                f'"y":{"null" if y is None else "true" if y else "false"}}}'
+                            ).encode())
+                        # Kafka's conventions: the input's key, timestamp and headers.
+                        emit_key(record.key)
+                        timestamp = record.timestamp
+                        emit_timestamp(timestamp if timestamp is not None and timestamp >= 0
+                                       else None)
+                        emit_headers(record.headers if copy_all else None if header_names is None
+                                     else _kept_headers(record.headers, header_names))
+            except RegistryUnavailable as error:
+                # Not the record's fault: it waits, unconsumed, for the registry.
+                index -= 1
+                stalled = str(error)
+                break
+            except RegistryRefused:
+                raise  # the credentials: the worker stops with the fix
             except DeadLetter as error:
                 self._dead_letter(dead_letters, record, error, STAGE_CODEC, self._codec_class)
             except InvalidInput as error:
                 # The model's documented rejection (it is left untouched): a dead letter.
                 self._dead_letter(dead_letters, record, error, STAGE_MODEL, self._model_class)
             except Exception as error:
-                raise TaskFailure(self.topic, self.partition, offset, error) from error
-            next_offset = offset + 1
+                raise TaskFailure(record.topic, record.partition, offset, error) from error
+            if is_label:
+                label_next_offset = offset + 1  # (a dead letter of the label topic)
+            else:
+                next_offset = offset + 1
             n_done += 1
             n_records += 1
             if drift or n_records % metrics_every == 0:
                 break
         self.next_offset = next_offset
+        self.label_next_offset = label_next_offset
         self.n_records, self.n_predictions = n_records, n_predictions
         self.n_unjoinable = n_unjoinable
         self.since_checkpoint += n_done
@@ -1284,6 +1442,7 @@ class PartitionTask:
             out.metrics.append(self.metrics_event("periodic"))
         out.end = index
         out.processed = n_done
+        out.stalled = stalled
         return out
 
     def skip(self, first_offset: int, next_offset: int, reason: str,

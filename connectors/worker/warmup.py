@@ -43,7 +43,7 @@ def warm_task(settings: typing.Any) -> float:
     """Run the per-record path of a worker with these `TaskSettings` on a few made-up records
     (through the JSON codec, whatever codec the worker reads with); seconds. Raises
     `WarmupFailed` if the model refused them."""
-    from connectors.codec import JSONCodec
+    from connectors.serializers.json_format import JSONCodec
     from connectors.worker.task import PartitionTask
 
     started = time.perf_counter()

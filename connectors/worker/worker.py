@@ -54,6 +54,7 @@ import typing
 from connectors.codec import UndecodableBatch
 from connectors.kafka.transport import TransactionAborted, Transport, make_transport
 from connectors.kafka.transport import sendable_headers as _sendable
+from connectors.observability.first_contact import FirstContact
 from connectors.observability.metrics import Throughput
 from connectors.observability.observability import ClientLogTail, WorkerStatus
 from connectors.state import checkpoint as checkpoint_module
@@ -73,7 +74,9 @@ from connectors.worker.model_scope import (
     in_time_order,
     resolved_exchange,
 )
-from connectors.worker.outage import BrokerContact, BrokerOutage
+from connectors.serializers.schema_registry import RegistryRefused, RegistryUnavailable
+from connectors.worker.label_topic import LabelMerge, co_partitioning_error
+from connectors.worker.outage import BrokerContact, BrokerOutage, RegistryWait
 from connectors.worker.profiling import rss_bytes
 from connectors.worker.task import (
     ERROR_HEADER,
@@ -333,12 +336,30 @@ class Worker:
     def __init__(self, config: WorkerConfig):
         self.config = config
         self.settings = config.task_settings()
-        # One codec for every task (a custom codec may hold a schema registry client).
-        self.codec = self.settings.make_codec()
+        # One Schema Registry client and one codec for every task: the client's cache serves
+        # them all (a schema is asked for once per id and process).
+        self.registry = config.make_registry()
+        self.codec = self.settings.make_codec(self.registry)
+        # --output-format avro: the outputs' encoders, their schemas registered at the start.
+        self.outputs = None
+        if config.output_format == "avro":
+            from connectors.serializers.outputs import AvroOutputs
+
+            self.outputs = AvroOutputs(config.predictions_topic, config.metrics_topic,
+                                       self.settings.multiclass, config.predictions_per_message)
+        # The Schema Registry does not answer (a task stalled on it, or the outputs' schemas
+        # could not be registered): every partition waits, paused, until it does.
+        self._registry_wait: RegistryWait | None = None
+        # --label-topic: each task's records of both partitions, merged by timestamp
+        # (connectors/worker/label_topic.py), from `_connect` on.
+        self._label_topic = config.label_topic
+        self._merge: LabelMerge | None = None
         self.model_name = self.settings.model_name
         self.client_id = config.client_id or f"streammargin-{socket.gethostname()}-{os.getpid()}"
         self.tasks: dict[typing.Any, PartitionTask] = {}
         self.throughput = Throughput()
+        # Dead letters by kind, and the warning when most of the first records are some.
+        self.first_contact = FirstContact()
         # What probes and /metrics see (connectors.observability.observability): hooks at cheap
         # points below.
         self.status = WorkerStatus(config.group_id, self.model_name, self.client_id)
@@ -443,6 +464,8 @@ class Worker:
             "reason": self.exit_reason,
             "records": self.throughput.count,
             "records_per_s": self.throughput.rates()[0],
+            "dead_letters": sum(self.first_contact.dead_letters.values()),
+            "dead_letter_reasons": self.first_contact.counts(),
             "partitions": dict(self._final_metrics),
         }
         if self._exactly_once:
@@ -471,9 +494,10 @@ class Worker:
         # (a9eca5b: Tansu re-runs a held join every second). The hold itself:
         # tests/test_broker_behaviour.py.
         subscribe_first = transport.joins_in_background
+        subscribed = [*config.topics, *([config.label_topic] if config.label_topic else [])]
         if subscribe_first:
             transport.start_consumer()
-            transport.subscribe(config.topics, _Callbacks(self))
+            transport.subscribe(subscribed, _Callbacks(self))
         client = "producer"
         # kafka-python's bootstrap failure says only "Unable to bootstrap": the tail keeps the
         # last connection error it logged (refused, DNS, TLS handshake, ...) for the message.
@@ -498,13 +522,22 @@ class Worker:
         if config.model_scope == "topic":
             self.model_scope = self._model_exchange(transport)
             self.status.model_scope = self.model_scope
+        if self.registry is not None:
+            self.status.registry = self.registry
+            log.info("Schema Registry: %s (--value-format %s, --output-format %s)",
+                     self.registry.url, config.value_format, config.output_format,
+                     extra={"schema_registry": self.registry.url})
+        if self.outputs is not None:
+            self._register_outputs()
         if config.predictions_topic:
             partitions = transport.partitions_for(config.predictions_topic)
             self._prediction_partitions = max(1, len(partitions or ()))
         if self._exactly_once:
             transport.begin_transaction()
+        if config.label_topic is not None:
+            self._check_co_partitioning(transport)
         if not subscribe_first:
-            transport.subscribe(config.topics, _Callbacks(self))
+            transport.subscribe(subscribed, _Callbacks(self))
         # The group join takes seconds, spent in the client's C code (librdkafka) or its socket
         # waits, without the GIL: kafka-python's modules, which the first records need (the
         # partitions' type, the errors), load meanwhile if the transport has not loaded them.
@@ -541,7 +574,8 @@ class Worker:
                 [len(partitions_for(t) or ()) for t in config.topics if t in existing] or [1]
             )
             wanted = []
-            for name in (config.predictions_topic, config.metrics_topic, config.dead_letter_topic):
+            for name in (config.predictions_topic, config.metrics_topic, config.dead_letter_topic,
+                         config.label_topic):
                 if name and name not in existing:
                     wanted.append((name, n_input, {}))
             if config.checkpoint_topic not in existing:
@@ -571,6 +605,8 @@ class Worker:
             self._raise_callback_error()
             if self._unrestored:
                 self._restore_assigned()
+            if self._registry_wait is not None:
+                self._wait_for_registry()
             scope = self.model_scope
             if scope is not None:
                 polled_at, polled_cpu = time.monotonic(), time.thread_time()
@@ -605,6 +641,8 @@ class Worker:
             if batches:
                 self.contact.heard(now)  # type: ignore[union-attr]
             self._watch_contact(now)
+            if self._merge is not None and (batches or self._merge.waiting()):
+                batches = self._merged(batches)
             if batches:
                 self._idle_since = None
                 ready = []
@@ -618,7 +656,10 @@ class Worker:
                         continue
                     ready.append((task, records))
                 for task, records, start, end in self._runs(ready):
-                    self._run_task(task, records, start, end)
+                    stalled = self._run_task(task, records, start, end)
+                    if stalled is not None:
+                        self._stall(stalled, ready)
+                        break
                     if stop.is_set():
                         break
                 self._send_held()
@@ -750,36 +791,215 @@ class Worker:
         return [run for batches in by_topic.values() for run in in_time_order(batches)]
 
     def _run_task(self, task: PartitionTask, records: list, start: int = 0,
-                  end: int | None = None) -> None:
-        """Feed a partition's `records[start:end]` to its task and send what comes out."""
+                  end: int | None = None) -> str | None:
+        """Feed a partition's `records[start:end]` to its task and send what comes out; returns
+        why the task stalled (the Schema Registry does not answer), or None."""
         stop_set = self._stop.is_set
         scope = self.model_scope
         if end is None:
             end = len(records)
         while start < end:
             started = time.monotonic()  # the rate's clock includes the first batch
-            if scope is None:
-                output = task.process(records, start, stop_set, end)
-            else:
-                # --model-scope topic: the exchange comes every --mix-every records, also in
-                # the middle of a partition's batch (a poll holds up to --max-poll-records).
-                limit = start + scope.records_to_exchange(self.tasks.values(), task.topic)
-                output = task.process(records, start, stop_set, min(limit, end))
+            try:
+                if scope is None:
+                    output = task.process(records, start, stop_set, end)
+                else:
+                    # --model-scope topic: the exchange comes every --mix-every records, also
+                    # in the middle of a partition's batch (a poll holds up to
+                    # --max-poll-records).
+                    limit = start + scope.records_to_exchange(self.tasks.values(), task.topic)
+                    output = task.process(records, start, stop_set, min(limit, end))
+            except RegistryRefused as error:
+                raise WorkerError(f"{error}. Nothing was committed") from None
             self.status.processed(task, output)
+            self.first_contact.observe(output.processed, output.dead_letters)
             self._send_output(task, output)
             self.throughput.add(output.processed, started)
             if scope is not None:
                 scope.read(sum(len(records[i].value or b"") for i in range(start, output.end))
                            if scope.max_bytes_share is not None else 0, output.processed)
             start = output.end
+            if output.stalled is not None:
+                return output.stalled
             if stop_set():
-                return
+                return None
             if scope is not None:
                 self._exchange_models(scope)
+        return None
+
+    # The Schema Registry's outages ------------------------------------------------------------
+
+    def _stall(self, reason: str, ready: list[tuple[PartitionTask, list]]) -> None:
+        """A task stalled on the Schema Registry: every partition waits, paused, from its next
+        record (the records of this poll not processed are fetched again), until the registry
+        answers (`_wait_for_registry`)."""
+        consumer = self._transport
+        first_offsets = {}
+        held = [] if self._merge is None else self._merge.held()
+        for task, records in [*ready, *held]:
+            for record in records:
+                key = (record.topic, record.partition)
+                if key not in first_offsets:
+                    first_offsets[key] = record.offset
+        partitions = []
+        for tp, task in self.tasks.items():
+            for topic, offset in ((tp.topic, task.next_offset),
+                                  (task.label_topic, task.label_next_offset)):
+                if topic is None:
+                    continue
+                where = self._tp_of(topic, tp.partition)
+                if offset is None:
+                    offset = first_offsets.get((topic, tp.partition))
+                if offset is not None:
+                    consumer.seek(where, offset)
+                partitions.append(where)
+        if partitions:
+            consumer.pause(*partitions)
+        if self._merge is not None:
+            for tp in self.tasks:
+                self._merge.drop(tp)
+        self._registry_wait = RegistryWait(self.registry.url, reason, self.config.max_outage)
+        self.status.registry_outage = reason
+        self._idle_since = None
+
+    def _wait_for_registry(self) -> None:
+        """While the registry does not answer: ask it again when due; once it answers, resume
+        every restored partition."""
+        wait = self._registry_wait
+        if not wait.due():
+            return
+        try:
+            answers = self.registry.probe()
+        except RegistryRefused as error:
+            raise WorkerError(f"{error}. Nothing was committed") from None
+        if not answers:
+            try:
+                wait.failed(self.registry.unavailable or "no answer")
+            except BrokerOutage as error:
+                self.exit_reason = "outage"
+                raise WorkerError(str(error)) from None
+            self.status.registry_outage = wait.reason
+            return
+        wait.answered()
+        self._registry_wait = None
+        self.status.registry_outage = None
+        partitions = [self._tp_of(topic, tp.partition) for tp, task in self.tasks.items()
+                      for topic in (tp.topic, task.label_topic) if topic is not None]
+        if partitions:
+            self._transport.resume(*partitions)
+
+    def _register_outputs(self) -> None:
+        """--output-format avro: register the outputs' schemas, waiting (as for an outage)
+        while the registry does not answer."""
+        wait = None
+        while not self._stop.is_set():
+            try:
+                self.outputs.register(self.registry)  # type: ignore[union-attr]
+            except RegistryUnavailable as error:
+                if wait is None:
+                    wait = RegistryWait(self.registry.url, str(error), self.config.max_outage)
+                else:
+                    try:
+                        wait.failed(str(error))
+                    except BrokerOutage as outage:
+                        self.exit_reason = "outage"
+                        raise WorkerError(str(outage)) from None
+                self.status.registry_outage = wait.reason
+                self._stop.wait(max(0.0, wait.next_probe - time.monotonic()))
+                continue
+            except RegistryRefused as error:
+                raise WorkerError(f"{error}. Nothing was committed") from None
+            if wait is not None:
+                wait.answered()
+                self.status.registry_outage = None
+            return
+
+    # The label topic -------------------------------------------------------------------------
+
+    def _check_co_partitioning(self, transport: Transport) -> None:
+        """--label-topic: both topics exist with one partition count, or the worker refuses."""
+        config = self.config
+        topic, label_topic = config.topics[0], config.label_topic
+        counts = [len(transport.partitions_for(name) or ()) for name in (topic, label_topic)]
+        if 0 in counts:
+            missing = topic if counts[0] == 0 else label_topic
+            raise WorkerError(f"the topic {missing!r} does not exist. Fix: create it (or let the "
+                              "worker create the label topic: --create-topics)")
+        refusal = co_partitioning_error(topic, counts[0], label_topic, counts[1])  # type: ignore
+        if refusal is not None:
+            raise WorkerError(refusal)
+        self._merge = LabelMerge(label_topic, self._partition_caught_up, self._transport.pause,
+                                 self._resume_if_free, config.max_poll_records)
+
+    def _check_assignment(self, assigned: typing.Iterable) -> None:
+        """Each partition number of one topic assigned with the same of the other (the range
+        assignor's promise on co-partitioned topics)."""
+        numbers = {topic: {tp.partition for tp in assigned if tp.topic == topic}
+                   for topic in (self.config.topics[0], self._label_topic)}
+        if len(set(map(frozenset, numbers.values()))) > 1:
+            raise WorkerError(
+                f"the group assigned this worker partitions {sorted(numbers[self.config.topics[0]])}"
+                f" of {self.config.topics[0]} but {sorted(numbers[self._label_topic])} of "
+                f"{self._label_topic}: a member of a co-partitioned group must own both topics' "
+                "partitions of a number. Fix: give every member of the group the range assignor "
+                "(the default; leave partition_assignment_strategy out of --consumer-config)")
+
+    def _partition_caught_up(self, tp: typing.Any) -> bool:
+        """Whether a partition's position is at the log end of its last fetch."""
+        transport = self._transport
+        high = transport.highwater(tp)
+        if high is None:
+            return False
+        try:
+            position = transport.position(tp, 0)
+        except Exception:  # noqa: BLE001 (not known yet: not caught up)
+            return False
+        return position is not None and position >= high
+
+    def _resume_if_free(self, tp: typing.Any) -> None:
+        """Resume a partition the merge paused, unless the worker holds every partition
+        (waiting for the registry) or has not restored it."""
+        if self._registry_wait is None and tp not in self._unrestored:
+            self._transport.resume(tp)
+
+    def _merged(self, batches: dict) -> dict:
+        """A poll's records by task, each task's two partitions merged by timestamp (those
+        that must wait for the other partition stay in the merge)."""
+        merge = self._merge
+        label_topic = self._label_topic
+        for tp, records in batches.items():
+            labels = tp.topic == label_topic
+            events_tp = self._tp_of(self.config.topics[0], tp.partition) if labels else tp
+            if events_tp in self.tasks:
+                merge.add(events_tp, records, labels)  # type: ignore[union-attr]
+            elif labels:
+                self._transport.seek(tp, records[0].offset)  # (fetched again once restored)
+        out = {}
+        for tp in self.tasks:
+            records = merge.ready(tp, self._tp_of(label_topic, tp.partition))  # type: ignore
+            if records:
+                out[tp] = records
+        return out
+
+    def _offsets(self, tasks: list[PartitionTask]) -> dict:
+        """The offsets to commit for `tasks`: each one's next offset, and its label partition's."""
+        offsets = {self._tp(t): t.next_offset for t in tasks}
+        for task in tasks:
+            if task.label_topic is not None and task.label_next_offset is not None:
+                offsets[self._tp_of(task.label_topic, task.partition)] = task.label_next_offset
+        return offsets
+
+    @staticmethod
+    def _tp_of(topic: str, partition: int) -> typing.Any:
+        from kafka import TopicPartition
+
+        return TopicPartition(topic, partition)
 
     def _close(self, graceful: bool) -> None:
         transport = self._transport
         try:
+            if graceful:
+                self.first_contact.check()  # (a run of fewer records than it waits for)
             if graceful and transport is not None and transport.consuming:
                 tasks = list(self.tasks.values())
                 for task in tasks:
@@ -831,9 +1051,11 @@ class Worker:
         The log end only grows, so equal positions and ends at both checks mean nothing arrived
         in between, while a broker that does not answer (an outage) is never idleness.
         """
-        if self.contact.silent:  # type: ignore[union-attr]
+        if self.contact.silent or self._registry_wait is not None:  # type: ignore[union-attr]
             # The brokers are silent (`_watch_contact` ran this turn and restarted the period):
-            # asking them would block the loop for nothing.
+            # asking them would block the loop for nothing. Waiting for the Schema Registry,
+            # the partitions are paused, not caught up.
+            self._idle_since = None
             return False
         if self._idle_since is None:
             if now < self._next_idle_check:
@@ -899,7 +1121,8 @@ class Worker:
             if new:
                 self._transport.pause(*new)
                 self._unrestored.update(new)
-            self.status.assigned(new)
+            # (a label partition is restored with its task, and counted with it)
+            self.status.assigned([tp for tp in new if tp.topic != self._label_topic])
         except Exception as error:  # never into kafka-python
             self._callback_error = error
 
@@ -950,6 +1173,8 @@ class Worker:
             for task in tasks:
                 tp = self._tp(task)
                 self.tasks.pop(tp, None)
+                if self._merge is not None:
+                    self._merge.drop(tp)
                 if task.next_offset is not None:
                     # Where it got to: a restore before it replays the records in between.
                     self._left_at[tp] = task.next_offset
@@ -1027,7 +1252,14 @@ class Worker:
         assigned = consumer.assignment()
         partitions = sorted(tp for tp in self._unrestored if tp in assigned)
         self._unrestored.clear()
+        label_partitions = []
+        if self._label_topic is not None:
+            label_partitions = [tp for tp in partitions if tp.topic == self._label_topic]
+            partitions = [tp for tp in partitions if tp.topic != self._label_topic]
+            self._check_assignment(assigned)
         if not partitions:
+            if label_partitions:
+                consumer.resume(*label_partitions)
             self.status.restored(())
             return
         started = time.monotonic()
@@ -1060,7 +1292,17 @@ class Worker:
             self.tasks[tp] = task
             if task.next_offset is not None:
                 consumer.seek(tp, task.next_offset)
-        consumer.resume(*partitions)
+            if self._label_topic is not None:
+                self._merge.drop(tp)  # type: ignore[union-attr]
+                labels = self._tp_of(self._label_topic, tp.partition)
+                if task.label_next_offset is not None:
+                    consumer.seek(labels, task.label_next_offset)
+                if labels not in label_partitions:
+                    label_partitions.append(labels)
+        consumer.resume(*partitions, *label_partitions)
+        if self._registry_wait is not None:
+            # (resumed with the others once the registry answers)
+            consumer.pause(*partitions, *label_partitions)
         self._idle_since = None
         self.status.restored((self.tasks[tp], sizes.get(tp)) for tp in partitions)
         names = [f"{tp.topic}/{tp.partition}" for tp in partitions]
@@ -1195,8 +1437,11 @@ class Worker:
         partition = records.partition
         values = records.values
         per_message = self.config.predictions_per_message
+        outputs = self.outputs
         try:
             if per_message == 1:
+                if outputs is not None:
+                    values = [outputs.prediction(value) for value in values]
                 # Kafka's conventions: the input record's key, timestamp and headers; in bulk
                 # where the transport can (kafka-python: one future per record batch,
                 # connectors/kafka/bulk_produce.py).
@@ -1209,8 +1454,10 @@ class Worker:
                 timestamps = records.timestamps
                 for start in range(0, len(values), per_message):
                     chunk = values[start:start + per_message]
-                    remember(send(topic, b'{"predictions":[' + b",".join(chunk) + b"]}",
-                                  timestamp_ms=timestamps[start + len(chunk) - 1],
+                    value = b'{"predictions":[' + b",".join(chunk) + b"]}"
+                    if outputs is not None:
+                        value = outputs.prediction(value)
+                    remember(send(topic, value, timestamp_ms=timestamps[start + len(chunk) - 1],
                                   partition=partition))
         except KafkaError as error:
             raise self._send_failure(f"predictions to {topic!r}", error) from error
@@ -1334,7 +1581,7 @@ class Worker:
         payloads = {(t.topic, t.partition): t.to_checkpoint() for t in dirty}
         size = sum(len(payload) for payload in payloads.values())
         self._save_checkpoints(payloads)
-        offsets = {self._tp(t): t.next_offset for t in dirty}
+        offsets = self._offsets(dirty)
         for task in dirty:
             task.mark_checkpointed()
         if sync_commit:
@@ -1394,7 +1641,7 @@ class Worker:
         self._flush()
         flushed = time.perf_counter()
         payloads = {(t.topic, t.partition): t.to_checkpoint() for t in dirty}
-        offsets = {self._tp(t): t.next_offset for t in dirty}
+        offsets = self._offsets(dirty)
         try:
             # The checkpoints go in once the offsets are in: sending the offsets waits for the
             # group coordinator (a rebalance), and a transaction with records on the checkpoint
@@ -1433,6 +1680,9 @@ class Worker:
         self._idle_since = None
         dropped = list(self.tasks)
         self.tasks.clear()
+        if self._merge is not None:
+            for tp in dropped:
+                self._merge.drop(tp)
         transport = self._transport
         if transport.consuming:
             assigned = transport.assignment()
@@ -1475,10 +1725,10 @@ class Worker:
             from kafka.errors import KafkaError
 
             key = checkpoint_module.checkpoint_key(self.config.group_id, task.topic, task.partition)
+            value = (json.dumps(record).encode() if self.outputs is None
+                     else self.outputs.metrics(record))
             try:
-                self._sends.append(
-                    self._transport.send(topic, json.dumps(record).encode(), key=key)
-                )
+                self._sends.append(self._transport.send(topic, value, key=key))
             except KafkaError as error:
                 raise self._send_failure(f"metrics to {topic!r}", error) from error
         if self._on_metrics is not None:

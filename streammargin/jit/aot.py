@@ -52,6 +52,10 @@ NATIVE_SOURCES = {"records": pathlib.Path(__file__).with_name("records.c")}
 _KAFKA_RECORDS = pathlib.Path(__file__).parents[2] / "connectors" / "kafka" / "record_batch.c"
 if _KAFKA_RECORDS.is_file():
     NATIVE_SOURCES["kafka_records"] = _KAFKA_RECORDS
+# The worker's reader of Avro events (connectors/serializers/events.c), likewise.
+_SERIALIZER_EVENTS = pathlib.Path(__file__).parents[2] / "connectors" / "serializers" / "events.c"
+if _SERIALIZER_EVENTS.is_file():
+    NATIVE_SOURCES["events"] = _SERIALIZER_EVENTS
 DIRECTORY_VARIABLE = "STREAMMARGIN_AOT_DIR"
 SWITCH_VARIABLE = "STREAMMARGIN_AOT"
 

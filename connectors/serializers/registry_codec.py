@@ -1,0 +1,157 @@
+"""Records behind a Schema Registry: Avro, Protobuf and JSON Schema in Confluent's wire format.
+
+`SchemaRegistryCodec.decode(value, key)` reads the frame (`connectors.serializers.wire`), gets
+the schema the record names from the registry (`SchemaRegistry.schema`: once per id and
+process, cached within bounds), decodes the payload with it into the tree, and maps the tree
+into the event (`connectors.serializers.mapping`), as for JSON. Several schema versions can
+share a topic: each record names its own.
+
+What each bad input gets: a wrong magic byte or a short record, `WireFormatError`; an unknown
+schema id, `UnknownSchema`; a schema of another format than `--value-format`, or one its parser
+refuses, `SchemaRefused`; a payload that does not decode with its schema, `UndecodablePayload`;
+then the mapping's own (a field that is not a feature, a bad label, ...). All are dead letters.
+A registry that cannot be reached raises `RegistryUnavailable` out of `decode`: not a dead
+letter, the worker waits for it (`connectors.worker.worker`).
+"""
+
+from __future__ import annotations
+
+import typing
+
+from connectors.codec import DeadLetter
+from connectors.serializers import avro, avro_events, wire
+from connectors.serializers.json_format import check_size, json_tree
+from connectors.serializers.mapping import EventMapper, FieldMapping
+from connectors.serializers.schema_registry import (
+    RegisteredSchema,
+    SchemaRefused,
+    SchemaRegistry,
+)
+
+__all__ = ["SchemaRegistryCodec", "UndecodablePayload", "REGISTRY_FORMATS"]
+
+#: --value-format -> the registry's schemaType.
+REGISTRY_FORMATS = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}
+
+
+class UndecodablePayload(DeadLetter):
+    """The payload does not decode with the schema the record names."""
+
+
+class _AvroReader:
+    """The events of one Avro schema's records."""
+
+    def __init__(self, schema_id: int, schema: avro.Node, mapper: EventMapper):
+        self.schema_id = schema_id
+        self.decoder = avro.AvroDecoder(schema)
+        self.mapper = mapper
+        # The schema's events read without the tree, where the mapping allows
+        # (connectors/serializers/avro_events.py); None: the tree and the mapper.
+        self.events = avro_events.event_reader(schema, mapper)
+
+    def event(self, value: bytes, key: bytes | None) -> tuple:
+        if self.events is not None:
+            try:
+                return self.events(value, key)
+            except avro_events._Fallback:
+                pass  # the general path decides, and words the dead letter
+        return self.mapper.event(self.tree(value), key)
+
+    def tree(self, value: bytes) -> typing.Any:
+        try:
+            return self.decoder.decode(memoryview(value)[5:])
+        except avro.AvroDataError as error:
+            raise UndecodablePayload(f"the Avro payload does not decode with schema "
+                                     f"{self.schema_id}: {error}") from None
+
+
+class _JSONSchemaReader:
+    """The events of JSON Schema records: the payload is JSON text (the schema is fetched, so
+    that a record naming an unknown id is refused, and not used further: see docs/kafka.md)."""
+
+    def __init__(self, schema_id: int, mapper: EventMapper):
+        self.schema_id = schema_id
+        self.mapper = mapper
+
+    def tree(self, value: bytes) -> typing.Any:
+        return json_tree(memoryview(value)[5:])
+
+    def event(self, value: bytes, key: bytes | None) -> tuple:
+        return self.mapper.event(self.tree(value), key)
+
+
+class SchemaRegistryCodec:
+    """A Schema Registry format (`avro`, `protobuf`, `json-schema`) through a field mapping.
+
+    Parameters
+    ----------
+    value_format
+        One of `REGISTRY_FORMATS`.
+    registry
+        The worker's `SchemaRegistry` (one per process: its cache serves every task).
+    mapping, max_record_bytes, multiclass
+        As `JSONCodec`'s.
+    """
+
+    def __init__(self, value_format: str, registry: SchemaRegistry,
+                 mapping: FieldMapping | None = None, max_record_bytes: int = 1 << 20,
+                 multiclass: bool = False):
+        if value_format not in REGISTRY_FORMATS:
+            raise ValueError(f"value_format must be one of {', '.join(REGISTRY_FORMATS)}, "
+                             f"got {value_format!r}")
+        self.name = value_format
+        self.value_format = value_format
+        self.schema_type = REGISTRY_FORMATS[value_format]
+        self.registry = registry
+        self.max_record_bytes = max_record_bytes
+        self.multiclass = bool(multiclass)
+        if mapping is None:
+            mapping = FieldMapping(multiclass=self.multiclass)
+        self.mapping = mapping
+        self.mapper = mapping.mapper()
+        self.reads_key = mapping.id_from_key
+        self.emits_indicators = mapping.categorical != "drop"
+        self._last_id: int | None = None
+        self._last_reader: typing.Any = None
+
+    def _reader(self, value: bytes) -> typing.Any:
+        check_size(value, self.max_record_bytes)
+        schema_id = wire.schema_id_of(value)
+        if schema_id == self._last_id:
+            # The schema of the record before (a topic's records mostly share one): the
+            # registry's cache is not asked again (its lookup and LRU bookkeeping, ~0.3 us).
+            return self._last_reader
+        reader = self.registry.schema(schema_id, self._parse, self.value_format)
+        self._last_id, self._last_reader = schema_id, reader
+        return reader
+
+    def decode(self, value: bytes | None, key: bytes | None = None) -> tuple:
+        """`(id, x, y)` of a framed record, or a `DeadLetter` (see the module doc)."""
+        return self._reader(value).event(value, key)  # type: ignore[arg-type]
+
+    def decode_label(self, value: bytes | None, key: bytes | None = None) -> tuple:
+        """`(id, y)` of a framed record of the label topic."""
+        reader = self._reader(value)  # type: ignore[arg-type]
+        return self.mapper.label(reader.tree(value), key)
+
+    def _parse(self, registered: RegisteredSchema) -> typing.Any:
+        """The reader of a schema the registry gave (`ValueError`: refused, see
+        `SchemaRegistry.schema`)."""
+        if registered.schema_type != self.schema_type:
+            raise SchemaRefused(
+                f"schema {registered.schema_id} is {registered.schema_type}, not "
+                f"{self.schema_type}: check --value-format (the record was written by a "
+                f"{registered.schema_type.lower()} serializer)")
+        if self.value_format == "avro":
+            schema = avro.parse_schema(registered.text, self.registry.max_schema_bytes,
+                                       list(registered.references.values()))
+            return _AvroReader(registered.schema_id, schema, self.mapper)
+        if self.value_format == "protobuf":
+            from connectors.serializers import protobuf
+
+            return protobuf.ProtobufReader(registered, self.mapper)
+        return _JSONSchemaReader(registered.schema_id, self.mapper)
+
+    def __repr__(self) -> str:
+        return (f"SchemaRegistryCodec({self.value_format}, {self.registry.url}, "
+                f"mapping={self.mapping!r})")
