@@ -21,6 +21,7 @@ BENCHMARKS = [
     ("model_selection.py", [], ["--quick"]),
     ("mpu.py", [], ["--quick"]),
     ("kafka_throughput.py", [], ["--records", "20000", "--rounds", "1"]),
+    ("record_formats.py", [], ["--records", "20000", "--rounds", "1"]),
     ("cold_start.py", [], ["--models", "alma,budgetsvm"]),
     ("feature_bound_accuracy.py", [], ["--quick"]),
     ("memory_ceiling.py", [], ["--quick"]),
