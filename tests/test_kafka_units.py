@@ -19,6 +19,7 @@ import streammargin
 from connectors import codec, models
 from connectors.serializers import get_codec
 from connectors.serializers.json_format import JSONCodec
+from connectors.serializers.mapping import FieldMapping
 from connectors.cli import kafka_command
 from connectors.observability.metrics import PartitionMetrics, make_detector
 from connectors.state import checkpoint
@@ -1011,7 +1012,9 @@ def test_the_record_format_options_reach_the_worker_config():
     assert (config.value_format, config.output_format, config.label_topic) == (
         "avro", "avro", "labels")
     settings = config.task_settings()
-    assert settings.field_mapping().label_field == "is_fraud"
+    assert settings.field_mapping() == FieldMapping(
+        label_field="is_fraud", id_field="tx", features=("*",), exclude_features=("a", "b.c"),
+        categorical="hash", hash_buckets=64)
 
 
 @pytest.mark.parametrize(("options", "reason"), [

@@ -174,8 +174,8 @@ def test_one_hot_categories_reach_alma_through_the_scaler():
     records = [_Record("t", 0, i, 0, None, v, []) for i, v in enumerate(values)]
 
     def accuracy(categorical: str) -> float:
-        task = PartitionTask.new("t", 0, TaskSettings(scale=True, features=("*",),
-                                                      categorical=categorical))
+        mapping = FieldMapping(features=("*",), categorical=categorical)
+        task = PartitionTask.new("t", 0, TaskSettings(scale=True, mapping=mapping))
         out = task.process(records)
         while out.end < len(records):
             out = task.process(records, out.end)

@@ -749,28 +749,38 @@ def _all_led(topics: list[dict]) -> bool:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m connectors.kafka.broker fetch`: Apache Kafka's jars into the cache. Without Java
-    or Maven it says so in one line and exits 0 (the tests then run on Tansu), except under CI
-    (CI=true), where Apache Kafka is required: exit 1."""
+def fetch_command(prog: str, argv: list[str] | None, what: str,
+                  unavailable: typing.Callable[[], str | None],
+                  fetch: typing.Callable[[], pathlib.Path], otherwise: str) -> int:
+    """`python -m <prog> fetch`: `what` into the cache (`fetch`). Where it cannot be had
+    (`unavailable` says why), one line and exit 0 (`otherwise`: what the tests do then), except
+    under CI (CI=true), where it is required: exit 1."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m connectors.kafka.broker")
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}")
     parser.add_argument("action", choices=["fetch"])
     parser.parse_args(argv)
     required = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-    missing = apache_kafka_unavailable()
+    missing = unavailable()
     if missing is not None:
-        print(f"Apache Kafka {KAFKA_VERSION} is not available: {missing}; "
-              + ("CI requires it" if required else "the Kafka tests will run on Tansu"))
+        print(f"{what} is not available: {missing}; "
+              + ("CI requires it" if required else otherwise))
         return 1 if required else 0
     try:
-        cache = fetch_apache_kafka()
+        cache = fetch()
     except BrokerError as error:
-        print(f"Apache Kafka {KAFKA_VERSION}: {error}")
+        print(f"{what}: {error}")
         return 1 if required else 0
-    print(f"Apache Kafka {KAFKA_VERSION}: {cache}")
+    print(f"{what}: {cache}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m connectors.kafka.broker fetch`: Apache Kafka's jars into the cache (without
+    Java or Maven the tests run on Tansu; CI=true requires them)."""
+    return fetch_command("connectors.kafka.broker", argv, f"Apache Kafka {KAFKA_VERSION}",
+                         apache_kafka_unavailable, fetch_apache_kafka,
+                         "the Kafka tests will run on Tansu")
 
 
 if __name__ == "__main__":

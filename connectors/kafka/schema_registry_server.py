@@ -35,7 +35,12 @@ import typing
 import urllib.error
 import urllib.request
 
-from connectors.kafka.broker import BrokerError, _ending_with_this_thread, free_port
+from connectors.kafka.broker import (
+    BrokerError,
+    _ending_with_this_thread,
+    fetch_command,
+    free_port,
+)
 
 __all__ = ["APICURIO_VERSION", "ApicurioRegistry", "RegistryServerError", "apicurio_cache",
            "apicurio_unavailable", "fetch_apicurio", "java21"]
@@ -273,23 +278,11 @@ class ApicurioRegistry:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args != ["fetch"]:
-        print("usage: python -m connectors.kafka.schema_registry_server fetch", file=sys.stderr)
-        return 2
-    ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-    missing = apicurio_unavailable()
-    if missing is not None:
-        print(f"Apicurio Registry {APICURIO_VERSION} is not available: {missing}; the Schema "
-              "Registry tests will be skipped" + (" (CI=true: failing)" if ci else ""))
-        return 1 if ci else 0
-    try:
-        cache = fetch_apicurio()
-    except RegistryServerError as error:
-        print(f"Apicurio Registry {APICURIO_VERSION}: {error}")
-        return 1 if ci else 0
-    print(f"Apicurio Registry {APICURIO_VERSION}: {cache} (Java: {java21()})")
-    return 0
+    """`python -m connectors.kafka.schema_registry_server fetch`: the bundle into the cache
+    (without Java 21 or Maven the registry tests are skipped; CI=true requires them)."""
+    return fetch_command("connectors.kafka.schema_registry_server", argv,
+                         f"Apicurio Registry {APICURIO_VERSION}", apicurio_unavailable,
+                         fetch_apicurio, "the Schema Registry tests will be skipped")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import typing
 
 from connectors.kafka.transport import TRANSPORTS
 from connectors.serializers import OUTPUT_FORMATS
-from connectors.serializers.mapping import parse_paths
+from connectors.serializers.mapping import FieldMapping, parse_paths
 from connectors.serializers.schema_registry import DEFAULT_MAX_CACHE_BYTES
 from connectors.state import checkpoint as checkpoint_module
 from connectors.worker.model_scope import (
@@ -289,13 +289,11 @@ class WorkerConfig:
             label_max_age_records=self.label_max_age_records,
             label_max_age_seconds=self.label_max_age_seconds,
             value_format=self.value_format,
-            label_field=self.label_field,
-            id_field=self.id_field,
-            id_from_key=self.id_from_key,
-            features=tuple(self.features),
-            exclude_features=tuple(self.exclude_features),
-            categorical=self.categorical,
-            hash_buckets=self.hash_buckets,
+            mapping=FieldMapping(
+                label_field=self.label_field, id_field=self.id_field,
+                id_from_key=self.id_from_key, features=tuple(self.features),
+                exclude_features=tuple(self.exclude_features), categorical=self.categorical,
+                hash_buckets=self.hash_buckets),
             schema_registry_url=self.schema_registry_url,
             schema_registry_config=dict(self.schema_registry_config),
             schema_cache_bytes=self.schema_cache_bytes,

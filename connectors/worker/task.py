@@ -58,12 +58,7 @@ from connectors.codec import (
 from connectors.models import build_model, check_model, model_class, short_name
 from connectors.observability.metrics import MAX_CLASSES, PartitionMetrics, label_key, make_detector
 from connectors.serializers import VALUE_FORMATS, get_codec, make_codec
-from connectors.serializers.mapping import (
-    DEFAULT_FEATURES,
-    FieldMapping,
-    indicator_splitter,
-    split_indicators,
-)
+from connectors.serializers.mapping import FieldMapping, indicator_splitter, split_indicators
 from connectors.serializers.schema_registry import (
     DEFAULT_MAX_CACHE_BYTES,
     RegistryRefused,
@@ -188,16 +183,11 @@ class TaskSettings:
     label_max_age_seconds: float | None = None
     copy_headers: str | tuple[str, ...] = "all"
     # Records as they come (connectors/serializers): the format, where the label, id and features
-    # are, what becomes of strings, the Schema Registry of the registry formats, and the topic
-    # whose records are labels only (co-partitioned with the input).
+    # are and what becomes of strings (`mapping`; its `multiclass` is the model's, see
+    # `field_mapping`), the Schema Registry of the registry formats, and the topic whose records
+    # are labels only (co-partitioned with the input).
     value_format: str = "json"
-    label_field: str = "y"
-    id_field: str = "id"
-    id_from_key: bool = False
-    features: tuple[str, ...] = DEFAULT_FEATURES
-    exclude_features: tuple[str, ...] = ()
-    categorical: str = "onehot"
-    hash_buckets: int = 1024
+    mapping: FieldMapping = FieldMapping()
     schema_registry_url: str | None = None
     schema_registry_config: dict[str, typing.Any] = dataclasses.field(default_factory=dict)
     schema_cache_bytes: int = DEFAULT_MAX_CACHE_BYTES
@@ -241,7 +231,9 @@ class TaskSettings:
         if self.value_format not in VALUE_FORMATS:
             raise ValueError(f"value_format must be one of {', '.join(VALUE_FORMATS)}, "
                              f"got {self.value_format!r}")
-        mapping = self.field_mapping()  # bad paths and options fail here
+        if type(self.mapping) is not FieldMapping:
+            raise ValueError(f"mapping must be a FieldMapping, got {self.mapping!r:.80}")
+        mapping = self.field_mapping()
         if self.codec != "json" and (self.value_format != "json" or not mapping.is_default):
             raise ValueError(f"--codec {self.codec} decodes records itself: --value-format and "
                              "the field options (--label-field, --features, ...) are for the "
@@ -256,13 +248,10 @@ class TaskSettings:
                              f"got {self.schema_cache_bytes!r}")
 
     def field_mapping(self) -> FieldMapping:
-        """The `FieldMapping` of these settings (labels multiclass or binary, as the model)."""
-        return FieldMapping(
-            label_field=self.label_field, id_field=self.id_field, id_from_key=self.id_from_key,
-            features=self.features, exclude_features=self.exclude_features,
-            categorical=self.categorical, hash_buckets=self.hash_buckets,
-            multiclass=self.multiclass,
-        )
+        """`mapping` with the model's labels: multiclass or binary."""
+        if self.mapping.multiclass == self.multiclass:
+            return self.mapping
+        return dataclasses.replace(self.mapping, multiclass=self.multiclass)
 
     def registry_settings(self) -> dict[str, typing.Any]:
         """The Schema Registry client's settings: confluent-kafka's names, `url` included."""
