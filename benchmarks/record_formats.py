@@ -296,7 +296,8 @@ def main() -> None:
           "   target >= 0.9x")
     print(f"  json-flat / envelope-categories (same)    "
           f"{ratio('json-flat', 'envelope-categories'):>24s}")
-    print(f"  avro-categories / envelope                {ratio('avro-categories', 'envelope'):>24s}")
+    print(f"  avro-categories / envelope                "
+          f"{ratio('avro-categories', 'envelope'):>24s}")
     print(f"  avro / quix-avro                          {ratio('avro', 'quix-avro'):>24s}"
           "   target >= 2x")
     print("  schema requests per worker: one per schema id (the column above)")

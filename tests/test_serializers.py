@@ -36,7 +36,7 @@ from connectors.serializers.schema_registry import (
     check_settings,
 )
 
-# The field mapping ----------------------------------------------------------------------------------
+# The field mapping --------------------------------------------------------------------------------
 
 PAYMENT = {"transaction_id": "t7", "amount": 31.2, "country": "BR", "card_present": False,
            "merchant": {"category": "travel", "risk": 0.91}, "is_fraud": True, "note": None}
@@ -198,7 +198,7 @@ class _Record(tuple):
     headers = property(lambda s: s[6])
 
 
-# A registry without HTTP for the codecs' unit tests -------------------------------------------------
+# A registry without HTTP for the codecs' unit tests -----------------------------------------------
 
 
 class _Schemas:
@@ -607,7 +607,7 @@ def test_plain_json_of_any_shape_through_the_mapping():
         codec.decode(b'{"a": ')
 
 
-# Wire format ----------------------------------------------------------------------------------------
+# Wire format --------------------------------------------------------------------------------------
 
 
 @given(st.lists(st.integers(0, 10 ** 6), min_size=1, max_size=8))
@@ -714,8 +714,9 @@ def test_an_answer_beyond_the_bound_is_refused_unread(http_registry):
         client.schema(1, _parse, "avro")
 
 
-@pytest.mark.parametrize(("status", "error"), [(503, RegistryUnavailable), (429, RegistryUnavailable),
-                                               (401, RegistryRefused), (403, RegistryRefused)])
+@pytest.mark.parametrize(("status", "error"), [
+    (503, RegistryUnavailable), (429, RegistryUnavailable), (401, RegistryRefused),
+    (403, RegistryRefused)])
 def test_an_outage_is_not_a_refusal_and_credentials_are_named(http_registry, status, error):
     http_registry.status = status
     client = SchemaRegistry({"url": http_registry.url})
@@ -762,7 +763,7 @@ def test_registry_settings_are_checked_with_confluent_kafkas_names(settings_, re
         check_settings(settings_)
 
 
-# Avro outputs ---------------------------------------------------------------------------------------
+# Avro outputs -------------------------------------------------------------------------------------
 
 
 def test_avro_outputs_are_read_by_fastavro_as_the_json_they_came_from():

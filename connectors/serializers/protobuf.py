@@ -61,7 +61,7 @@ class ProtobufDataError(ValueError):
     """A payload that does not decode with its message."""
 
 
-# Types ---------------------------------------------------------------------------------------------
+# Types --------------------------------------------------------------------------------------------
 
 # FieldDescriptorProto.Type
 _DOUBLE, _FLOAT, _INT64, _UINT64, _INT32, _FIXED64, _FIXED32, _BOOL, _STRING, _GROUP, _MESSAGE, \
@@ -130,7 +130,7 @@ class ProtoFile(typing.NamedTuple):
     messages: list[Message]
 
 
-# The wire format -------------------------------------------------------------------------------------
+# The wire format ----------------------------------------------------------------------------------
 
 
 def _truncated() -> typing.NoReturn:
@@ -309,7 +309,7 @@ def _message_value(message: Message, data: bytes, pos: int, end: int, depth: int
     return value if special is None else special(value)
 
 
-# Well-known types ------------------------------------------------------------------------------------
+# Well-known types ---------------------------------------------------------------------------------
 
 _WELL_KNOWN_FILES = {
     "google/protobuf/timestamp.proto":
@@ -369,7 +369,8 @@ _WELL_KNOWN: dict[str, typing.Callable[[dict], typing.Any]] = {
 _TOKEN = re.compile(r"""
     (?P<space>\s+|//[^\n]*|/\*.*?\*/)
   | (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
-  | (?P<number>[-+]?(?:0[xX][0-9a-fA-F]+|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|inf|nan)(?![\w.]))
+  | (?P<number>[-+]?(?:0[xX][0-9a-fA-F]+|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?
+                |inf|nan)(?![\w.]))
   | (?P<ident>\.?[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)
   | (?P<symbol>[{}\[\]()<>=;,:])
 """, re.VERBOSE | re.DOTALL)
