@@ -120,20 +120,26 @@ def test_tansu_holds_a_new_members_join_for_half_the_session_timeout(broker):
     from kafka import KafkaConsumer
 
     bootstrap = broker.bootstrap_servers
-    name = w.fresh("join")
-    create_topics(bootstrap, [name])
-    # (10 s: half of it, the hold, stands 5 s clear of the whole, which a loaded machine's join
-    # once reached at 6 s: 6.07 s with a 6 s session timeout, CI of c4a26d6)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=f"{name}.group",
-                             session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
-    try:
-        consumer.subscribe([name])
-        started = time.monotonic()
-        while not consumer.assignment() and time.monotonic() - started < 30:
-            consumer.poll(timeout_ms=50)
-        joined = time.monotonic() - started
-    finally:
-        consumer.close()
+    for _attempt in range(2):
+        name = w.fresh("join")
+        create_topics(bootstrap, [name])
+        # (10 s: half of it, the hold, stands 5 s clear of the whole, which a loaded machine's
+        # join once reached at 6 s: 6.07 s with a 6 s session timeout, CI of c4a26d6)
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=f"{name}.group",
+                                 session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
+        try:
+            consumer.subscribe([name])
+            started = time.monotonic()
+            while not consumer.assignment() and time.monotonic() - started < 30:
+                consumer.poll(timeout_ms=50)
+            joined = time.monotonic() - started
+        finally:
+            consumer.close()
+        # kafka-python 3.0 sometimes never completes a join on Apache Kafka (no assignment in
+        # 30 s: CI of c6e9e9c, a loaded machine; benchmarks/kafka_throughput.py meets it too):
+        # a client's failure, not the broker's hold, which a fresh consumer then measures.
+        if joined < 30:
+            break
     if broker.kind == "tansu":
         assert 4.5 <= joined < 10, joined
     else:  # group.initial.rebalance.delay.ms=0 (TEST_SETTINGS; 3 s by default, a new group only)
