@@ -519,6 +519,10 @@ class FeatureSpace:
             if found is not None:
                 values, packed = found
                 same = values == cached_values
+            elif self._recent and tuple(x) in self._recent:
+                # The names of a recent record other than the last (one-hot categories): its
+                # encoding, without the getter's KeyError below (~1 us a record).
+                return self._encode_in_order(x, grow, check_finite)
             elif keys[0] in x:
                 values = getter(x)
                 same = values == cached_values
