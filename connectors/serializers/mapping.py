@@ -37,6 +37,7 @@ import typing
 import zlib
 
 from connectors.codec import (
+    DeadLetter,
     InvalidFeature,
     InvalidRecord,
     _label,
@@ -240,12 +241,18 @@ class EventMapper:
         #: The category indicators of the last event made (0: its features are all numbers, so
         #: `--scale` need not split them out: `PartitionTask`).
         self.indicators = 0
+        self._flat = self._flat_reader()
 
     # Reading a record ---------------------------------------------------------------------
 
     def event(self, record: typing.Any, key: bytes | None = None) -> tuple:
         """`(id, x, y)` of a decoded record (the tree), or a `DeadLetter` subclass naming the
         field at fault. `key` is the record's key (`id_from_key`)."""
+        flat = self._flat
+        if flat is not None and type(record) is dict:
+            found = flat(record)
+            if found is not None:
+                return found
         if type(record) is not dict:
             raise InvalidRecord(f"record is {_kind(record, article=True)}, expected an object of "
                                 "fields")
@@ -254,6 +261,39 @@ class EventMapper:
         y = self._label_value(record)
         x, found = self._features(record)
         return self.finish(event_id, x, found, y, record)
+
+    def _flat_reader(self) -> typing.Callable[[dict], tuple | None] | None:
+        """The event of a flat topic's record (`--features '*'`, the id and the label top-level
+        fields, strings one-hot or dropped) in one call and events.c's `map_object`: the general
+        path's steps without their calls. None (the general path, which words any dead letter)
+        for a record it leaves undecided, and where the mapping or the module differ."""
+        native = _native_module()
+        if (native is None or self.categorical == "hash" or self.id_from_key
+                or len(self._id_path) != 1 or len(self._label_path) != 1
+                or self._selections != (_Selection((), True, ""),)):
+            return None
+        map_object, excluded_at, names = native.map_object, self._excluded_at, self._names
+        onehot = self.categorical == "onehot"
+        id_key, label_key, label_of = self._id_path[0], self._label_path[0], self._label_of
+
+        def event(record: dict) -> tuple | None:
+            event_id = record.get(id_key)
+            if event_id is not None and type(event_id) is not str and type(event_id) is not int:
+                return None
+            y = record.get(label_key)
+            if y is not None and y is not True and y is not False:
+                try:
+                    y = label_of(y)
+                except DeadLetter:
+                    return None
+            x: dict = {}
+            added = map_object(x, record, "", "", excluded_at, names, onehot, 1)
+            if added is None or not x:
+                return None
+            self.indicators = added
+            return event_id, x, y
+
+        return event
 
     def finish(self, event_id: typing.Any, x: dict, found: bool, y: typing.Any,
                fields: typing.Iterable) -> tuple:
