@@ -111,23 +111,27 @@ class SchemaRegistryCodec:
         self.mapper = mapping.mapper()
         self.reads_key = mapping.id_from_key
         self.emits_indicators = mapping.categorical != "drop"
-        self._last_id: int | None = None
+        self._last_header: bytes | None = None
         self._last_reader: typing.Any = None
 
     def _reader(self, value: bytes) -> typing.Any:
         check_size(value, self.max_record_bytes)
         schema_id = wire.schema_id_of(value)
-        if schema_id == self._last_id:
-            # The schema of the record before (a topic's records mostly share one): the
-            # registry's cache is not asked again (its lookup and LRU bookkeeping, ~0.3 us).
-            return self._last_reader
         reader = self.registry.schema(schema_id, self._parse, self.value_format)
-        self._last_id, self._last_reader = schema_id, reader
+        self._last_header, self._last_reader = value[:5], reader
         return reader
 
     def decode(self, value: bytes | None, key: bytes | None = None) -> tuple:
         """`(id, x, y)` of a framed record, or a `DeadLetter` (see the module doc)."""
-        return self._reader(value).event(value, key)  # type: ignore[arg-type]
+        # The frame of the record before (a topic's records mostly share one schema): neither
+        # the checks nor the registry's cache (its lookup and LRU bookkeeping) again, ~0.5 us.
+        header = self._last_header
+        if (header is not None and value is not None and value[:5] == header
+                and len(value) <= self.max_record_bytes):
+            reader = self._last_reader
+        else:
+            reader = self._reader(value)  # type: ignore[arg-type]
+        return reader.event(value, key)
 
     def decode_label(self, value: bytes | None, key: bytes | None = None) -> tuple:
         """`(id, y)` of a framed record of the label topic."""
