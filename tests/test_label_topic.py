@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import time
 
 import pytest
 
@@ -79,26 +80,34 @@ def test_labels_join_their_events_and_a_sigkill_ends_with_the_uninterrupted_mode
         assert final["labelled"] == 4_000 and final["accuracy"] > 0.85, final["accuracy"]
         assert expected[partition]["label_next_offset"] == 4_000
 
-    cfg = w.config(bootstrap, name, group_id=w.fresh("labels-kill"),
-                   predictions_topic=f"{name}.p2", metrics_topic=f"{name}.m2",
-                   checkpoint_topic=f"{name}.c2", label_topic=f"{name}.labels", scale=True,
-                   **MAPPING)
+    # The kill comes after the first worker has processed a prefix of both topics (every record
+    # up to a time: a prefix of their merge) and before its next checkpoint, so that the restart
+    # replays; the rest of the records are written after the kill. (Written all at once, the
+    # whole stream could be processed and checkpointed before the kill lands.)
+    cut = T0 + 10 * 5_000
+    name2 = w.fresh("labels-kill")
+    create_topics(bootstrap, [name2, f"{name2}.labels"], partitions=2)
+    produce_timed(bootstrap, name2, [item for item in events if item[1] <= cut])
+    produce_timed(bootstrap, f"{name2}.labels", [item for item in labels if item[1] <= cut])
+    cfg = w.config(bootstrap, name2, label_topic=f"{name2}.labels", scale=True, **MAPPING)
     options = ["--label-topic", cfg.label_topic, "--label-field", "fraud", "--id-field", "tx",
                "--features", "*", "--transport", transport, "--scale"]
     first = w.start_worker(cfg, tmp_path / "first.log", "--checkpoint-every", "700",
                            "--max-poll-records", "300", *options)
     try:
         w.wait_for(lambda: w.covered(bootstrap, cfg.predictions_topic,
-                                     {(p, o) for p in (0, 1) for o in range(800)}),
+                                     {(p, o) for p in (0, 1) for o in range(2_500)}),
                    90, "the first worker's predictions")
         first.send_signal(signal.SIGKILL)
     finally:
         w.reap(first, tmp_path / "first.log")
-    # The last checkpoints before the kill: the restart replays from them (events, or only
-    # labels where librdkafka had read every event by the kill).
     killed_at = w.saved_tasks(bootstrap, cfg, [0, 1])
+    ends = [(2_500, sum(1 for p, t, _ in labels if p == partition and t <= cut))
+            for partition in (0, 1)]
     offsets = [(killed_at[p]["next_offset"], killed_at[p]["label_next_offset"]) for p in (0, 1)]
-    assert any(min(pair) < 4_000 for pair in offsets), offsets
+    assert any(o < e for pair, end in zip(offsets, ends) for o, e in zip(pair, end)), offsets
+    produce_timed(bootstrap, name2, [item for item in events if item[1] > cut])
+    produce_timed(bootstrap, f"{name2}.labels", [item for item in labels if item[1] > cut])
     second = w.start_worker(cfg, tmp_path / "second.log", "--idle-timeout", "2", *options)
     assert w.reap(second, tmp_path / "second.log", 120) == 0, (
         tmp_path / "second.log").read_text()[-3000:]
@@ -138,3 +147,43 @@ def test_exactly_once_commits_both_topics_offsets(kafka_broker):
     finally:
         consumer.close()
     assert committed == {(topic, p): 500 for topic in (name, cfg.label_topic) for p in (0, 1)}
+
+
+
+def test_partitions_paused_with_records_fetched_give_them_all_once_resumed(kafka_broker):
+    # The merge pauses a partition that holds too much and resumes it later. kafka-python
+    # 3.0.12 parks the records it fetched for a paused partition and, after the resume, gave
+    # them back only if its in-line slot was None, never once a drained one sat there (the
+    # slot of a partition left fetching: KafkaPythonTransport.poll).
+    from kafka import TopicPartition
+
+    from connectors.kafka.transport import make_transport
+    from connectors.worker.worker import client_settings
+
+    bootstrap = kafka_broker.bootstrap_servers
+    name = w.fresh("paused")
+    create_topics(bootstrap, [name], partitions=2)
+    produce_timed(bootstrap, name, [(0, T0, b"{}")] * 100 + [(1, T0, b"{}")] * 500)
+    transport = make_transport("kafka-python", client_settings(w.config(bootstrap, name), "p"))
+    transport.start_consumer()
+    try:
+        a, b = TopicPartition(name, 0), TopicPartition(name, 1)
+        transport.consumer.assign([a, b])
+        seen = {0: 0, 1: 0}
+
+        def poll(until) -> None:
+            deadline = time.monotonic() + 10
+            while not until() and time.monotonic() < deadline:
+                for tp, records in transport.poll(100, 10).items():
+                    seen[tp.partition] += len(records)
+
+        transport.pause(a)
+        poll(until=lambda: seen[1] > 0)  # b's fetch in the slot, most of it not returned yet
+        transport.pause(b)
+        transport.resume(a)
+        poll(until=lambda: seen[0] == 100)  # b's records parked; a's drained in the slot
+        transport.resume(b)
+        poll(until=lambda: seen[1] == 500)
+        assert seen == {0: 100, 1: 500}
+    finally:
+        transport.close_consumer()
