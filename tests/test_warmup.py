@@ -50,9 +50,11 @@ from streammargin.jit import aot, dispatch
 import streammargin.jit.alma as jit_alma
 
 def loaded():
+    # The models' modules only: the C of the record codecs (NATIVE_SOURCES) loads on import.
     jitted = sum(len(f._dispatcher.signatures) for f in vars(jit_alma).values()
                  if isinstance(f, dispatch.JitFunction) and f._dispatcher is not None)
-    return jitted + len(aot.loaded_modules())
+    models = [aot.module_name(short) for short in aot.read_exports()]
+    return jitted + len(set(models) & set(aot.loaded_modules()))
 
 worker = Worker(WorkerConfig(topics=["t"], scale=True))
 before = loaded()
