@@ -966,17 +966,29 @@ def test_a_group_join_that_ends_after_the_poll_that_sent_it_is_not_lost(late):
 @pytest.mark.parametrize(("options", "total"), [
     ({}, 8 << 20),  # partition scope on kafka-python: what a fetch holds in all is bounded
     ({"max_record_bytes": 16 << 20}, 16 << 20),  # (a record of that size still fits)
-    ({"model_scope": "topic", "model_topic": "m"}, 64 << 20),  # 256 KiB a partition bounds it
-    ({"transport": "librdkafka"}, 64 << 20),  # its memory is its prefetch queue
+    # Without --max-memory: 256 KiB a partition bounds topic scope; librdkafka's memory is its
+    # prefetch queue.
+    ({"model_scope": "topic", "model_topic": "m", "max_memory": None}, 64 << 20),
+    ({"transport": "librdkafka", "max_memory": None}, 64 << 20),
+    # Under --max-memory (1 GiB by default) the fetch buffers' share bounds both: kafka-python's
+    # 8 MiB, librdkafka's queue and its response a fifth of 1/8 of the ceiling each.
+    ({"model_scope": "topic", "model_topic": "m"}, 8 << 20),
+    ({"transport": "librdkafka"}, 25 << 20),
+    ({"transport": "librdkafka", "max_memory": 256 << 20}, 6 << 20),
 ])
 def test_a_fetch_holds_at_most_what_the_scope_and_client_allow(options, total):
     from connectors.worker.worker import WorkerConfig, client_settings
 
     settings = client_settings(WorkerConfig(topics=["events"], **options))["consumer"]
     assert settings["fetch_max_bytes"] == total
-    assert settings["max_partition_fetch_bytes"] == (
+    assert settings["max_partition_fetch_bytes"] == min(total, (
         256 << 10 if options.get("model_scope") == "topic"
-        else max(4 << 20, options.get("max_record_bytes", 0)))
+        else max(4 << 20, options.get("max_record_bytes", 0))))
+    queue = settings.get("queued.max.messages.kbytes")
+    if options.get("transport") == "librdkafka" and options.get("max_memory", 1) is not None:
+        assert queue == total >> 10
+    else:
+        assert queue is None
 
 
 @pytest.mark.parametrize("bug", [ImportError("no module"), AttributeError("no attribute"),

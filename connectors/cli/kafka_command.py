@@ -110,6 +110,9 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
     ("--drift-detector", "str", "ddm", "River drift detector on the error stream"),
     ("--drift-param", "params", {}, "drift detector parameter key=value (repeatable)"),
     ("--label-store-size", "int", 100_000, "max unlabelled events waiting for their label"),
+    ("--max-memory", "size", 1 << 30,
+     "the ceiling of the whole process (512MiB, 2GiB; none: no ceiling): every bounded part "
+     "takes its share, the pending stores what is left (docs/operations.md, \"Sizing a pod\")"),
     ("--label-store-bytes", "int", 256 << 20,
      "max bytes of unlabelled events waiting (record bytes + per-feature overhead); the oldest "
      "are evicted beyond it"),
@@ -221,8 +224,18 @@ def _optional_float(text: str) -> float | None:
     return float(text)
 
 
+def _optional_size(text: str) -> int | None:
+    """Bytes of a size (`512MiB`, `2GiB`), or None for "none", "off" or ""."""
+    from connectors.worker.memory_budget import parse_size
+
+    if text.strip().lower() in ("", "none", "off", "null"):
+        return None
+    return parse_size(text)
+
+
 # argparse names the converter in its message: "invalid number (or none) value: 'abc'".
 _optional_float.__name__ = "number (or none)"
+_optional_size.__name__ = "size (or none)"
 _bool.__name__ = "boolean"
 
 
@@ -249,6 +262,8 @@ def _env_default(flag: str, kind: str, default: typing.Any) -> typing.Any:
             return int(raw)
         if kind == "float":
             return _optional_float(raw)
+        if kind == "size":
+            return _optional_size(raw)
     except (ValueError, argparse.ArgumentTypeError) as error:
         raise SystemExit(f"streammargin kafka: bad {env_name(flag)}={raw!r}: {error}") from None
     return raw
@@ -288,7 +303,8 @@ def add_parser(subparsers) -> None:
             parser.add_argument(flag, type=_bool, nargs="?", const=True, default=default,
                                 help=help_text + shown)
         else:
-            convert = {"str": str, "int": int, "float": _optional_float}[kind]
+            convert = {"str": str, "int": int, "float": _optional_float,
+                       "size": _optional_size}[kind]
             parser.add_argument(flag, type=convert, default=default, help=help_text + shown)
     parser.add_argument("--list-models", action="store_true",
                         help="print the model names and exit")
@@ -358,6 +374,7 @@ def config_from_args(args: argparse.Namespace) -> typing.Any:
         drift_params=args.drift_param,
         label_store_size=args.label_store_size,
         label_store_bytes=args.label_store_bytes,
+        max_memory=args.max_memory,
         label_max_age_records=args.label_max_age_records,
         label_max_age_seconds=args.label_max_age_seconds,
         on_bad_checkpoint=args.on_bad_checkpoint,
@@ -559,6 +576,7 @@ def run(args: argparse.Namespace) -> int:
                          exc_info=error if debug else None, extra=fields)
             return code
 
+        from connectors.worker.memory_budget import MemoryBudgetError
         from connectors.worker.worker import Worker
 
         topics = args.topic if args.topic is not None else args.topic_env
@@ -571,6 +589,10 @@ def run(args: argparse.Namespace) -> int:
             return fail(_as_flags(str(error)), 2)
         try:
             worker = Worker(config)
+        except MemoryBudgetError as error:  # the cause, then the fix: two lines
+            for line in str(error).splitlines():
+                logger.error("%s", line)
+            return 2
         except (ImportError, AttributeError, TypeError, ValueError) as error:
             return fail(f"cannot use --codec {config.codec}: {type(error).__name__}: {error}. "
                         "Fix: give json, or package.module:Class naming a codec class that can "

@@ -317,6 +317,10 @@ class WorkerStatus:
         # why it is waited for while it does not answer (None: it answers, or is not used).
         self.registry: typing.Any = None
         self.registry_outage: str | None = None
+        # --max-memory: each part's bound for the partitions owned now, and whether the parts
+        # that cannot shrink exceed the ceiling (connectors/worker/memory_budget.py).
+        self.memory_parts: dict[str, int] = {}
+        self.memory_overcommitted = False
         self._session_expired = False
         self._expired_in = 0  # the outage (BrokerContact.outages) that expired the session
         self._member_before_expiry = False
@@ -325,6 +329,11 @@ class WorkerStatus:
         self._snapshot = self._build(time.time())
 
     # Hooks of the worker ----------------------------------------------------------------------
+
+    def memory_budget(self, parts: dict[str, int], overcommitted: bool) -> None:
+        """--max-memory's shares, as the owned partitions set them."""
+        self.memory_parts = dict(parts)
+        self.memory_overcommitted = overcommitted
 
     def connected(self, highwater: typing.Callable[[typing.Any], int | None]) -> None:
         """The clients are up and the main loop starts; `highwater(tp)` gives a partition's log
@@ -684,6 +693,20 @@ class _Collector:
             yield GaugeMetricFamily("streammargin_schema_cache_bytes",
                                     "Schema text in the cache (--schema-cache-bytes bounds it).",
                                     value=counts["schema_bytes"])
+        if status.memory_parts:
+            parts = GaugeMetricFamily(
+                "streammargin_memory_budget_bytes",
+                "--max-memory's share of each part of the worker, for the partitions it owns "
+                "(docs/operations.md, \"Sizing a pod\"); the fill: process_resident_memory_bytes,"
+                " streammargin_pending_label_bytes.", labels=["part"])
+            for name, value in sorted(status.memory_parts.items()):
+                parts.add_metric([name.replace(" ", "_")], value)
+            yield parts
+            yield GaugeMetricFamily(
+                "streammargin_memory_overcommitted",
+                "1 while the parts that cannot shrink (models, buffers) exceed --max-memory for "
+                "the partitions owned: raise it, or run more workers.",
+                value=1.0 if status.memory_overcommitted else 0.0)
         yield GaugeMetricFamily("streammargin_assigned_partitions",
                                 "Partitions this worker owns and has restored.",
                                 value=len(snap.partitions))

@@ -17,6 +17,7 @@ from connectors.serializers import OUTPUT_FORMATS
 from connectors.serializers.mapping import FieldMapping, parse_paths
 from connectors.serializers.schema_registry import DEFAULT_MAX_CACHE_BYTES
 from connectors.state import checkpoint as checkpoint_module
+from connectors.worker.memory_budget import DEFAULT_MAX_MEMORY, fetch_bytes
 from connectors.worker.model_scope import (
     DEFAULT_MAX_EXCHANGE_CPU_SHARE,
     DEFAULT_MAX_MODEL_BYTES_SHARE,
@@ -107,6 +108,9 @@ class WorkerConfig:
     # record timestamps) expires.
     label_store_size: int = 100_000
     label_store_bytes: int = 256 << 20
+    # The ceiling of the whole process, bytes (None: no ceiling, each part at its own limits):
+    # every bounded part takes its share of it (connectors/worker/memory_budget.py).
+    max_memory: int | None = DEFAULT_MAX_MEMORY
     label_max_age_records: int | None = 1_000_000
     label_max_age_seconds: float | None = None
     # A checkpoint that cannot be restored: "fail" (exit non-zero, nothing committed) or "reset"
@@ -190,6 +194,8 @@ class WorkerConfig:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
+        if self.max_memory is not None and self.max_memory < 1:
+            raise ValueError(f"max_memory must be >= 1 byte, got {self.max_memory!r}")
         if self.max_checkpoint_bytes < 1:
             raise ValueError(f"max_checkpoint_bytes must be >= 1, "
                              f"got {self.max_checkpoint_bytes!r}")
@@ -455,6 +461,27 @@ TOPIC_SCOPE_FETCH_BYTES = 256 << 10
 # prefetch queue (queued.min.messages), and 8 MiB cost it 0.79x-0.94x for 5 MiB less.
 PARTITION_SCOPE_FETCH_TOTAL_BYTES = 8 << 20
 
+def _fetch_max_bytes(config: WorkerConfig) -> int:
+    """What one fetch response may hold: PARTITION_SCOPE_FETCH_TOTAL_BYTES on kafka-python in
+    partition scope; 64 MiB otherwise (topic scope's 256 KiB a partition bounds it, and
+    librdkafka's prefetch queue); under --max-memory, within the fetch buffers' share."""
+    if config.model_scope == "partition" and config.transport == "kafka-python":
+        default = PARTITION_SCOPE_FETCH_TOTAL_BYTES
+    else:
+        default = 64 << 20
+    if config.max_memory is not None:
+        default = min(default, fetch_bytes(config.max_memory, config.transport))
+    return max(default, config.max_record_bytes)
+
+
+def _prefetch_queue(config: WorkerConfig) -> dict[str, int]:
+    """librdkafka's prefetch queue (queued.max.messages.kbytes, one queue for all the partitions
+    of a high-level consumer) within --max-memory's fetch share."""
+    if config.transport != "librdkafka" or config.max_memory is None:
+        return {}
+    return {"queued.max.messages.kbytes": fetch_bytes(config.max_memory, "librdkafka") >> 10}
+
+
 def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> dict[str, dict]:
     """The keyword arguments of each Kafka client of a worker.
 
@@ -541,15 +568,14 @@ def client_settings(config: WorkerConfig, client_id: str = "streammargin") -> di
         "fetch_max_wait_ms": 100,
         # Room for a whole poll of one partition in one fetch (the default is 1 MiB). With
         # --model-scope topic, see TOPIC_SCOPE_FETCH_BYTES.
-        "max_partition_fetch_bytes": (TOPIC_SCOPE_FETCH_BYTES if config.model_scope == "topic"
-                                      else max(4 << 20, config.max_record_bytes)),
+        "max_partition_fetch_bytes": min(
+            TOPIC_SCOPE_FETCH_BYTES if config.model_scope == "topic"
+            else max(4 << 20, config.max_record_bytes), _fetch_max_bytes(config)),
         # What one fetch response may hold in all (PARTITION_SCOPE_FETCH_TOTAL_BYTES, on
         # kafka-python). In topic scope a poll takes every partition's stretch, and 256 KiB a
         # partition bounds it.
-        "fetch_max_bytes": (
-            max(PARTITION_SCOPE_FETCH_TOTAL_BYTES, config.max_record_bytes)
-            if config.model_scope == "partition" and config.transport == "kafka-python"
-            else 64 << 20),
+        "fetch_max_bytes": _fetch_max_bytes(config),
+        **_prefetch_queue(config),
         "metrics_enabled": False,
         **reading,
         **_co_partitioning(config),

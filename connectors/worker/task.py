@@ -605,6 +605,17 @@ class PendingLabels:
             self.n_bytes -= entries.pop(oldest_id)[5]
             self.expired += 1
 
+    def resize(self, max_bytes: int) -> None:
+        """A new byte limit (the worker's --max-memory share of this partition, as partitions
+        come and go): the oldest entries beyond it are evicted, counted."""
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        self.max_bytes = max_bytes
+        entries = self.entries
+        while self.n_bytes > max_bytes:
+            self.n_bytes -= entries.pop(next(iter(entries)))[5]
+            self.evicted += 1
+
     def counters(self) -> dict[str, int]:
         return {
             "pending": len(self.entries),

@@ -75,7 +75,9 @@ from connectors.worker.model_scope import (
     resolved_exchange,
 )
 from connectors.serializers.schema_registry import RegistryRefused, RegistryUnavailable
+from connectors.worker import memory_budget
 from connectors.worker.label_topic import LabelMerge, co_partitioning_error
+from connectors.worker.memory_budget import MemoryBudget
 from connectors.worker.outage import BrokerContact, BrokerOutage, RegistryWait
 from connectors.worker.profiling import rss_bytes
 from connectors.worker.task import (
@@ -336,6 +338,10 @@ class Worker:
     def __init__(self, config: WorkerConfig):
         self.config = config
         self.settings = config.task_settings()
+        # --max-memory: the shares of the ceiling (MemoryBudgetError, a ValueError, if the
+        # parts that cannot shrink take it all on one partition).
+        self.memory = self._memory_budget()
+        self._memory_at: tuple[int, int] | None = None  # (partitions, pending share) last set
         # One Schema Registry client and one codec for every task: the client's cache serves
         # them all (a schema is asked for once per id and process).
         self.registry = config.make_registry()
@@ -542,6 +548,59 @@ class Worker:
         # waits, without the GIL: kafka-python's modules, which the first records need (the
         # partitions' type, the errors), load meanwhile if the transport has not loaded them.
         _import_in_background("kafka")
+
+    def _memory_budget(self) -> MemoryBudget | None:
+        config = self.config
+        if config.max_memory is None:
+            return None
+        from streammargin.jit import aot
+        from streammargin.memory import memory_bound
+
+        # The models run on numba's JIT where the compiled modules are off or not built.
+        numba = not (aot.enabled() and aot.built())
+        exchange = "mix"
+        if config.model_scope == "topic":
+            exchange = resolved_exchange(config.model_exchange, self.settings)
+        budget = memory_budget.budget_of(config, memory_bound(self.settings.build_model()),
+                                         numba, exchange)
+        budget.check_start()
+        return budget
+
+    def _apply_memory_shares(self) -> None:
+        """--max-memory: each partition's pending store takes its share of what the fixed parts
+        leave, for the partitions owned now (the oldest events beyond it are evicted, counted);
+        a new share is logged in one line, an overcommitted ceiling in one ERROR line."""
+        budget = self.memory
+        n = len(self.tasks)
+        if budget is None or n == 0:
+            return
+        topic_partitions = None
+        if self.config.model_scope == "topic":
+            try:
+                topic_partitions = len(self._transport.partitions_for(self.config.topics[0])
+                                       or ()) or None
+            except Exception:  # noqa: BLE001 (metadata unavailable: the owned count)
+                topic_partitions = None
+        share = min(budget.pending_share(n, topic_partitions), self.settings.label_store_bytes)
+        for task in self.tasks.values():
+            task.pending.resize(share)
+        over = budget.overcommitted(n, topic_partitions)
+        self.status.memory_budget(budget.parts(n, topic_partitions), over)
+        if self._memory_at == (n, share):
+            return
+        self._memory_at = (n, share)
+        if over:
+            fixed = budget.fixed(n, topic_partitions)
+            log.error("memory: %d partitions need %s of --max-memory %s before any event waits "
+                      "for its label (%d model ceilings of %s): the pending stores go on with "
+                      "%s each, and the process may exceed the ceiling. Fix: raise --max-memory "
+                      "above %s, or run more workers in the group", n,
+                      memory_budget.format_size(fixed),
+                      memory_budget.format_size(budget.max_memory), n,
+                      memory_budget.format_size(budget.model), memory_budget.format_size(share),
+                      memory_budget.format_size(fixed + budget.least(n)))
+        else:
+            log.info("%s", budget.describe(n, topic_partitions))
 
     def _model_exchange(self, transport: Transport) -> ModelScope:
         """The model exchange of --model-scope topic, on a checkpoint store of the model topic
@@ -1180,6 +1239,7 @@ class Worker:
                     self._left_at[tp] = task.next_offset
                 log.info("%s %s/%d", "lost" if lost else "revoked", tp.topic, tp.partition,
                          extra={"topic": tp.topic, "partition": tp.partition})
+            self._apply_memory_shares()
         except Exception as error:  # never into kafka-python
             self._callback_error = error
             for tp in revoked:
@@ -1304,6 +1364,7 @@ class Worker:
             # (resumed with the others once the registry answers)
             consumer.pause(*partitions, *label_partitions)
         self._idle_since = None
+        self._apply_memory_shares()
         self.status.restored((self.tasks[tp], sizes.get(tp)) for tp in partitions)
         names = [f"{tp.topic}/{tp.partition}" for tp in partitions]
         replayed = 0

@@ -1,0 +1,256 @@
+"""--max-memory: one ceiling for the whole worker process, and the share of it each part takes.
+
+The worker's memory is the sum of parts that are each bounded (docs/operations.md, "Sizing a
+pod"), worker-wide, for `n` assigned input partitions:
+
+    process      the interpreter, the libraries and the compiled modules (PROCESS_BYTES; numba's
+                 JIT adds NUMBA_BYTES where the compiled modules are not built, librdkafka
+                 LIBRDKAFKA_BYTES)
+    fetch        the records fetched and not processed yet: kafka-python holds a fetch response
+                 until it is polled and has the next in flight, librdkafka its prefetch queue
+                 (queued.max.messages.kbytes) and a response (fetch.max.bytes); a poll then
+                 holds as much again as client messages, their values' copies and the decoded
+                 events (POLL_COPIES), and max_poll_records x RECORD_OBJECT_BYTES of objects
+    outputs      the outputs not acknowledged yet: at most checkpoint_every records' worth, since a
+                 checkpoint waits for every output before it (a broker slow to acknowledge blocks
+                 the worker there, and its fetching with it): checkpoint_every x OUTPUT_BYTES
+    models       n x the model's ceiling (`streammargin.memory.memory_bound`) x MODEL_COPIES (the
+                 model, its scaler and metrics)
+    exchange     --model-scope topic: the models an exchange holds (`exchange_memory_bound`)
+    schema cache the Schema Registry's schemas (--schema-cache-bytes x SCHEMA_PARSED_FACTOR)
+    pending      the events waiting for their label: what is left, split evenly between the
+                 assigned partitions, each within --label-store-bytes
+    checkpoints  a checkpoint of every partition encodes its store (CHECKPOINT_FACTOR of it) and
+                 its model's state (up to its ceiling) while they stand
+
+`fixed` is every part but the pending store: if it leaves less than MIN_PENDING_BYTES at start
+(one partition), the worker exits 2 (`MemoryBudgetError`: the cause, then the fix). When an
+assignment takes it past the ceiling later (more partitions, more model ceilings), the worker
+says so in one ERROR line, counts it (`streammargin_memory_overcommitted`) and goes on with
+the least pending store; it never exceeds the ceiling silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+
+__all__ = ["MemoryBudget", "MemoryBudgetError", "parse_size", "format_size", "PROCESS_BYTES",
+           "MIN_PENDING_BYTES", "DEFAULT_MAX_MEMORY"]
+
+# The worker's RSS before its first record on the compiled modules: 61-64 MiB on kafka-python
+# (benchmarks/worker_rss.py), 77 MiB on librdkafka with --scale; its allocator's arenas then
+# hold a few MiB more once records flow (benchmarks/memory_budget.py, the "labelled at once"
+# case: 87-95 MiB peak with an empty pending store).
+PROCESS_BYTES = 96 << 20
+# librdkafka's library, its threads and their buffers (77 MiB before the first record, against 64
+# on kafka-python; more once its broker threads run).
+LIBRDKAFKA_BYTES = 24 << 20
+# numba's JIT where the compiled modules are not built: LLVM and numba's lowering library
+# (189 MiB against 64, benchmarks/worker_rss.py).
+NUMBA_BYTES = 128 << 20
+# A polled record's Python objects beyond its bytes (its ConsumerRecord or Message, the event's
+# dict before the model takes it).
+RECORD_OBJECT_BYTES = 2 << 10
+# A poll holds its records' bytes this many times over: the client's messages (librdkafka's
+# taken off its queue, which refills), their values copied into Python and the decoded events.
+# Events of 512 KiB on librdkafka at a 64 MiB queue peaked at 554 MiB against 512 before the
+# queue took this into account (benchmarks/memory_budget.py, "largest").
+POLL_COPIES = 3
+# An output waiting for its acknowledgement: the record in its batch and the send's future.
+OUTPUT_BYTES = 1 << 10
+MODEL_COPIES = 2
+SCHEMA_PARSED_FACTOR = 4
+# A checkpoint encodes a store as lists and arrays, then as bytes, then in the producer's batch:
+# this much of the store it encodes, on top of it. Measured 0.32 on one partition with 60
+# features of 60 names (340 MiB peak with a store of 182 MiB), 0.6 with 60 of 100,000 names
+# (each name a string of its own in the encoded lists: 512 MiB with 226 MiB;
+# benchmarks/memory_budget.py).
+CHECKPOINT_FACTOR = 0.75
+# The least the pending stores may have worker-wide, and each partition's: below them the ceiling
+# is too low to wait for labels at all.
+MIN_PENDING_BYTES = 16 << 20
+MIN_SHARE_BYTES = 1 << 20
+# The default ceiling. A worker on one to a few partitions of the default model fits it with a
+# pending store of 256 MiB per partition (today's --label-store-bytes); on 12 partitions the
+# stores share what is left, ~650 MiB, where before they could take 3 GiB. 1 GiB is the size of
+# a small pod (a Kubernetes node of 4 GiB runs three beside the system's own).
+DEFAULT_MAX_MEMORY = 1 << 30
+# The fetch buffers' share of the ceiling, and the most they take (today's defaults: kafka-python
+# fetches 8 MiB in all, librdkafka queues 64 MiB). Under the share, kafka-python's response is a
+# quarter of it (held, in flight, and a poll of it as objects: `budget_of`), librdkafka's queue
+# and response each a fifth (the queue, a response, and a poll taken off the queue as it
+# refills).
+FETCH_SHARE = 1 / 8
+KAFKA_PYTHON_FETCH_BYTES = 8 << 20
+LIBRDKAFKA_QUEUE_BYTES = 64 << 20
+MIN_FETCH_BYTES = 1 << 20
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000 ** 2, "mb": 1000 ** 2,
+          "mib": 1 << 20, "g": 1000 ** 3, "gb": 1000 ** 3, "gib": 1 << 30, "t": 1000 ** 4,
+          "tb": 1000 ** 4, "tib": 1 << 40}
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*")
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size such as `512MiB`, `2GiB`, `1.5G` or `1000000` (Kubernetes' and IEC's
+    units; `Mi`, `Gi` as Kubernetes writes them).
+
+    >>> parse_size("512MiB"), parse_size("2Gi"), parse_size("1.5GB"), parse_size("4096")
+    (536870912, 2147483648, 1500000000, 4096)
+    """
+    match = _SIZE.fullmatch(text)
+    unit = match.group(2).lower() if match else ""
+    if unit in ("ki", "mi", "gi", "ti"):
+        unit += "b"
+    if match is None or unit not in _UNITS:
+        raise ValueError(f"{text!r} is not a size: give bytes with a unit, e.g. 512MiB or 2GiB")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def format_size(n: float) -> str:
+    """`n` bytes in MiB (GiB from 10 GiB on).
+
+    >>> format_size(3 << 30), format_size(96 << 20)
+    ('3072 MiB', '96 MiB')
+    """
+    if n >= 10 << 30:
+        return f"{n / (1 << 30):.1f} GiB"
+    return f"{n / (1 << 20):.0f} MiB"
+
+
+class MemoryBudgetError(ValueError):
+    """The parts that cannot shrink take the whole ceiling: the cause, then the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryBudget:
+    """The ceiling and the bounds of the parts that do not depend on the partitions.
+
+    `parts(n)` is every part's bound for `n` assigned partitions, `pending_share(n)` what one
+    partition's pending store may hold.
+    """
+
+    max_memory: int
+    process: int
+    fetch: int
+    outputs: int
+    model: int  # one partition's
+    exchange_model: int  # --model-scope topic: one exchanged model's ceiling (0: partition scope)
+    exchange_kind: str
+    schema_cache: int
+    label_store_bytes: int  # one partition's cap (--label-store-bytes)
+
+    def exchange(self, topic_partitions: int) -> int:
+        """The models an exchange on a topic of this many partitions holds at once."""
+        if not self.exchange_model:
+            return 0
+        from connectors.worker.model_scope import exchange_memory_bound
+
+        return exchange_memory_bound(topic_partitions, self.exchange_kind) * self.exchange_model
+
+    def fixed(self, n: int, topic_partitions: int | None = None) -> int:
+        """Every part but the pending stores and their checkpoints' share."""
+        n = max(1, n)
+        states = n * self.model // MODEL_COPIES
+        return (self.process + self.fetch + self.outputs + n * self.model + states
+                + self.exchange(topic_partitions or n) + self.schema_cache)
+
+    def pending_total(self, n: int, topic_partitions: int | None = None) -> int:
+        """The pending stores' share in all (0 when the fixed parts take the ceiling)."""
+        room = (self.max_memory - self.fixed(n, topic_partitions)) / (1 + CHECKPOINT_FACTOR)
+        return max(0, min(int(room), max(1, n) * self.label_store_bytes))
+
+    def pending_share(self, n: int, topic_partitions: int | None = None) -> int:
+        """One partition's pending store (at least MIN_SHARE_BYTES: a store of nothing waits
+        for no label, and an overcommitted worker goes on with the least)."""
+        return max(MIN_SHARE_BYTES, self.pending_total(n, topic_partitions) // max(1, n))
+
+    def least(self, n: int) -> int:
+        """The least the pending stores of `n` partitions take, their checkpoints included."""
+        least = max(MIN_PENDING_BYTES, max(1, n) * MIN_SHARE_BYTES)
+        return int(least * (1 + CHECKPOINT_FACTOR))
+
+    def overcommitted(self, n: int, topic_partitions: int | None = None) -> bool:
+        """Whether the parts of `n` partitions may exceed the ceiling (the fixed ones leave less
+        than the least pending stores)."""
+        return self.max_memory - self.fixed(n, topic_partitions) < self.least(n)
+
+    def parts(self, n: int, topic_partitions: int | None = None) -> dict[str, int]:
+        pending = self.pending_share(n, topic_partitions) * max(1, n)
+        states = max(1, n) * self.model // MODEL_COPIES  # (each model's state, at its ceiling)
+        return {
+            "process": self.process,
+            "fetch": self.fetch,
+            "outputs": self.outputs,
+            "models": max(1, n) * self.model,
+            "exchange": self.exchange(topic_partitions or max(1, n)),
+            "schema cache": self.schema_cache,
+            "pending": pending,
+            "checkpoints": int(CHECKPOINT_FACTOR * pending) + states,
+        }
+
+    def describe(self, n: int, topic_partitions: int | None = None) -> str:
+        """The start line: the ceiling and its largest parts."""
+        parts = sorted(((v, k) for k, v in self.parts(n, topic_partitions).items() if v),
+                       reverse=True)
+        listed = ", ".join(f"{name} {format_size(v)}" for v, name in parts[:5])
+        share = format_size(self.pending_share(n, topic_partitions))
+        return (f"memory: --max-memory {format_size(self.max_memory)} at {max(1, n)} "
+                f"partition{'s' if n != 1 else ''}: {listed} (each partition's pending store "
+                f"{share}; docs/operations.md, \"Sizing a pod\")")
+
+    def check_start(self) -> None:
+        """`MemoryBudgetError` if the ceiling cannot hold the worker on one partition."""
+        if self.overcommitted(1):
+            need = self.fixed(1) + self.least(1)
+            parts = {k: v for k, v in self.parts(1).items() if k not in ("pending", "checkpoints")}
+            largest = ", ".join(f"{k} {format_size(v)}" for k, v in
+                                sorted(parts.items(), key=lambda kv: -kv[1])[:3])
+            raise MemoryBudgetError(
+                f"--max-memory {format_size(self.max_memory)} is below what the worker needs on "
+                f"one partition, {format_size(need)} ({largest}, and a pending store of "
+                f"{format_size(MIN_PENDING_BYTES)}).\nFix: give --max-memory "
+                f"{-(-need // (1 << 20))}MiB or more, or a model of a lower ceiling "
+                "(--param max_features=...)")
+
+
+def fetch_bytes(max_memory: int | None, transport: str) -> int:
+    """kafka-python's fetch_max_bytes, or librdkafka's prefetch queue (its response is as
+    large), under a ceiling (None: today's defaults)."""
+    if transport == "kafka-python":
+        default, parts = KAFKA_PYTHON_FETCH_BYTES, 2 + POLL_COPIES - 1
+    else:
+        default, parts = LIBRDKAFKA_QUEUE_BYTES, 2 + POLL_COPIES
+    if max_memory is None:
+        return default
+    whole_mib = (int(max_memory * FETCH_SHARE / parts) >> 20) << 20
+    return max(MIN_FETCH_BYTES, min(default, whole_mib))
+
+
+def budget_of(config: typing.Any, model_bound: int, numba: bool,
+              exchange_kind: str = "mix") -> MemoryBudget:
+    """The budget of a `WorkerConfig` (its max_memory set) with a model of this ceiling
+    (`exchange_kind`: the resolved --model-exchange of topic scope)."""
+    fetch = max(fetch_bytes(config.max_memory, config.transport), config.max_record_bytes)
+    if config.transport == "kafka-python":
+        # A response held and one in flight; a poll's records come out of the one held.
+        fetched = 2 * fetch + (POLL_COPIES - 1) * fetch
+    else:  # the queue, a response being read into it, a poll taken off the queue
+        fetched = 2 * fetch + POLL_COPIES * fetch
+    schema_cache = 0
+    if config.value_format != "json":
+        schema_cache = SCHEMA_PARSED_FACTOR * config.schema_cache_bytes
+    return MemoryBudget(
+        max_memory=config.max_memory,
+        process=(PROCESS_BYTES + (NUMBA_BYTES if numba else 0)
+                 + (LIBRDKAFKA_BYTES if config.transport == "librdkafka" else 0)),
+        fetch=fetched + config.max_poll_records * RECORD_OBJECT_BYTES,
+        outputs=config.checkpoint_every * OUTPUT_BYTES,
+        model=MODEL_COPIES * model_bound,
+        exchange_model=model_bound if config.model_scope == "topic" else 0,
+        exchange_kind=exchange_kind,
+        schema_cache=schema_cache,
+        label_store_bytes=config.label_store_bytes,
+    )
