@@ -157,7 +157,7 @@ def test_an_assignment_past_the_ceiling_is_one_error_line_and_a_gauge(kafka_brok
     w.produce(bootstrap, name, [(i % 6, w.event(i, {"a": 1.0}, i % 2 == 0)) for i in range(60)])
     # Enough for one partition, not for six model ceilings.
     one = budget(1 << 30, model=64 * MiB)
-    ceiling = one.fixed(1) + one.least(1) + 8 * MiB
+    ceiling = one.needed(1) + 8 * MiB
     cfg = w.config(bootstrap, name, max_memory=ceiling)
     worker = Worker(cfg)
     worker.memory = MemoryBudget(**{**worker.memory.__dict__, "model": 64 * MiB,

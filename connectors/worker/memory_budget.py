@@ -18,6 +18,8 @@ pod"), worker-wide, for `n` assigned input partitions:
                  model, its scaler and metrics)
     exchange     --model-scope topic: the models an exchange holds (`exchange_memory_bound`)
     schema cache the Schema Registry's schemas (--schema-cache-bytes x SCHEMA_PARSED_FACTOR)
+    allocator    1/16 of the ceiling (ALLOCATOR_SHARE): memory Python's allocator keeps after it
+                 is freed (an arena is returned only once all of it is free)
     pending      the events waiting for their label: what is left, split evenly between the
                  assigned partitions, each within --label-store-bytes
     checkpoints  a checkpoint of every partition encodes its store (CHECKPOINT_FACTOR of it) and
@@ -41,8 +43,8 @@ __all__ = ["MemoryBudget", "MemoryBudgetError", "parse_size", "format_size", "PR
 
 # The worker's RSS before its first record on the compiled modules: 61-64 MiB on kafka-python
 # (benchmarks/worker_rss.py), 77 MiB on librdkafka with --scale; its allocator's arenas then
-# hold a few MiB more once records flow (benchmarks/memory_budget.py, the "labelled at once"
-# case: 87-95 MiB peak with an empty pending store).
+# hold more once records flow: 144,000 events of 60 features, each labelled at once (an empty
+# pending store), peaked at 103 MiB on kafka-python, its fetch buffers and outputs included.
 PROCESS_BYTES = 96 << 20
 # librdkafka's library, its threads and their buffers (77 MiB before the first record, against 64
 # on kafka-python; more once its broker threads run).
@@ -62,6 +64,9 @@ POLL_COPIES = 3
 OUTPUT_BYTES = 1 << 10
 MODEL_COPIES = 2
 SCHEMA_PARSED_FACTOR = 4
+# Kept free for what the allocator holds after a burst of frees (a label flood's joins: 519 MiB
+# peak on librdkafka at 512 MiB without it, benchmarks/memory_budget.py "label-flood").
+ALLOCATOR_SHARE = 1 / 16
 # A checkpoint encodes a store as lists and arrays, then as bytes, then in the producer's batch:
 # this much of the store it encodes, on top of it. Measured 0.32 on one partition with 60
 # features of 60 names (340 MiB peak with a store of 182 MiB), 0.6 with 60 of 100,000 names
@@ -155,7 +160,11 @@ class MemoryBudget:
         n = max(1, n)
         states = n * self.model // MODEL_COPIES
         return (self.process + self.fetch + self.outputs + n * self.model + states
-                + self.exchange(topic_partitions or n) + self.schema_cache)
+                + self.exchange(topic_partitions or n) + self.schema_cache + self.allocator)
+
+    @property
+    def allocator(self) -> int:
+        return int(self.max_memory * ALLOCATOR_SHARE)
 
     def pending_total(self, n: int, topic_partitions: int | None = None) -> int:
         """The pending stores' share in all (0 when the fixed parts take the ceiling)."""
@@ -172,6 +181,11 @@ class MemoryBudget:
         least = max(MIN_PENDING_BYTES, max(1, n) * MIN_SHARE_BYTES)
         return int(least * (1 + CHECKPOINT_FACTOR))
 
+    def needed(self, n: int, topic_partitions: int | None = None) -> int:
+        """The least ceiling that holds `n` partitions (the allocator's share grows with it)."""
+        rest = self.fixed(n, topic_partitions) - self.allocator + self.least(n)
+        return int(-(-rest // (1 - ALLOCATOR_SHARE)))
+
     def overcommitted(self, n: int, topic_partitions: int | None = None) -> bool:
         """Whether the parts of `n` partitions may exceed the ceiling (the fixed ones leave less
         than the least pending stores)."""
@@ -187,6 +201,7 @@ class MemoryBudget:
             "models": max(1, n) * self.model,
             "exchange": self.exchange(topic_partitions or max(1, n)),
             "schema cache": self.schema_cache,
+            "allocator": self.allocator,
             "pending": pending,
             "checkpoints": int(CHECKPOINT_FACTOR * pending) + states,
         }
@@ -204,7 +219,7 @@ class MemoryBudget:
     def check_start(self) -> None:
         """`MemoryBudgetError` if the ceiling cannot hold the worker on one partition."""
         if self.overcommitted(1):
-            need = self.fixed(1) + self.least(1)
+            need = self.needed(1)
             parts = {k: v for k, v in self.parts(1).items() if k not in ("pending", "checkpoints")}
             largest = ", ".join(f"{k} {format_size(v)}" for k, v in
                                 sorted(parts.items(), key=lambda kv: -kv[1])[:3])

@@ -598,7 +598,7 @@ class Worker:
                       memory_budget.format_size(fixed),
                       memory_budget.format_size(budget.max_memory), n,
                       memory_budget.format_size(budget.model), memory_budget.format_size(share),
-                      memory_budget.format_size(fixed + budget.least(n)))
+                      memory_budget.format_size(budget.needed(n, topic_partitions)))
         else:
             log.info("%s", budget.describe(n, topic_partitions))
 
