@@ -303,6 +303,12 @@ class _Fetching:
         self._partitions: dict[tuple[str, int], typing.Any] = {}
         # The next offset of each partition as the worker saw it (consumed or seeked).
         self._next: dict[typing.Any, int] = {}
+        # The bytes a poll may take (None: max_records alone), the mean value size of the last
+        # poll, which sets how many messages the next may ask for, and the most it may ask for
+        # (four times the last count: the first polls, sizes unknown, ask for few; `poll`).
+        self._poll_bytes: int | None = None
+        self._value_bytes = 1 << 10
+        self._count_cap = 64
 
     def _tp(self, topic: str, partition: int) -> typing.Any:
         key = (topic, partition)
@@ -322,8 +328,18 @@ class _Fetching:
     def poll(self, timeout_ms: int, max_records: int) -> dict[typing.Any, list]:
         from confluent_kafka import KafkaError, KafkaException
 
+        count = max_records
+        if self._poll_bytes is not None:
+            # consume() keeps taking messages off the queue until it has `count` or the timeout
+            # ends, and the queue refills meanwhile: its batch is bounded by the count, not by
+            # the queue. Under --max-memory the count follows the records' size (records of
+            # 425 KiB peaked at 619 MiB against a ceiling of 512 with 5,000 a poll;
+            # benchmarks/memory_budget.py "largest").
+            count = max(1, min(max_records, self._poll_bytes // self._value_bytes,
+                               self._count_cap))
+            self._count_cap = 4 * count
         try:
-            messages = self._consumer.consume(max_records, timeout_ms / 1000)
+            messages = self._consumer.consume(count, timeout_ms / 1000)
         except KafkaException as error:
             raise client_error(error) from error
         if not messages:
@@ -355,6 +371,9 @@ class _Fetching:
                                   message.key(), message.value(), message.headers() or []))
         for tp, records in batches.items():
             self._next[tp] = records[-1].offset + 1
+        if self._poll_bytes is not None:
+            sizes = [len(r.value) for b in batches.values() for r in b if r.value is not None]
+            self._value_bytes = max(64, sum(sizes) // max(1, len(sizes)))
         return batches
 
     def _reached_end(self, message: typing.Any) -> None:
@@ -546,6 +565,9 @@ class LibrdkafkaTransport(_Fetching, Transport):
         # anything (fetches, heartbeats, metadata). The callback runs inside `consume`.
         properties.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
         properties.setdefault("stats_cb", self._on_statistics)
+        queue = properties.get("queued.max.messages.kbytes")
+        if queue is not None:  # (--max-memory's share: a poll takes at most as much)
+            self._poll_bytes = int(queue) << 10
         self._consumer = _new_consumer(properties, "consumer")
 
     def _on_statistics(self, statistics: str) -> None:
