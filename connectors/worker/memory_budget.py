@@ -18,8 +18,9 @@ pod"), worker-wide, for `n` assigned input partitions:
                  model, its scaler and metrics)
     exchange     --model-scope topic: the models an exchange holds (`exchange_memory_bound`)
     schema cache the Schema Registry's schemas (--schema-cache-bytes x SCHEMA_PARSED_FACTOR)
-    allocator    1/16 of the ceiling (ALLOCATOR_SHARE): memory Python's allocator keeps after it
-                 is freed (an arena is returned only once all of it is free)
+    allocator    1/8 of the ceiling (ALLOCATOR_SHARE): what no term bounds on its own, memory
+                 Python's allocator keeps once freed (an arena goes back only once all of it is
+                 free) and the records a producer holds while a broker stops acknowledging
     pending      the events waiting for their label: what is left, split evenly between the
                  assigned partitions, each within --label-store-bytes
     checkpoints  a checkpoint of every partition encodes its store (CHECKPOINT_FACTOR of it) and
@@ -65,8 +66,10 @@ OUTPUT_BYTES = 1 << 10
 MODEL_COPIES = 2
 SCHEMA_PARSED_FACTOR = 4
 # Kept free for what the allocator holds after a burst of frees (a label flood's joins: 519 MiB
-# peak on librdkafka at 512 MiB without it, benchmarks/memory_budget.py "label-flood").
-ALLOCATOR_SHARE = 1 / 16
+# peak on librdkafka at 512 MiB without it) and for a broker that stops acknowledging for 15 s
+# (522 MiB on kafka-python with 1/16; benchmarks/memory_budget.py "label-flood",
+# "paused-broker").
+ALLOCATOR_SHARE = 1 / 8
 # A checkpoint encodes a store as lists and arrays, then as bytes, then in the producer's batch:
 # this much of the store it encodes, on top of it. Measured 0.32 on one partition with 60
 # features of 60 names (340 MiB peak with a store of 182 MiB), 0.6 with 60 of 100,000 names
