@@ -25,6 +25,8 @@ BENCHMARKS = [
     ("cold_start.py", [], ["--models", "alma,budgetsvm"]),
     ("feature_bound_accuracy.py", [], ["--quick"]),
     ("memory_ceiling.py", [], ["--quick"]),
+    ("memory_budget.py", [], ["--events", "20000", "--partitions", "1",
+                              "--cases", "flood,largest"]),
     ("drift_detectors.py", [], ["--quick"]),
     ("model_scope_worker.py", [], ["--records", "6000", "--streams", "RBF drift", "SEA",
                                    "--models", "alma", "budgetsvm"]),
