@@ -303,12 +303,10 @@ class _Fetching:
         self._partitions: dict[tuple[str, int], typing.Any] = {}
         # The next offset of each partition as the worker saw it (consumed or seeked).
         self._next: dict[typing.Any, int] = {}
-        # The bytes a poll may take (None: max_records alone), the mean value size of the last
-        # poll, which sets how many messages the next may ask for, and the most it may ask for
-        # (four times the last count: the first polls, sizes unknown, ask for few; `poll`).
+        # The bytes a poll may take (None: max_records alone), and the mean value size of the
+        # last poll, which sets how many messages the next may ask for (`poll`).
         self._poll_bytes: int | None = None
         self._value_bytes = 1 << 10
-        self._count_cap = 64
 
     def _tp(self, topic: str, partition: int) -> typing.Any:
         key = (topic, partition)
@@ -335,9 +333,9 @@ class _Fetching:
             # the queue. Under --max-memory the count follows the records' size (records of
             # 425 KiB peaked at 619 MiB against a ceiling of 512 with 5,000 a poll;
             # benchmarks/memory_budget.py "largest").
-            count = max(1, min(max_records, self._poll_bytes // self._value_bytes,
-                               self._count_cap))
-            self._count_cap = 4 * count
+            # (Not ramped up from a few: topic scope's first polls must hold every
+            # partition's stretch, and a backlog learnt from small first polls lost 5 points.)
+            count = max(1, min(max_records, self._poll_bytes // self._value_bytes))
         try:
             messages = self._consumer.consume(count, timeout_ms / 1000)
         except KafkaException as error:
