@@ -183,3 +183,19 @@ def _metrics(status) -> str:
     from connectors.observability.observability import metrics_registry
 
     return generate_latest(metrics_registry(status)).decode()
+
+
+def test_the_default_gives_way_to_a_model_of_a_larger_ceiling_and_a_given_size_does_not():
+    from connectors.worker.worker import Worker
+
+    # A one-vs-rest ALMA of 100 classes has 100 model ceilings: more than 1 GiB on one partition.
+    auto = Worker(WorkerConfig(topics=["t"], one_vs_rest=True)).memory
+    assert auto.auto and auto.max_memory > 1 << 30
+    assert not auto.overcommitted(1) and auto.max_memory % MiB == 0
+    assert "--max-memory auto, " in auto.describe(1)
+    with pytest.raises(MemoryBudgetError, match="below what the worker needs"):
+        Worker(WorkerConfig(topics=["t"], one_vs_rest=True, max_memory=1 << 30))
+    plain = Worker(WorkerConfig(topics=["t"])).memory
+    assert plain.max_memory == memory_budget.DEFAULT_MAX_MEMORY
+    with pytest.raises(ValueError, match="bytes, auto or None"):
+        WorkerConfig(topics=["t"], max_memory="lots")

@@ -110,9 +110,10 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
     ("--drift-detector", "str", "ddm", "River drift detector on the error stream"),
     ("--drift-param", "params", {}, "drift detector parameter key=value (repeatable)"),
     ("--label-store-size", "int", 100_000, "max unlabelled events waiting for their label"),
-    ("--max-memory", "size", 1 << 30,
-     "the ceiling of the whole process (512MiB, 2GiB; none: no ceiling): every bounded part "
-     "takes its share, the pending stores what is left (docs/operations.md, \"Sizing a pod\")"),
+    ("--max-memory", "size", "auto",
+     "the ceiling of the whole process (512MiB, 2GiB; auto: 1GiB, or what one partition of the "
+     "model needs if more; none: no ceiling): every bounded part takes its share, the pending "
+     "stores what is left (docs/operations.md, \"Sizing a pod\")"),
     ("--label-store-bytes", "int", 256 << 20,
      "max bytes of unlabelled events waiting (record bytes + per-feature overhead); the oldest "
      "are evicted beyond it"),
@@ -224,18 +225,20 @@ def _optional_float(text: str) -> float | None:
     return float(text)
 
 
-def _optional_size(text: str) -> int | None:
-    """Bytes of a size (`512MiB`, `2GiB`), or None for "none", "off" or ""."""
-    from connectors.worker.memory_budget import parse_size
+def _optional_size(text: str) -> int | str | None:
+    """Bytes of a size (`512MiB`, `2GiB`), "auto", or None for "none", "off" or ""."""
+    from connectors.worker.memory_budget import AUTO, parse_size
 
     if text.strip().lower() in ("", "none", "off", "null"):
         return None
+    if text.strip().lower() == AUTO:
+        return AUTO
     return parse_size(text)
 
 
 # argparse names the converter in its message: "invalid number (or none) value: 'abc'".
 _optional_float.__name__ = "number (or none)"
-_optional_size.__name__ = "size (or none)"
+_optional_size.__name__ = "size (or auto, none)"
 _bool.__name__ = "boolean"
 
 

@@ -17,7 +17,7 @@ from connectors.serializers import OUTPUT_FORMATS
 from connectors.serializers.mapping import FieldMapping, parse_paths
 from connectors.serializers.schema_registry import DEFAULT_MAX_CACHE_BYTES
 from connectors.state import checkpoint as checkpoint_module
-from connectors.worker.memory_budget import DEFAULT_MAX_MEMORY, fetch_bytes
+from connectors.worker.memory_budget import AUTO, ceiling, fetch_bytes
 from connectors.worker.model_scope import (
     DEFAULT_MAX_EXCHANGE_CPU_SHARE,
     DEFAULT_MAX_MODEL_BYTES_SHARE,
@@ -108,9 +108,10 @@ class WorkerConfig:
     # record timestamps) expires.
     label_store_size: int = 100_000
     label_store_bytes: int = 256 << 20
-    # The ceiling of the whole process, bytes (None: no ceiling, each part at its own limits):
-    # every bounded part takes its share of it (connectors/worker/memory_budget.py).
-    max_memory: int | None = DEFAULT_MAX_MEMORY
+    # The ceiling of the whole process, bytes (None: no ceiling, each part at its own limits;
+    # "auto": 1 GiB, or what one partition of the model needs if more): every bounded part
+    # takes its share of it (connectors/worker/memory_budget.py).
+    max_memory: int | str | None = AUTO
     label_max_age_records: int | None = 1_000_000
     label_max_age_seconds: float | None = None
     # A checkpoint that cannot be restored: "fail" (exit non-zero, nothing committed) or "reset"
@@ -194,7 +195,9 @@ class WorkerConfig:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
-        if self.max_memory is not None and self.max_memory < 1:
+        if isinstance(self.max_memory, str) and self.max_memory != AUTO:
+            raise ValueError(f"max_memory must be bytes, auto or None, got {self.max_memory!r}")
+        if isinstance(self.max_memory, int) and self.max_memory < 1:
             raise ValueError(f"max_memory must be >= 1 byte, got {self.max_memory!r}")
         if self.max_checkpoint_bytes < 1:
             raise ValueError(f"max_checkpoint_bytes must be >= 1, "
@@ -477,7 +480,7 @@ def _fetch_max_bytes(config: WorkerConfig) -> int:
 def _prefetch_queue(config: WorkerConfig) -> dict[str, int]:
     """librdkafka's prefetch queue (queued.max.messages.kbytes, one queue for all the partitions
     of a high-level consumer) within --max-memory's fetch share."""
-    if config.transport != "librdkafka" or config.max_memory is None:
+    if config.transport != "librdkafka" or ceiling(config.max_memory) is None:
         return {}
     return {"queued.max.messages.kbytes": fetch_bytes(config.max_memory, "librdkafka") >> 10}
 

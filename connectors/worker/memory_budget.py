@@ -80,11 +80,14 @@ CHECKPOINT_FACTOR = 0.75
 # is too low to wait for labels at all.
 MIN_PENDING_BYTES = 16 << 20
 MIN_SHARE_BYTES = 1 << 20
-# The default ceiling. A worker on one to a few partitions of the default model fits it with a
+# The default ceiling (--max-memory auto): this, or what one partition of the model needs where
+# that is more (a one-vs-rest ALMA of 100 classes: 100 model ceilings, 3.1 GiB), so that a
+# model of a large ceiling still starts by default. A worker on one to a few partitions of the default model fits it with a
 # pending store of 256 MiB per partition (today's --label-store-bytes); on 12 partitions the
 # stores share what is left, ~650 MiB, where before they could take 3 GiB. 1 GiB is the size of
 # a small pod (a Kubernetes node of 4 GiB runs three beside the system's own).
 DEFAULT_MAX_MEMORY = 1 << 30
+AUTO = "auto"
 # The fetch buffers' share of the ceiling, and the most they take (today's defaults: kafka-python
 # fetches 8 MiB in all, librdkafka queues 64 MiB). Under the share, kafka-python's response is a
 # quarter of it (held, in flight, and a poll of it as objects: `budget_of`), librdkafka's queue
@@ -149,6 +152,7 @@ class MemoryBudget:
     exchange_kind: str
     schema_cache: int
     label_store_bytes: int  # one partition's cap (--label-store-bytes)
+    auto: bool = False  # --max-memory auto (the default)
 
     def exchange(self, topic_partitions: int) -> int:
         """The models an exchange on a topic of this many partitions holds at once."""
@@ -215,7 +219,8 @@ class MemoryBudget:
                        reverse=True)
         listed = ", ".join(f"{name} {format_size(v)}" for v, name in parts[:5])
         share = format_size(self.pending_share(n, topic_partitions))
-        return (f"memory: --max-memory {format_size(self.max_memory)} at {max(1, n)} "
+        given = "auto, " if self.auto else ""
+        return (f"memory: --max-memory {given}{format_size(self.max_memory)} at {max(1, n)} "
                 f"partition{'s' if n != 1 else ''}: {listed} (each partition's pending store "
                 f"{share}; docs/operations.md, \"Sizing a pod\")")
 
@@ -234,9 +239,15 @@ class MemoryBudget:
                 "(--param max_features=...)")
 
 
-def fetch_bytes(max_memory: int | None, transport: str) -> int:
+def ceiling(max_memory: int | str | None) -> int | None:
+    """The ceiling the fetch buffers' share is taken from (auto: the default's)."""
+    return DEFAULT_MAX_MEMORY if max_memory == AUTO else max_memory  # type: ignore[return-value]
+
+
+def fetch_bytes(max_memory: int | str | None, transport: str) -> int:
     """kafka-python's fetch_max_bytes, or librdkafka's prefetch queue (its response is as
-    large), under a ceiling (None: today's defaults)."""
+    large), under a ceiling (None: today's defaults; auto: the default's)."""
+    max_memory = ceiling(max_memory)
     if transport == "kafka-python":
         default, parts = KAFKA_PYTHON_FETCH_BYTES, 2 + POLL_COPIES - 1
     else:
@@ -249,8 +260,8 @@ def fetch_bytes(max_memory: int | None, transport: str) -> int:
 
 def budget_of(config: typing.Any, model_bound: int, numba: bool,
               exchange_kind: str = "mix") -> MemoryBudget:
-    """The budget of a `WorkerConfig` (its max_memory set) with a model of this ceiling
-    (`exchange_kind`: the resolved --model-exchange of topic scope)."""
+    """The budget of a `WorkerConfig` (its max_memory set, or auto) with a model of this
+    ceiling (`exchange_kind`: the resolved --model-exchange of topic scope)."""
     fetch = max(fetch_bytes(config.max_memory, config.transport), config.max_record_bytes)
     if config.transport == "kafka-python":
         # A response held and one in flight; a poll's records come out of the one held.
@@ -260,8 +271,9 @@ def budget_of(config: typing.Any, model_bound: int, numba: bool,
     schema_cache = 0
     if config.value_format != "json":
         schema_cache = SCHEMA_PARSED_FACTOR * config.schema_cache_bytes
-    return MemoryBudget(
-        max_memory=config.max_memory,
+    auto = config.max_memory == AUTO
+    budget = MemoryBudget(
+        max_memory=DEFAULT_MAX_MEMORY if auto else config.max_memory,
         process=(PROCESS_BYTES + (NUMBA_BYTES if numba else 0)
                  + (LIBRDKAFKA_BYTES if config.transport == "librdkafka" else 0)),
         fetch=fetched + config.max_poll_records * RECORD_OBJECT_BYTES,
@@ -271,4 +283,9 @@ def budget_of(config: typing.Any, model_bound: int, numba: bool,
         exchange_kind=exchange_kind,
         schema_cache=schema_cache,
         label_store_bytes=config.label_store_bytes,
+        auto=auto,
     )
+    if auto and budget.overcommitted(1):
+        # (the default gives way to a model of a larger ceiling: one partition's need, in MiB)
+        budget = dataclasses.replace(budget, max_memory=-(-budget.needed(1) >> 20) << 20)
+    return budget
