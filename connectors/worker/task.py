@@ -575,9 +575,8 @@ class PendingLabels:
         else:
             entries[event_id] = (x, offset, timestamp, y_pred, p_true, size)
             self.n_bytes += size
-            while len(entries) > self.max_size or self.n_bytes > self.max_bytes:
-                self.n_bytes -= entries.pop(next(iter(entries)))[5]
-                self.evicted += 1
+            if len(entries) > self.max_size or self.n_bytes > self.max_bytes:
+                self._evict_to_limits()
         self.sweep(offset)
 
     def pop(self, event_id: typing.Any, offset: int, timestamp: int) -> tuple | None:
@@ -611,8 +610,12 @@ class PendingLabels:
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
         self.max_bytes = max_bytes
+        self._evict_to_limits()
+
+    def _evict_to_limits(self) -> None:
+        """Evict the oldest entries, counted, while the store is beyond max_size or max_bytes."""
         entries = self.entries
-        while self.n_bytes > max_bytes:
+        while len(entries) > self.max_size or self.n_bytes > self.max_bytes:
             self.n_bytes -= entries.pop(next(iter(entries)))[5]
             self.evicted += 1
 
@@ -748,9 +751,7 @@ class PendingLabels:
         pending.max_timestamp = max_timestamp
         for name, count in counts.items():
             setattr(pending, name, count)
-        while len(entries) > max_size or pending.n_bytes > max_bytes:
-            pending.n_bytes -= entries.pop(next(iter(entries)))[5]
-            pending.evicted += 1
+        pending._evict_to_limits()  # (a restart with smaller limits)
         return pending
 
 
