@@ -244,17 +244,22 @@ def ceiling(max_memory: int | str | None) -> int | None:
     return DEFAULT_MAX_MEMORY if max_memory == AUTO else max_memory  # type: ignore[return-value]
 
 
+def fetch_buffers(transport: str) -> int:
+    """How many buffers of `fetch_bytes` the fetched records take at most. kafka-python: a
+    response held and one in flight, a poll's records out of the one held (POLL_COPIES - 1 more);
+    librdkafka: the queue, a response being read into it, a poll taken off the queue as it
+    refills (POLL_COPIES more)."""
+    return 2 + POLL_COPIES - (1 if transport == "kafka-python" else 0)
+
+
 def fetch_bytes(max_memory: int | str | None, transport: str) -> int:
     """kafka-python's fetch_max_bytes, or librdkafka's prefetch queue (its response is as
     large), under a ceiling (None: today's defaults; auto: the default's)."""
     max_memory = ceiling(max_memory)
-    if transport == "kafka-python":
-        default, parts = KAFKA_PYTHON_FETCH_BYTES, 2 + POLL_COPIES - 1
-    else:
-        default, parts = LIBRDKAFKA_QUEUE_BYTES, 2 + POLL_COPIES
+    default = KAFKA_PYTHON_FETCH_BYTES if transport == "kafka-python" else LIBRDKAFKA_QUEUE_BYTES
     if max_memory is None:
         return default
-    whole_mib = (int(max_memory * FETCH_SHARE / parts) >> 20) << 20
+    whole_mib = (int(max_memory * FETCH_SHARE / fetch_buffers(transport)) >> 20) << 20
     return max(MIN_FETCH_BYTES, min(default, whole_mib))
 
 
@@ -263,11 +268,7 @@ def budget_of(config: typing.Any, model_bound: int, numba: bool,
     """The budget of a `WorkerConfig` (its max_memory set, or auto) with a model of this
     ceiling (`exchange_kind`: the resolved --model-exchange of topic scope)."""
     fetch = max(fetch_bytes(config.max_memory, config.transport), config.max_record_bytes)
-    if config.transport == "kafka-python":
-        # A response held and one in flight; a poll's records come out of the one held.
-        fetched = 2 * fetch + (POLL_COPIES - 1) * fetch
-    else:  # the queue, a response being read into it, a poll taken off the queue
-        fetched = 2 * fetch + POLL_COPIES * fetch
+    fetched = fetch_buffers(config.transport) * fetch
     schema_cache = 0
     if config.value_format != "json":
         schema_cache = SCHEMA_PARSED_FACTOR * config.schema_cache_bytes
