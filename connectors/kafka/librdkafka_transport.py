@@ -346,6 +346,7 @@ class _Fetching:
         tp = None
         key = None
         records: list = []
+        value_bytes = values = 0
         for message in messages:
             error = message.error()
             if error is not None:
@@ -365,13 +366,16 @@ class _Fetching:
                 key = (topic, partition)
                 tp = self._tp(topic, partition)
                 records = batches.setdefault(tp, [])
+            value = message.value()
+            if value is not None:
+                value_bytes += len(value)
+                values += 1
             records.append(Record(topic, partition, message.offset(), message.timestamp()[1],
-                                  message.key(), message.value(), message.headers() or []))
+                                  message.key(), value, message.headers() or []))
         for tp, records in batches.items():
             self._next[tp] = records[-1].offset + 1
-        if self._poll_bytes is not None:
-            sizes = [len(r.value) for b in batches.values() for r in b if r.value is not None]
-            self._value_bytes = max(64, sum(sizes) // max(1, len(sizes)))
+        # The mean value size, for the next poll's count under a byte bound.
+        self._value_bytes = max(64, value_bytes // max(1, values))
         return batches
 
     def _reached_end(self, message: typing.Any) -> None:
