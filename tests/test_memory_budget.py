@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
@@ -130,7 +131,7 @@ def test_a_flood_of_waiting_events_stays_within_the_shares_and_is_counted(kafka_
     assert share < 256 * MiB
     # A share that 3,000 events of ~4.4 KB charged each (40 features) overflow: the stores
     # evict their oldest, counted, and hold no more than their share.
-    worker.memory = MemoryBudget(**{**worker.memory.__dict__, "label_store_bytes": 4 * MiB})
+    worker.memory = dataclasses.replace(worker.memory, label_store_bytes=4 * MiB)
     with caplog.at_level(logging.INFO, logger="connectors.worker"):
         summary = worker.run()
     assert summary["records"] == 6_000
@@ -160,8 +161,7 @@ def test_an_assignment_past_the_ceiling_is_one_error_line_and_a_gauge(kafka_brok
     ceiling = one.needed(1) + 8 * MiB
     cfg = w.config(bootstrap, name, max_memory=ceiling)
     worker = Worker(cfg)
-    worker.memory = MemoryBudget(**{**worker.memory.__dict__, "model": 64 * MiB,
-                                    "max_memory": ceiling})
+    worker.memory = dataclasses.replace(worker.memory, model=64 * MiB, max_memory=ceiling)
     with caplog.at_level(logging.INFO, logger="connectors.worker"):
         summary = worker.run()
     assert summary["records"] == 60  # it goes on
