@@ -28,10 +28,13 @@ from connectors.state.checkpoint import (
     LoadedCheckpoint,
     Manifest,
     RefusedCheckpoint,
+    Segment,
+    Segmented,
     chunk_key,
     frame_chunk,
     frame_inline,
     frame_manifest,
+    frame_segmented,
     read_head,
 )
 from streammargin import StateError, state
@@ -120,7 +123,7 @@ def refused(reason: str, call, *args):
          "strictly increasing"),
         (lambda m, v: frame_manifest(
             dataclasses.replace(m, **{"offsets": tuple(range(195, 205))})),
-         "not before the manifest"),
+         "not before the head record"),
         (lambda m, v: frame_manifest(
             dataclasses.replace(m, **{"previous": Generation(7, checkpoint.MAX_CHUNKS + 1)})),
          "bad previous generation"),
@@ -301,6 +304,75 @@ def test_mutated_records_give_the_payload_or_a_refusal(payload, chunk_bytes, tar
     event("accepted")
     # Whatever got through is the checkpoint itself (or the edits changed nothing).
     assert result == payload
+
+
+def segmented_head(limit: int = LIMIT):
+    """A segmented head of two segments (chunk offsets 100-106) around a manifest."""
+    one, _ = chunked(os.urandom(3_000), 1024, generation=0xA1, first_offset=100)
+    two, _ = chunked(os.urandom(500), 1024, generation=0xB2, first_offset=105)
+    main, _ = chunked(os.urandom(2_000), 1024, generation=0xC3, first_offset=106,
+                      previous=Generation(0xD4, 2))
+    segments = (Segment(7, dataclasses.replace(one, previous=None)),
+                Segment(9, dataclasses.replace(two, previous=None)))
+    dropped = (Generation(0xE5, 1),)
+    return Segmented(main, segments, dropped), frame_segmented(frame_manifest(main), segments,
+                                                               dropped)
+
+
+def test_a_segmented_head_reads_back_exactly():
+    head, value = segmented_head()
+    assert read_head(value, 200, LIMIT) == head
+    assert head.previous == Generation(0xD4, 2)
+    inline = frame_segmented(frame_inline(b"payload"), head.segments)
+    assert read_head(inline, 200, LIMIT) == Segmented(Inline(b"payload", None), head.segments, ())
+
+
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        (lambda v: v[:12], "truncated"),
+        (lambda v: v[:6] + (5000).to_bytes(4, "big") + v[10:], "above 4096"),
+        (lambda v: v[:6] + (3).to_bytes(4, "big") + v[10:], "segment 2"),
+        (lambda v: frame_segmented(v, ()), "inside another"),
+        (lambda v: frame_segmented(frame_inline(b"x" * 100), [segmented_head()[0].segments[0]] * 2),
+         "listed twice"),
+    ],
+    ids=["truncated", "too-many", "count", "nested", "twice"],
+)
+def test_a_hostile_segmented_head_is_refused_with_its_reason(mutate, reason):
+    refused(reason, read_head, mutate(segmented_head()[1]), 200, LIMIT)
+
+
+def test_a_segmented_head_counts_its_segments_against_the_limit():
+    _, value = segmented_head()
+    assert read_head(value, 200, 5_500)  # 3,000 + 500 + 2,000 bytes
+    refused("above max_checkpoint_bytes", read_head, value, 200, 5_499)
+    refused("not before the head record", read_head, value, 104, LIMIT)
+
+
+@settings(max_examples=200, deadline=None)
+@given(edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1,
+                      max_size=4),
+       cut=st.one_of(st.none(), st.integers(0, 10**6)))
+def test_a_mutated_segmented_head_is_refused_or_consistent(edits, cut):
+    head, value = segmented_head()
+    mutated = bytearray(value)
+    for position, byte in edits:
+        mutated[position % len(mutated)] = byte
+    if cut is not None:
+        del mutated[cut % (len(mutated) + 1):]
+    try:
+        got = read_head(bytes(mutated), 200, 1 << 20)
+    except StateError:
+        event("refused")
+        return
+    event("accepted")
+    if isinstance(got, Segmented):
+        claimed = sum(s.chunks.total_bytes for s in got.segments)
+        assert claimed + got.head.total_bytes <= 1 << 20
+        for segment in got.segments:
+            assert segment.chunks.offsets[-1] < 200 and segment.chunks.previous is None
+        assert len({s.id for s in got.segments}) == len(got.segments)
 
 
 # The store against the embedded broker ------------------------------------------------------------
@@ -639,7 +711,7 @@ def test_hostile_records_on_the_topic_give_refused_checkpoints_with_coordinates(
         2: (manifest(total_bytes=10**12, chunk_bytes=2**32 - 1,
                      offsets=tuple(range(233))), "above max_checkpoint_bytes"),
         3: (b"garbage", "not a checkpoint record"),
-        4: (manifest(offsets=tuple(range(10**6, 10**6 + 6))), "is not before the manifest"),
+        4: (manifest(offsets=tuple(range(10**6, 10**6 + 6))), "is not before the head record"),
         5: (manifest(offsets=(0, 0, 1, 2, 3, 4)), "strictly increasing"),
     }
     items = [(head(p), value) for p, (value, _) in hostile.items()]
@@ -678,3 +750,77 @@ def test_a_checkpoint_above_the_limit_is_not_written_and_not_read(kafka_broker, 
     store_for_big.close()
     found = load(kafka_broker, topic, [("events", 0)], max_checkpoint_bytes=10_000)
     assert "above max_checkpoint_bytes=10000" in found[("events", 0)].reason
+
+
+def checkpoint_keys(kafka_broker, topic, head):
+    """The chunk keys of `head` with a value, and those with a tombstone after it, on the topic."""
+    records = [r for r in topic_records(kafka_broker, topic) if r.key.startswith(head + b"/")]
+    latest = {r.key: r.value for r in records}
+    return ({k for k, v in latest.items() if v is not None},
+            {k for k, v in latest.items() if v is None})
+
+
+@pytest.mark.kafka
+def test_segments_outlive_their_checkpoint_until_one_drops_them(kafka_broker, topic):
+    head = checkpoint.checkpoint_key("group", "events", 0)
+    store = store_for(kafka_broker, topic, chunk_bytes=1_024)
+    one, two, three = os.urandom(3_000), os.urandom(10), os.urandom(700)
+    store.write({("events", 0): checkpoint.CheckpointWrite(b"head 1", {1: one, 2: two})})
+    store.write({("events", 0): checkpoint.CheckpointWrite(b"head 2", {3: three}, {1})})
+    store.producer.flush()
+    # Segment 1 (3 chunks) and 3 (1 chunk) stand; segment 2's one chunk got a tombstone.
+    alive, deleted = checkpoint_keys(kafka_broker, topic, head)
+    assert (len(alive), len(deleted)) == (4, 1)
+    found = load(kafka_broker, topic, [("events", 0)])[("events", 0)]
+    assert (found.payload, dict(found.segments)) == (b"head 2", {1: one, 3: three})
+    # A restarted store keeps from what it loads, and refuses to keep what it never had.
+    store.close()
+    store = store_for(kafka_broker, topic, chunk_bytes=1_024)
+    store.load([("events", 0)])
+    with pytest.raises(checkpoint.CheckpointError, match="keeps segments"):
+        store.write({("events", 0): checkpoint.CheckpointWrite(b"head 3", {}, {2})})
+    store.write({("events", 0): checkpoint.CheckpointWrite(b"head 3", {}, {3})})
+    store.write({("events", 0): b"head 4"})  # (no segments: every one is dropped)
+    store.close()
+    alive, deleted = checkpoint_keys(kafka_broker, topic, head)
+    assert (alive, len(deleted)) == (set(), 5)
+    found = load(kafka_broker, topic, [("events", 0)])[("events", 0)]
+    assert (found.payload, dict(found.segments)) == (b"head 4", {})
+
+
+@pytest.mark.kafka
+def test_a_dropped_segment_gets_its_tombstones_even_after_a_crash_before_them(
+    kafka_broker, topic, monkeypatch
+):
+    head = checkpoint.checkpoint_key("group", "events", 0)
+    store = store_for(kafka_broker, topic, chunk_bytes=1_024)
+    store.write({("events", 0): checkpoint.CheckpointWrite(b"1", {1: os.urandom(2_000)})})
+    monkeypatch.setattr(store, "_write_tombstones", lambda plans: None)
+    store.write({("events", 0): checkpoint.CheckpointWrite(b"2", {2: b"two"})})
+    store.close()
+    assert len(checkpoint_keys(kafka_broker, topic, head)[0]) == 3  # segment 1 leaked
+    # A restarted store learns of segment 1 from the head's "dropped" list.
+    store = store_for(kafka_broker, topic, chunk_bytes=1_024)
+    assert dict(store.load([("events", 0)])[("events", 0)].segments) == {2: b"two"}
+    store.write({("events", 0): checkpoint.CheckpointWrite(b"3", {}, {2})})
+    store.close()
+    alive, deleted = checkpoint_keys(kafka_broker, topic, head)
+    assert len(alive) == 1 and len(deleted) == 2
+
+
+@pytest.mark.kafka
+def test_a_missing_segment_refuses_the_checkpoint(kafka_broker, topic):
+    store = store_for(kafka_broker, topic, chunk_bytes=1_024)
+    store.write({("events", 0): checkpoint.CheckpointWrite(b"1", {1: os.urandom(1_500)})})
+    store.close()
+    head = checkpoint.checkpoint_key("group", "events", 0)
+    segment_chunk = next(r.key for r in topic_records(kafka_broker, topic)
+                         if r.key.startswith(head + b"/"))
+    produce_raw(kafka_broker, topic, [(segment_chunk, b"SMCK\x01Cgarbage")])
+    found = load(kafka_broker, topic, [("events", 0)])[("events", 0)]
+    # (the head lists the chunk at its offset: the one there is checked, the later one ignored)
+    assert isinstance(found, LoadedCheckpoint)
+    produce_raw(kafka_broker, topic, [(head, frame_segmented(frame_inline(b"1"), (
+        Segment(1, Manifest(0x99, 10, 1024, (0,), bytes(32), None)),)))])
+    found = load(kafka_broker, topic, [("events", 0)])[("events", 0)]
+    assert isinstance(found, RefusedCheckpoint) and "chunk 0 at offset 0" in found.reason

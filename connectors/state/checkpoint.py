@@ -45,12 +45,17 @@ from streammargin import state as state_module
 
 __all__ = [
     "CheckpointStore",
+    "CheckpointWrite",
     "CheckpointError",
     "LoadedCheckpoint",
     "RefusedCheckpoint",
     "Generation",
     "Inline",
     "Manifest",
+    "Segment",
+    "Segmented",
+    "MAX_SEGMENTS",
+    "frame_segmented",
     "ChunkAssembler",
     "read_head",
     "frame_inline",
@@ -75,6 +80,7 @@ from connectors.state.checkpoint_records import (  # noqa: F401 (re-exported)
     DEFAULT_MAX_CHECKPOINT_BYTES,
     MIN_CHUNK_BYTES,
     MAX_CHUNKS,
+    MAX_SEGMENTS,
     READ_COMMITTED_QUIET_S,
     RECORD_HEADROOM,
     _MANIFEST_HEAD,
@@ -84,6 +90,8 @@ from connectors.state.checkpoint_records import (  # noqa: F401 (re-exported)
     Generation,
     Inline,
     Manifest,
+    Segment,
+    Segmented,
     _chunk_of,
     _partition_of,
     _refuse,
@@ -94,6 +102,7 @@ from connectors.state.checkpoint_records import (  # noqa: F401 (re-exported)
     frame_chunk,
     frame_inline,
     frame_manifest,
+    frame_segmented,
     read_head,
 )
 
@@ -110,10 +119,33 @@ class LoadedCheckpoint:
     partition: int
     offset: int
     chunks: int  # 0: inline
+    # Its segments' bytes by id (`CheckpointWrite`), each checked against its head's SHA-256.
+    segments: typing.Mapping[int, bytes] = dataclasses.field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (f"LoadedCheckpoint({self.key!r}, {len(self.payload)} bytes, "
-                f"{self.topic}/{self.partition}@{self.offset}, {self.chunks} chunks)")
+                f"{self.topic}/{self.partition}@{self.offset}, {self.chunks} chunks, "
+                f"{len(self.segments)} segments)")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointWrite:
+    """A checkpoint with segments: parts that outlive it (`checkpoint_records`' "segmented").
+
+    `new_segments` are written with this checkpoint, under ids of the writer's choosing;
+    `kept_segments` are ids of segments the key's current checkpoint lists, kept as they are.
+    Every other segment of the key is dropped once this checkpoint is durable. A restore gets
+    the segments of the latest checkpoint back in `LoadedCheckpoint.segments`.
+    """
+
+    payload: bytes
+    new_segments: typing.Mapping[int, bytes] = dataclasses.field(default_factory=dict)
+    kept_segments: typing.Collection[int] = ()
+
+    @property
+    def written_bytes(self) -> int:
+        """What this checkpoint writes: its payload and its new segments."""
+        return len(self.payload) + sum(len(data) for data in self.new_segments.values())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +180,8 @@ class _Live:
     own: Generation | None
     previous: Generation | None
     orphans: list[bytes] = dataclasses.field(default_factory=list)
+    segments: dict[int, Segment] = dataclasses.field(default_factory=dict)
+    dropped: tuple[Generation, ...] = ()
 
 
 @dataclasses.dataclass
@@ -160,6 +194,16 @@ class _Plan:
     generation: Generation | None
     previous: Generation | None
     offsets: list[int] = dataclasses.field(default_factory=list)
+    # Segments: those kept from the current checkpoint, the new ones (id, bytes, generation,
+    # chunk offsets once written), the generations dropped (now and by the current head).
+    kept: list[Segment] = dataclasses.field(default_factory=list)
+    new: list[tuple[int, bytes, Generation, list[int]]] = dataclasses.field(default_factory=list)
+    dropped: list[Generation] = dataclasses.field(default_factory=list)
+
+    def chunked(self) -> list[tuple[Generation, bytes, list[int]]]:
+        """Every generation of chunk records this checkpoint writes: its own, its segments'."""
+        own = [] if self.generation is None else [(self.generation, self.payload, self.offsets)]
+        return own + [(generation, data, offsets) for _, data, generation, offsets in self.new]
 
 
 class CheckpointStore:
@@ -302,8 +346,9 @@ class CheckpointStore:
 
     # Writing ----------------------------------------------------------------------------------
 
-    def write(self, checkpoints: typing.Mapping[tuple[str, int], bytes]) -> None:
-        """Write the checkpoint of each `(topic, partition)`; returns once all are durable.
+    def write(self, checkpoints: typing.Mapping[tuple[str, int], bytes | CheckpointWrite]) -> None:
+        """Write the checkpoint of each `(topic, partition)` (its payload, or a `CheckpointWrite`
+        with segments); returns once all are durable.
 
         Raises `CheckpointError` if a record was not acknowledged (within the producer's
         `delivery_timeout_ms`), or a checkpoint is above `max_checkpoint_bytes` or needs more
@@ -312,8 +357,9 @@ class CheckpointStore:
         """
         if not checkpoints:
             return
-        plans = [self._plan(topic, partition, bytes(payload))
-                 for (topic, partition), payload in checkpoints.items()]
+        plans = [self._plan(topic, partition, checkpoint if isinstance(checkpoint, CheckpointWrite)
+                            else CheckpointWrite(bytes(checkpoint)))
+                 for (topic, partition), checkpoint in checkpoints.items()]
         try:
             self._write_chunks(plans)
             self._write_heads(plans)
@@ -321,37 +367,57 @@ class CheckpointStore:
             # Chunks of this attempt may be durable without a manifest: the next write that
             # succeeds deletes them.
             for plan in plans:
-                if plan.generation is not None:
+                for generation, _, _ in plan.chunked():
                     self._remember(plan.key)
                     live = self._live.setdefault(plan.key, _Live(None, None))
-                    live.orphans.extend(plan.generation.keys(plan.key))
+                    live.orphans.extend(generation.keys(plan.key))
             raise
         self._write_tombstones(plans)
 
-    def _plan(self, topic: str, partition: int, payload: bytes) -> _Plan:
+    def _plan(self, topic: str, partition: int, checkpoint: CheckpointWrite) -> _Plan:
         key = checkpoint_key(self.group_id, topic, partition)
-        size = len(payload)
+        payload = bytes(checkpoint.payload)
+        live = self._live.get(key) or _Live(None, None)
+        missing = set(checkpoint.kept_segments) - live.segments.keys()
+        if missing or set(checkpoint.new_segments) & live.segments.keys():
+            # (a bug of the writer: it keeps what its checkpoint never had, or reuses an id)
+            raise CheckpointError(
+                f"the checkpoint of {topic}/{partition} keeps segments {sorted(missing)} it does "
+                "not have, or reuses the id of a segment it has")
+        kept = [live.segments[i] for i in sorted(set(checkpoint.kept_segments))]
+        size = len(payload) + sum(s.chunks.total_bytes for s in kept) + sum(
+            len(data) for data in checkpoint.new_segments.values())
         if size > self.max_checkpoint_bytes:
             raise CheckpointError(
                 f"the checkpoint of {topic}/{partition} is {size} bytes, above "
                 f"max_checkpoint_bytes={self.max_checkpoint_bytes}: raise the limit, or bound the"
                 " model's size"
             )
-        live = self._live.get(key)
+        if len(kept) + len(checkpoint.new_segments) > MAX_SEGMENTS:
+            raise CheckpointError(f"the checkpoint of {topic}/{partition} has more than "
+                                  f"{MAX_SEGMENTS} segments")
         generation = None
-        if size > self.chunk_bytes:
-            count = -(-size // self.chunk_bytes)
-            manifest_bytes = _MANIFEST_HEAD.size + _OFFSET.size * count
-            if count > MAX_CHUNKS or manifest_bytes > self.chunk_bytes:
-                raise CheckpointError(
-                    f"the checkpoint of {topic}/{partition} ({size} bytes) needs {count} chunks"
-                    f" of {self.chunk_bytes} bytes, too many for one manifest: raise chunk_bytes"
-                )
-            # Random, so that two writers of one key (a zombie after a rebalance) never share
-            # chunk keys.
-            generation = Generation(secrets.randbits(64) or 1, count)
+        if len(payload) > self.chunk_bytes:
+            generation = self._generation(topic, partition, len(payload))
+        new = [(segment_id, bytes(data), self._generation(topic, partition, len(data)), [])
+               for segment_id, data in sorted(checkpoint.new_segments.items())]
+        dropped = [s.generation for i, s in live.segments.items()
+                   if i not in checkpoint.kept_segments]
         return _Plan(key, _partition_of(key, self.n_partitions()), payload, generation,
-                     None if live is None else live.own)
+                     live.own, kept=kept, new=new, dropped=dropped)
+
+    def _generation(self, topic: str, partition: int, size: int) -> Generation:
+        """A new generation of chunk records for `size` bytes (at least one record)."""
+        count = max(1, -(-size // self.chunk_bytes))
+        manifest_bytes = _MANIFEST_HEAD.size + _OFFSET.size * count
+        if count > MAX_CHUNKS or manifest_bytes > self.chunk_bytes:
+            raise CheckpointError(
+                f"the checkpoint of {topic}/{partition} ({size} bytes) needs {count} chunks"
+                f" of {self.chunk_bytes} bytes, too many for one manifest: raise chunk_bytes"
+            )
+        # Random, so that two writers of one key (a zombie after a rebalance) never share
+        # chunk keys.
+        return Generation(secrets.randbits(64) or 1, count)
 
     def _send(self, key: bytes, value: bytes | None, number: int) -> typing.Any:
         try:
@@ -380,25 +446,23 @@ class CheckpointStore:
             ) from error
 
     def _write_chunks(self, plans: list[_Plan]) -> None:
-        chunked = [p for p in plans if p.generation is not None]
+        chunked = [(plan, *part) for plan in plans for part in plan.chunked()]
         if not chunked:
             return
         size = self.chunk_bytes
-        sends: list[tuple[_Plan, typing.Any]] = []
-        # Round robin over the checkpoints: each checkpoint's chunks keep their order, and a
-        # reader copes with other records between them.
-        for index in range(max(p.generation.chunks for p in chunked)):  # type: ignore[union-attr]
-            for plan in chunked:
-                generation = plan.generation
-                assert generation is not None
+        sends: list[tuple[list[int], typing.Any]] = []
+        # Round robin over the generations: each one's chunks keep their order, and a reader
+        # copes with other records between them.
+        for index in range(max(generation.chunks for _, generation, _, _ in chunked)):
+            for plan, generation, payload, offsets in chunked:
                 if index < generation.chunks:
-                    data = memoryview(plan.payload)[index * size:(index + 1) * size]
+                    data = memoryview(payload)[index * size:(index + 1) * size]
                     value = frame_chunk(generation.number, index, generation.chunks, data)
-                    sends.append((plan, self._send(
+                    sends.append((offsets, self._send(
                         chunk_key(plan.key, generation.number, index), value, plan.number
                     )))
-        for (plan, _), metadata in zip(sends, self._await([f for _, f in sends])):
-            plan.offsets.append(metadata.offset)
+        for (offsets, _), metadata in zip(sends, self._await([f for _, f in sends])):
+            offsets.append(metadata.offset)
 
     def _write_heads(self, plans: list[_Plan]) -> None:
         futures = []
@@ -410,18 +474,39 @@ class CheckpointStore:
                     plan.generation.number, len(plan.payload), self.chunk_bytes,
                     tuple(plan.offsets), hashlib.sha256(plan.payload).digest(), plan.previous,
                 ))
+            if plan.kept or plan.new or plan.dropped:
+                value = frame_segmented(value, self._segments(plan), self._dropped(plan))
             futures.append(self._send(plan.key, value, plan.number))
         self._await(futures)
+
+    def _segments(self, plan: _Plan) -> list[Segment]:
+        """The segments a plan's head lists: those it keeps, then its new ones."""
+        return plan.kept + [
+            Segment(segment_id, Manifest(generation.number, len(data), self.chunk_bytes,
+                                         tuple(offsets), hashlib.sha256(data).digest(), None))
+            for segment_id, data, generation, offsets in plan.new
+        ]
+
+    def _dropped(self, plan: _Plan) -> list[Generation]:
+        """The generations a plan's head names as dropped: now, and by the head it replaces
+        (deleted again, in case the process died before their tombstones)."""
+        live = self._live.get(plan.key)
+        before = () if live is None else live.dropped
+        return list(dict.fromkeys([*plan.dropped, *before]))[:MAX_SEGMENTS]
 
     def _write_tombstones(self, plans: list[_Plan]) -> None:
         """Delete the chunks the new heads superseded (flushed with the producer's next flush)."""
         for plan in plans:
             self._remember(plan.key)
             live = self._live.get(plan.key)
-            self._live[plan.key] = _Live(plan.generation, plan.previous)
+            self._live[plan.key] = _Live(
+                plan.generation, plan.previous,
+                segments={segment.id: segment for segment in self._segments(plan)},
+                dropped=tuple(plan.dropped))
             if live is None:
                 continue
-            stale = {g for g in (live.own, live.previous) if g is not None}
+            stale = {g for g in (live.own, live.previous, *plan.dropped, *live.dropped)
+                     if g is not None}
             keys = dict.fromkeys(k for g in sorted(stale, key=lambda g: g.number)
                                  for k in g.keys(plan.key))
             keys.update(dict.fromkeys(live.orphans))
@@ -440,7 +525,7 @@ class CheckpointStore:
         if self.transactional and key not in self._undo:
             live = self._live.get(key)
             self._undo[key] = None if live is None else dataclasses.replace(
-                live, orphans=list(live.orphans))
+                live, orphans=list(live.orphans), segments=dict(live.segments))
 
     def transaction_ended(self, committed: bool) -> None:
         """The worker's transaction ended: the writes since the last end stand (`committed`) or
@@ -570,7 +655,7 @@ class CheckpointStore:
                     found.pop(wanted[key], None)  # deleted since
                     continue
                 found[wanted[key]] = result = self._read_checkpoint(tp, key, offset, value)
-                if isinstance(result, LoadedCheckpoint) and result.chunks:
+                if isinstance(result, LoadedCheckpoint) and (result.chunks or result.segments):
                     self._following = None  # the chunk reads moved the reader
         self._followed_keys.update(wanted)
         return found
@@ -581,15 +666,21 @@ class CheckpointStore:
         name = key.decode(errors="replace")
         try:
             head = read_head(value, offset, self.max_checkpoint_bytes)
+            listed: tuple[Segment, ...] = ()
+            dropped: tuple[Generation, ...] = ()
+            if isinstance(head, Segmented):
+                head, listed, dropped = head.head, head.segments, head.dropped
             if isinstance(head, Inline):
                 payload, own, chunks = head.payload, None, 0
             else:
                 payload = self._read_chunks(tp, key, head)
                 own, chunks = Generation(head.generation, head.count), head.count
+            segments = {s.id: self._read_chunks(tp, key, s.chunks) for s in listed}
         except state_module.StateError as error:
             return RefusedCheckpoint(name, tp.topic, tp.partition, offset, str(error))
-        self._live[key] = _Live(own, head.previous)
-        return LoadedCheckpoint(name, payload, tp.topic, tp.partition, offset, chunks)
+        self._live[key] = _Live(own, head.previous, segments={s.id: s for s in listed},
+                                dropped=dropped)
+        return LoadedCheckpoint(name, payload, tp.topic, tp.partition, offset, chunks, segments)
 
     def _read_chunks(self, tp: typing.Any, key: bytes, manifest: Manifest) -> bytes:
         """The payload of a manifest: its chunk records read by offset and checked in order."""

@@ -35,11 +35,24 @@ CHECKPOINT_FORMAT = "streammargin.checkpoint/3"
 #   chunk record "C", key group/topic/partition/<generation as 16 hex digits>:<index>:
 #                   generation u64, index u32, chunk count u32, then the payload's bytes
 #                   [index * chunk size, (index + 1) * chunk size)
+#     segmented "G": segment count u32, then per segment: its id u64, generation u64, size u64,
+#                   chunk size u32, chunk count u32, SHA-256, the offset of each chunk record
+#                   (i64 each); dropped count u32, then per dropped generation: its number u64
+#                   and chunk count u32; then a whole inline or manifest head record
+#   chunk record "C", key group/topic/partition/<generation as 16 hex digits>:<index>:
+#                   generation u64, index u32, chunk count u32, then the payload's (or a
+#                   segment's) bytes [index * chunk size, (index + 1) * chunk size)
 #   tombstone: a null value under a chunk key (a superseded generation's chunk), or under a head
 #     key (the partition's checkpoint is deleted: it starts afresh)
 #
 # "previous" names the chunked generation the head replaced, so that the next checkpoint deletes
-# its chunks again in case the process died between a manifest and its tombstones.
+# its chunks again in case the process died between a manifest and its tombstones; "dropped"
+# does the same for the segments it no longer lists.
+#
+# A segment is a part of a checkpoint that outlives it: written once, in chunk records of its own
+# generation, and listed by every later head until one drops it. What changes little between two
+# checkpoints (the predictions served to the events still waiting for their label) is written
+# once instead of with every checkpoint: a checkpoint's bytes are what changed.
 
 # Kafka's default message.max.bytes is about 1 MB: half a MiB per record leaves room for the key,
 # the framing and the record batch.
@@ -55,12 +68,18 @@ RECORD_HEADROOM = 4 << 10
 
 _MAGIC = b"SMCK"
 _VERSION = 1
-_INLINE, _CHUNK, _MANIFEST = b"S", b"C", b"M"
+_INLINE, _CHUNK, _MANIFEST, _SEGMENTED = b"S", b"C", b"M", b"G"
 _PREFIX = struct.Struct(">4sBc")
 _INLINE_HEAD = struct.Struct(">4sBcQI32s")
 _CHUNK_HEAD = struct.Struct(">4sBcQII")
 _MANIFEST_HEAD = struct.Struct(">4sBcQQIQII32s")
 _OFFSET = struct.Struct(">q")
+_COUNT = struct.Struct(">I")
+_SEGMENT = struct.Struct(">QQQII32s")
+_DROPPED = struct.Struct(">QI")
+# At most this many segments per checkpoint, and dropped generations per head (the pending
+# store's segments are far fewer: `connectors.worker.pending_labels.MAX_SEGMENTS`).
+MAX_SEGMENTS = 1 << 12
 _CHUNK_TAIL = re.compile(rb"[0-9a-f]{16}:(0|[1-9][0-9]{0,9})")
 _U32 = (1 << 32) - 1
 
@@ -132,6 +151,49 @@ class Manifest:
         return min(self.chunk_bytes, self.total_bytes - index * self.chunk_bytes)
 
 
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """A part of a checkpoint that outlives it (see "Checkpoint records"): `id` is its writer's
+    name for it, `chunks` its chunk records (`previous` None)."""
+
+    id: int
+    chunks: Manifest
+
+    @property
+    def generation(self) -> Generation:
+        return Generation(self.chunks.generation, self.chunks.count)
+
+
+@dataclasses.dataclass(frozen=True)
+class Segmented:
+    """A head record with segments: the checkpoint's own head, the segments it lists, and the
+    generations of those it dropped (their chunks get tombstones again)."""
+
+    head: Inline | Manifest
+    segments: tuple[Segment, ...]
+    dropped: tuple[Generation, ...]
+
+    @property
+    def previous(self) -> Generation | None:
+        return self.head.previous
+
+
+def frame_segmented(head: bytes, segments: typing.Sequence[Segment],
+                    dropped: typing.Sequence[Generation] = ()) -> bytes:
+    """The head record of a checkpoint with segments, around `head` (an inline or a manifest
+    head record)."""
+    parts = [_PREFIX.pack(_MAGIC, _VERSION, _SEGMENTED), _COUNT.pack(len(segments))]
+    for segment in segments:
+        chunks = segment.chunks
+        parts.append(_SEGMENT.pack(segment.id, chunks.generation, chunks.total_bytes,
+                                   chunks.chunk_bytes, chunks.count, chunks.sha256))
+        parts.extend(_OFFSET.pack(offset) for offset in chunks.offsets)
+    parts.append(_COUNT.pack(len(dropped)))
+    parts.extend(_DROPPED.pack(g.number, g.chunks) for g in dropped)
+    parts.append(head)
+    return b"".join(parts)
+
+
 def _previous_fields(previous: Generation | None) -> tuple[int, int]:
     return (0, 0) if previous is None else (previous.number, previous.chunks)
 
@@ -184,15 +246,18 @@ def _previous(number: int, chunks: int) -> Generation | None:
     return None if number == 0 else Generation(number, chunks)
 
 
-def read_head(value: typing.Any, offset: int, max_checkpoint_bytes: int) -> Inline | Manifest:
+def read_head(value: typing.Any, offset: int,
+              max_checkpoint_bytes: int) -> Inline | Manifest | Segmented:
     """The head record at `offset` of a checkpoint key, checked for everything it can claim.
 
     Raises `StateError` with the reason when it is not a well-formed head record, when it claims
-    more than `max_checkpoint_bytes`, or when its chunk offsets cannot be those of its chunks
-    (not strictly increasing, negative, or not before the manifest itself). Nothing is allocated
-    on a claim: a manifest's size is only checked here.
+    more than `max_checkpoint_bytes` (its segments included), or when its chunk offsets cannot
+    be those of its chunks (not strictly increasing, negative, or not before the manifest
+    itself). Nothing is allocated on a claim: a manifest's size is only checked here.
     """
     kind = _kind(value)
+    if kind == _SEGMENTED:
+        return _read_segmented(memoryview(value), offset, max_checkpoint_bytes)
     if kind == _INLINE:
         if len(value) < _INLINE_HEAD.size:
             _refuse("truncated inline checkpoint")
@@ -212,22 +277,75 @@ def read_head(value: typing.Any, offset: int, max_checkpoint_bytes: int) -> Inli
     (_, _, _, generation, prev_number, prev_chunks, total, chunk_bytes, count,
      digest) = _MANIFEST_HEAD.unpack_from(value)
     previous = _previous(prev_number, prev_chunks)
-    if generation == 0:
-        _refuse("manifest of generation 0")
-    if total > max_checkpoint_bytes:
-        _refuse(f"manifest claims {total} bytes, above max_checkpoint_bytes={max_checkpoint_bytes}")
-    if total == 0 or chunk_bytes == 0:
-        _refuse(f"manifest of {total} bytes in chunks of {chunk_bytes}")
-    if count > MAX_CHUNKS or count != -(-total // chunk_bytes):
-        _refuse(f"manifest of {total} bytes in chunks of {chunk_bytes} lists {count} chunks")
     if len(value) != _MANIFEST_HEAD.size + _OFFSET.size * count:
         _refuse(f"manifest of {count} chunks is {len(value)} bytes long")
-    offsets = tuple(o for (o,) in _OFFSET.iter_unpack(memoryview(value)[_MANIFEST_HEAD.size:]))
+    return _chunks(generation, total, chunk_bytes, count, digest, previous,
+                   memoryview(value)[_MANIFEST_HEAD.size:], offset, max_checkpoint_bytes,
+                   "manifest")
+
+
+def _chunks(generation: int, total: int, chunk_bytes: int, count: int, digest: bytes,
+            previous: Generation | None, offsets_bytes: memoryview, offset: int,
+            max_checkpoint_bytes: int, what: str) -> Manifest:
+    """The chunk records a manifest or a segment claims (`offsets_bytes`: exactly theirs)."""
+    if generation == 0:
+        _refuse(f"{what} of generation 0")
+    if total > max_checkpoint_bytes:
+        _refuse(f"{what} claims {total} bytes, above max_checkpoint_bytes={max_checkpoint_bytes}")
+    if total == 0 or chunk_bytes == 0:
+        _refuse(f"{what} of {total} bytes in chunks of {chunk_bytes}")
+    if count > MAX_CHUNKS or count != -(-total // chunk_bytes):
+        _refuse(f"{what} of {total} bytes in chunks of {chunk_bytes} lists {count} chunks")
+    offsets = tuple(o for (o,) in _OFFSET.iter_unpack(offsets_bytes))
     if offsets[0] < 0 or any(a >= b for a, b in zip(offsets, offsets[1:])):
         _refuse("chunk offsets are not strictly increasing from 0 or more")
     if offsets[-1] >= offset:
-        _refuse(f"chunk offset {offsets[-1]} is not before the manifest at {offset}")
+        _refuse(f"chunk offset {offsets[-1]} is not before the head record at {offset}")
     return Manifest(generation, total, chunk_bytes, offsets, digest, previous)
+
+
+def _read_segmented(value: memoryview, offset: int, max_checkpoint_bytes: int) -> Segmented:
+    at = _PREFIX.size
+
+    def take(size: int, what: str) -> memoryview:
+        nonlocal at
+        if len(value) - at < size:
+            _refuse(f"segmented head record truncated in {what}")
+        at += size
+        return value[at - size:at]
+
+    (count,) = _COUNT.unpack(take(_COUNT.size, "the segment count"))
+    if count > MAX_SEGMENTS:
+        _refuse(f"{count} segments, above {MAX_SEGMENTS}")
+    segments, ids, claimed = [], set(), 0
+    for i in range(count):
+        (segment_id, generation, total, chunk_bytes, chunks,
+         digest) = _SEGMENT.unpack(take(_SEGMENT.size, f"segment {i}"))
+        if chunks > MAX_CHUNKS:
+            _refuse(f"segment {i} lists {chunks} chunks, above {MAX_CHUNKS}")
+        offsets = take(_OFFSET.size * chunks, f"segment {i}'s chunk offsets")
+        claimed += total
+        segments.append(Segment(segment_id, _chunks(
+            generation, total, chunk_bytes, chunks, digest, None, offsets, offset,
+            max_checkpoint_bytes - claimed + total, f"segment {i}")))
+        ids.add(segment_id)
+    if len(ids) != count or len({s.chunks.generation for s in segments}) != count:
+        _refuse("a segment id or generation is listed twice")
+    (count,) = _COUNT.unpack(take(_COUNT.size, "the dropped count"))
+    if count > MAX_SEGMENTS:
+        _refuse(f"{count} dropped segments, above {MAX_SEGMENTS}")
+    dropped = []
+    for i in range(count):
+        number, chunks = _DROPPED.unpack(take(_DROPPED.size, f"dropped segment {i}"))
+        if number == 0 or chunks == 0 or chunks > MAX_CHUNKS:
+            _refuse(f"bad dropped generation {number:#x} of {chunks} chunks")
+        dropped.append(Generation(number, chunks))
+    rest = bytes(value[at:])
+    if len(rest) >= _PREFIX.size and rest[_PREFIX.size - 1:_PREFIX.size] == _SEGMENTED:
+        _refuse("a segmented head record inside another")
+    head = read_head(rest, offset, max_checkpoint_bytes - claimed)
+    assert not isinstance(head, Segmented)
+    return Segmented(head, tuple(segments), tuple(dropped))
 
 
 class ChunkAssembler:
