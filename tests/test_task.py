@@ -765,7 +765,7 @@ def test_delayed_labels_join_their_events_expire_and_orphans_are_counted():
     # Evicted: 10 by the size limit; expired: 1 by age. Orphans: 3 unknown ids, and the labels of
     # the 10 evicted events (nothing waits for them any more).
     assert final["labels"] == {"pending": 0, "pending_bytes": 0, "joined": 150, "expired": 1,
-                               "evicted": 10, "superseded": 0, "orphans": 13, "unjoinable": 0}
+                               "evicted": 10, "superseded": 0, "orphans": 13, "lost": 0, "unjoinable": 0}
     assert final["labelled"] == n_labelled == 319
     assert final["accuracy"] == accuracy.get()
     assert model_bytes(task.model) == model_bytes(reference)
@@ -824,7 +824,7 @@ def test_pending_labels_join_expire_by_size_and_age_and_count_orphans():
     assert twin.entries == pending.entries
     assert twin.counters() == pending.counters() == {
         "pending": 1, "pending_bytes": 150, "joined": 1, "expired": 2, "evicted": 1,
-        "superseded": 1, "orphans": 1,
+        "superseded": 1, "orphans": 1, "lost": 0,
     }
     # Restored under smaller limits: the oldest entries are evicted.
     smaller = PendingLabels.from_state(round_trip(pending.to_state()), 3, 100, 10, 5_000)

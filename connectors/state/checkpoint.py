@@ -660,6 +660,36 @@ class CheckpointStore:
         self._followed_keys.update(wanted)
         return found
 
+    def read_records(self, tp: typing.Any, start: int,
+                     stop: int) -> typing.Iterator[list[typing.Any]]:
+        """The records of another topic's partition `tp` in offsets [start, stop), a poll's batch
+        at a time, with the store's reader (its settings, its isolation level): a restore reads
+        the input topic again with it (`PendingLabels.rebuild_range`). Offsets the topic no
+        longer has (retention) are skipped: the reader starts at the log start. Raises
+        `CheckpointError` when nothing comes for `timeout` seconds before the end."""
+        reader = self._reader_consumer()
+        self._following = None  # (`follow`'s reader is moved)
+        reader.assign([tp])
+        reader.seek(tp, start)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            batch = reader.poll(timeout_ms=200, max_records=10_000).get(tp, [])
+            if batch:
+                deadline = time.monotonic() + self.timeout
+                if batch[-1].offset >= stop:
+                    batch = [record for record in batch if record.offset < stop]
+                yield batch
+            position = reader.position(tp)
+            if position is not None and position >= stop:
+                return
+            highwater = reader.highwater(tp)
+            if not batch and highwater is not None and position is not None:
+                if position >= highwater:
+                    return  # (the topic ends before `stop`: it was deleted and made again)
+            if time.monotonic() > deadline:
+                raise CheckpointError(f"reading {tp.topic}/{tp.partition} from offset {start}: no "
+                                      f"record came in {self.timeout} s before offset {stop}")
+
     def _read_checkpoint(
         self, tp: typing.Any, key: bytes, offset: int, value: bytes
     ) -> LoadedCheckpoint | RefusedCheckpoint:

@@ -31,6 +31,15 @@ __all__ = [
 
 INT64_MAX = (1 << 63) - 1
 
+# Incremental checkpoints (`PendingLabels.checkpoint_state`). A segment whose waiting entries fall
+# below 1/SPARSE of those it holds is written again (its waiting entries, in the next segment):
+# what a store rewrites stays within 1/(SPARSE - 1) of what it wrote, and a restore reads at most
+# SPARSE times the offsets of the waiting events. At most MAX_SEGMENTS segments (the sparsest
+# are merged first): a restore's reads of the checkpoint topic, and its head's list, stay short.
+SEGMENT_FORMAT = "streammargin.pending-segment/1"
+SPARSE = 4
+MAX_SEGMENTS = 64
+
 
 def checked_count(value: typing.Any, what: str) -> int:
     """`value` if it is a whole number in [0, 2**63) (a count, an offset read from untrusted
@@ -61,6 +70,14 @@ def pending_entry_bytes(value: bytes, x: dict, proba: dict | None = None) -> int
     if proba is not None:
         size += PROBA_DICT_BYTES + PROBA_CLASS_BYTES * len(proba)
     return size
+
+
+class PendingSegment(typing.NamedTuple):
+    """A segment of the store's incremental checkpoints: its id, and the input offsets of the
+    entries it holds (sorted)."""
+
+    id: int
+    offsets: np.ndarray
 
 
 class PendingLabels:
@@ -105,6 +122,16 @@ class PendingLabels:
         self.evicted = 0
         self.superseded = 0
         self.orphans = 0
+        # Waiting events a restore could not find again on the input topic (`finish_rebuild`).
+        self.lost = 0
+        # Incremental checkpoints (`checkpoint_state`): the segments written so far, each with
+        # the offsets of the entries it holds; entries from offset `covered_to` on are in none.
+        self.segments: list[PendingSegment] = []
+        self.covered_to = 0
+        self.next_segment_id = 1
+        self._proposed: tuple[list[PendingSegment], int, int] | None = None
+        # A restore's waiting events, by offset, until the input topic gave them back.
+        self._rebuild: dict[int, tuple] = {}
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -182,29 +209,16 @@ class PendingLabels:
             "evicted": self.evicted,
             "superseded": self.superseded,
             "orphans": self.orphans,
+            "lost": self.lost,
         }
 
-    _COUNTERS = ("joined", "expired", "evicted", "superseded", "orphans")
+    _COUNTERS = ("joined", "expired", "evicted", "superseded", "orphans", "lost")
 
     def to_state(self) -> dict:
         from streammargin.state import encode_name
 
         entries = list(self.entries.items())
-        if self.multiclass:
-            # The predicted labels (None: no class yet), and the class probabilities as one flat
-            # list of labels and one of values, with each entry's count.
-            predictions = {
-                "y_pred": [None if e[3] is None else label_to_state(e[3]) for _, e in entries],
-                "proba_sizes": np.array([len(e[4]) for _, e in entries], dtype=np.int64),
-                "proba_labels": [label_to_state(c) for _, e in entries for c in e[4]],
-                "proba_values": np.array([p for _, e in entries for p in e[4].values()],
-                                         dtype=np.float64),
-            }
-        else:
-            predictions = {
-                "y_pred": np.array([e[3] for _, e in entries], dtype=np.bool_),
-                "p_true": np.array([e[4] for _, e in entries], dtype=np.float64),
-            }
+        predictions = _predictions_state([e for _, e in entries], self.multiclass)
         return {
             "ids": [encode_name(event_id) for event_id, _ in entries],
             "names": [[encode_name(name) for name in e[0]] for _, e in entries],
@@ -235,47 +249,16 @@ class PendingLabels:
         Entries beyond the current limits (a restart with smaller ones) are evicted, oldest
         first.
         """
-        if not isinstance(data, dict):
-            raise StateError(f"pending labels state is a {type(data).__name__}, not a dict")
-        columns = {}
-        lists = ("ids", "names", "values") + (("y_pred",) if multiclass else ())
-        for name in lists:
-            column = data.get(name)
-            if not isinstance(column, list):
-                raise StateError(f"pending labels field {name!r} is not a list")
-            columns[name] = column
-        arrays = [("offsets", np.int64), ("timestamps", np.int64), ("sizes", np.int64)]
-        if multiclass:
-            arrays.append(("proba_sizes", np.int64))
-        else:
-            arrays += [("y_pred", np.bool_), ("p_true", np.float64)]
-        for name, dtype in arrays:
-            column = data.get(name)
-            if (not isinstance(column, np.ndarray) or column.dtype != np.dtype(dtype)
-                    or column.ndim != 1):
-                raise StateError(f"pending labels field {name!r} is not a 1-d {np.dtype(dtype)} "
-                                 "array")
-            columns[name] = column
+        columns = _columns(data, ("ids", "names", "values"), [
+            ("offsets", np.int64), ("timestamps", np.int64), ("sizes", np.int64)], multiclass)
         n = len(columns["ids"])
-        if any(len(column) != n for column in columns.values()):
-            raise StateError("pending labels columns have different lengths")
         offsets, sizes = columns["offsets"], columns["sizes"]
         if n and (offsets.min() < 0 or np.any(np.diff(offsets) < 0)):
             raise StateError("pending labels offsets are negative or out of arrival order")
         if n and sizes.min() < 0:
             raise StateError("pending labels sizes are negative")
-        if multiclass:
-            predictions = _multiclass_predictions(data, columns, max_classes)
-        else:
-            p_true = columns["p_true"]
-            if n and not np.all((p_true >= 0.0) & (p_true <= 1.0)):
-                raise StateError("pending labels probabilities outside [0, 1]")
-            predictions = list(zip(columns["y_pred"].tolist(), p_true.tolist()))
-        max_timestamp = data.get("max_timestamp")
-        if type(max_timestamp) is not int or not -(1 << 63) <= max_timestamp <= INT64_MAX:
-            raise StateError(f"pending labels max_timestamp {max_timestamp!r:.40} is not an int64")
-        counts = {name: checked_count(data.get(name), f"pending labels {name}")
-                  for name in cls._COUNTERS}
+        predictions = _predictions(data, columns, multiclass, max_classes)
+        max_timestamp, counts = cls._read_counts(data)
         names, values = columns["names"], columns["values"]
         for i in range(n):
             if (not isinstance(names[i], list) or not isinstance(values[i], list)
@@ -307,6 +290,272 @@ class PendingLabels:
             setattr(pending, name, count)
         pending._evict_to_limits()  # (a restart with smaller limits)
         return pending
+
+    # Incremental checkpoints -----------------------------------------------------------------
+
+    def checkpoint_state(self, next_offset: int) -> tuple[dict, dict[int, bytes], list[int]]:
+        """The store's part of an incremental checkpoint at `next_offset`: its head state, the
+        new segment (id -> bytes; none if nothing changed) and the ids of the segments kept.
+
+        A segment holds the input offsets of its entries and the predictions served to them;
+        the head says, a bit per entry of each segment, which still wait. The events are not
+        written: a restore reads them again from the input topic (`rebuild_range`). So a
+        checkpoint writes the predictions of the events that came since the last one, and a
+        bit per waiting event, whatever the store holds. Segments whose entries all left are
+        dropped; a sparse one (see SPARSE, MAX_SEGMENTS) has its waiting entries written again
+        in the new segment. It takes effect once the checkpoint is durable
+        (`checkpoint_written`).
+        """
+        from streammargin.state import dumps
+
+        entries = list(self.entries.values())
+        offsets = np.fromiter((e[1] for e in entries), np.int64, len(entries))
+        alive = [np.isin(segment.offsets, offsets, assume_unique=True)
+                 for segment in self.segments]
+        counts = [int(a.sum()) for a in alive]
+        keep = [i for i, segment in enumerate(self.segments)
+                if counts[i] and counts[i] * SPARSE >= len(segment.offsets)]
+        if len(keep) > MAX_SEGMENTS - 1:
+            keep = sorted(sorted(keep, key=lambda i: -counts[i])[:MAX_SEGMENTS - 1])
+        merged = [self.segments[i].offsets[alive[i]] for i in range(len(self.segments))
+                  if counts[i] and i not in keep]
+        rewrite = offsets >= self.covered_to
+        if merged:
+            rewrite |= np.isin(offsets, np.concatenate(merged), assume_unique=True)
+        segments = [self.segments[i] for i in keep]
+        bits = [alive[i] for i in keep]
+        new: dict[int, bytes] = {}
+        next_id = self.next_segment_id
+        if rewrite.any():
+            chosen = [e for e, again in zip(entries, rewrite.tolist()) if again]
+            segment = PendingSegment(next_id, offsets[rewrite])
+            next_id += 1
+            new[segment.id] = dumps({"format": SEGMENT_FORMAT,
+                                     **_offsets_state(segment.offsets),
+                                     **_predictions_state(chosen, self.multiclass)})
+            segments.append(segment)
+            bits.append(np.ones(len(segment.offsets), dtype=np.bool_))
+        self._proposed = (segments, next_offset, next_id)
+        head = {
+            "segments": [segment.id for segment in segments],
+            "segment_sizes": np.array([len(s.offsets) for s in segments], dtype=np.int64),
+            "waiting": np.packbits(np.concatenate(bits)) if bits else np.zeros(0, np.uint8),
+            "next_segment": next_id,
+            "max_timestamp": self.max_timestamp,
+            **{name: getattr(self, name) for name in self._COUNTERS},
+        }
+        return head, new, [segment.id for segment in segments if segment.id not in new]
+
+    def checkpoint_written(self) -> None:
+        """The checkpoint of the last `checkpoint_state` is durable: its segments stand."""
+        if self._proposed is not None:
+            self.segments, self.covered_to, self.next_segment_id = self._proposed
+            self._proposed = None
+
+    @classmethod
+    def from_checkpoint_state(
+        cls,
+        data: typing.Any,
+        segments: typing.Mapping[int, bytes],
+        next_offset: int,
+        max_size: int,
+        max_bytes: int = 256 << 20,
+        max_age_records: int | None = None,
+        max_age_ms: int | None = None,
+        multiclass: bool = False,
+        max_classes: int = MAX_CLASSES,
+    ) -> PendingLabels:
+        """The store of an incremental checkpoint at `next_offset` (`checkpoint_state`, with
+        the checkpoint's segments), without its events yet: `rebuild_range` says which input
+        offsets to read again, `rebuilt` takes each waiting event back and `finish_rebuild`
+        ends. `StateError` if anything is malformed, before an entry is built."""
+        from streammargin.state import loads
+
+        if not isinstance(data, dict):
+            raise StateError(f"pending labels state is a {type(data).__name__}, not a dict")
+        ids, sizes, waiting = data.get("segments"), data.get("segment_sizes"), data.get("waiting")
+        if (not isinstance(ids, list) or len(ids) > MAX_SEGMENTS
+                or any(type(i) is not int or not 1 <= i <= INT64_MAX for i in ids)
+                or len(set(ids)) != len(ids)):
+            raise StateError(f"pending labels segments must be at most {MAX_SEGMENTS} distinct "
+                             "ids in [1, 2**63)")
+        if (not isinstance(sizes, np.ndarray) or sizes.dtype != np.int64
+                or sizes.shape != (len(ids),) or (len(ids) and sizes.min() < 1)):
+            raise StateError("pending labels segment_sizes must give each segment's entries")
+        total = sum(sizes.tolist())
+        if (not isinstance(waiting, np.ndarray) or waiting.dtype != np.uint8
+                or waiting.shape != (-(-total // 8),)):
+            raise StateError(f"pending labels waiting must hold {total} bits")
+        next_segment = checked_count(data.get("next_segment"), "pending labels next_segment")
+        if ids and next_segment <= max(ids):
+            raise StateError("pending labels next_segment is not past its segments")
+        if set(segments) != set(ids):
+            raise StateError(f"pending labels list segments {sorted(ids)[:8]} but the checkpoint "
+                             f"holds {sorted(segments)[:8]}")
+        max_timestamp, counts = cls._read_counts(data)
+        bits = np.unpackbits(waiting)[:total].astype(np.bool_)
+        restored, waiting_offsets, predictions = [], [], []
+        start = 0
+        for segment_id, size in zip(ids, sizes.tolist()):
+            what = f"pending segment {segment_id}"
+            try:
+                fields = loads(segments[segment_id])
+            except StateError as error:
+                raise StateError(f"{what}: {error}") from None
+            if not isinstance(fields, dict) or fields.get("format") != SEGMENT_FORMAT:
+                raise StateError(f"{what} is not a {SEGMENT_FORMAT}")
+            columns = _columns(fields, (), [], multiclass, what)
+            offsets = _read_offsets(fields, size, next_offset, what)
+            if len(columns["y_pred"]) != size:
+                raise StateError(f"{what} holds {len(columns['y_pred'])} predictions for {size} "
+                                 "entries")
+            alive = bits[start:start + size]
+            start += size
+            served = _predictions(fields, columns, multiclass, max_classes)
+            restored.append(PendingSegment(segment_id, offsets))
+            waiting_offsets.append(offsets[alive])
+            predictions.extend(p for p, wait in zip(served, alive.tolist()) if wait)
+        found = np.concatenate(waiting_offsets) if waiting_offsets else np.zeros(0, np.int64)
+        if len(np.unique(found)) != len(found):
+            raise StateError("pending labels: an offset waits in two segments")
+        pending = cls(max_size, max_bytes, max_age_records, max_age_ms, multiclass, max_classes)
+        pending.max_timestamp = max_timestamp
+        for name, count in counts.items():
+            setattr(pending, name, count)
+        pending.segments = restored
+        pending.covered_to = next_offset
+        pending.next_segment_id = next_segment
+        order = np.argsort(found, kind="stable")
+        pending._rebuild = {int(found[i]): predictions[i] for i in order.tolist()}
+        return pending
+
+    @property
+    def rebuilding(self) -> int:
+        """Waiting events a restore has yet to read again."""
+        return len(self._rebuild)
+
+    def rebuild_range(self) -> tuple[int, int] | None:
+        """The input offsets [first, next offset) a restore reads again for its waiting events
+        (None: none wait)."""
+        if not self._rebuild:
+            return None
+        return next(iter(self._rebuild)), self.covered_to
+
+    def served_at(self, offset: int) -> tuple | None:
+        """The prediction (label, p_true or class probabilities) served to the event at
+        `offset` if it waited when the checkpoint was written (a restore), else None."""
+        return self._rebuild.get(offset)
+
+    def rebuilt(self, offset: int, event_id: typing.Any, x: dict, timestamp: int,
+                size: int) -> None:
+        """The event at `offset` read again (in offset order), with the prediction it had."""
+        y_pred, p = self._rebuild.pop(offset)
+        old = self.entries.pop(event_id, None)
+        if old is not None:  # (two waiting offsets give one id: the input topic changed)
+            self.n_bytes -= old[5]
+            self.lost += 1
+        self.entries[event_id] = (x, offset, timestamp, y_pred, p, size)
+        self.n_bytes += size
+
+    def finish_rebuild(self) -> int:
+        """The end of a restore's reading: waiting events it did not find again (deleted by
+        the topic's retention, or no longer readable) are lost; returns their count."""
+        lost = len(self._rebuild)
+        self.lost += lost
+        self._rebuild = {}
+        self._evict_to_limits()  # (a restart with smaller limits)
+        return lost
+
+    @classmethod
+    def _read_counts(cls, data: dict) -> tuple[int, dict[str, int]]:
+        """The running maximum timestamp and the counters of a saved store."""
+        max_timestamp = data.get("max_timestamp")
+        if type(max_timestamp) is not int or not -(1 << 63) <= max_timestamp <= INT64_MAX:
+            raise StateError(f"pending labels max_timestamp {max_timestamp!r:.40} is not an int64")
+        # ("lost" came with incremental checkpoints: 0 in an older one)
+        counts = {name: checked_count(data.get(name, 0 if name == "lost" else None),
+                                      f"pending labels {name}")
+                  for name in cls._COUNTERS}
+        return max_timestamp, counts
+
+
+def _predictions_state(entries: list[tuple], multiclass: bool) -> dict:
+    """The predictions served to `entries` (store tuples), as state columns."""
+    if multiclass:
+        # The predicted labels (None: no class yet), and the class probabilities as one flat
+        # list of labels and one of values, with each entry's count.
+        return {
+            "y_pred": [None if e[3] is None else label_to_state(e[3]) for e in entries],
+            "proba_sizes": np.array([len(e[4]) for e in entries], dtype=np.int64),
+            "proba_labels": [label_to_state(c) for e in entries for c in e[4]],
+            "proba_values": np.array([p for e in entries for p in e[4].values()],
+                                     dtype=np.float64),
+        }
+    return {
+        "y_pred": np.array([e[3] for e in entries], dtype=np.bool_),
+        "p_true": np.array([e[4] for e in entries], dtype=np.float64),
+    }
+
+
+def _offsets_state(offsets: np.ndarray) -> dict:
+    """A segment's offsets (increasing): the first, and the gaps to each next one, 4 bytes each
+    where they fit (they do unless two waiting events are 2**31 records apart)."""
+    gaps = np.diff(offsets, prepend=offsets[0])
+    if len(gaps) and gaps.max() <= np.iinfo(np.int32).max:
+        gaps = gaps.astype(np.int32)
+    return {"first_offset": int(offsets[0]), "gaps": gaps}
+
+
+def _read_offsets(fields: dict, size: int, next_offset: int, what: str) -> np.ndarray:
+    """The `size` offsets of a segment's `_offsets_state`, each in [0, next_offset)."""
+    first, gaps = fields.get("first_offset"), fields.get("gaps")
+    if (type(first) is not int or not isinstance(gaps, np.ndarray) or gaps.ndim != 1
+            or gaps.dtype not in (np.dtype(np.int32), np.dtype(np.int64))):
+        raise StateError(f"{what}: first_offset and gaps must be an int and 1-d integers")
+    if len(gaps) != size:
+        raise StateError(f"{what} holds {len(gaps)} entries, the head says {size}")
+    if not 0 <= first < next_offset or gaps[0] != 0 or (size > 1 and gaps[1:].min() < 1):
+        raise StateError(f"{what}'s offsets are not increasing within [0, {next_offset})")
+    offsets = first + np.cumsum(gaps, dtype=np.int64)  # (gaps >= 1: no overflow below 2**63)
+    if offsets[-1] >= next_offset or (size > 1 and np.diff(offsets).min() < 1):  # (a wrap)
+        raise StateError(f"{what}'s offsets are not increasing within [0, {next_offset})")
+    return offsets
+
+
+def _columns(data: typing.Any, lists: tuple[str, ...], arrays: list[tuple[str, type]],
+             multiclass: bool, what: str = "pending labels") -> dict:
+    """The named columns of a state dict (with its prediction columns), each checked for its
+    kind and all of one length."""
+    if not isinstance(data, dict):
+        raise StateError(f"{what} state is a {type(data).__name__}, not a dict")
+    lists = lists + (("y_pred",) if multiclass else ())
+    arrays = arrays + ([("proba_sizes", np.int64)] if multiclass
+                       else [("y_pred", np.bool_), ("p_true", np.float64)])
+    columns = {}
+    for name in lists:
+        column = data.get(name)
+        if not isinstance(column, list):
+            raise StateError(f"{what} field {name!r} is not a list")
+        columns[name] = column
+    for name, dtype in arrays:
+        column = data.get(name)
+        if (not isinstance(column, np.ndarray) or column.dtype != np.dtype(dtype)
+                or column.ndim != 1):
+            raise StateError(f"{what} field {name!r} is not a 1-d {np.dtype(dtype)} array")
+        columns[name] = column
+    if len({len(column) for column in columns.values()}) > 1:
+        raise StateError(f"{what} columns have different lengths")
+    return columns
+
+
+def _predictions(data: dict, columns: dict, multiclass: bool, max_classes: int) -> list[tuple]:
+    """(predicted label, p_true or class probabilities) of each entry of `_columns`."""
+    if multiclass:
+        return _multiclass_predictions(data, columns, max_classes)
+    p_true = columns["p_true"]
+    if len(p_true) and not np.all((p_true >= 0.0) & (p_true <= 1.0)):
+        raise StateError("pending labels probabilities outside [0, 1]")
+    return list(zip(columns["y_pred"].tolist(), p_true.tolist()))
 
 
 def _multiclass_predictions(data: dict, columns: dict, max_classes: int) -> list[tuple]:

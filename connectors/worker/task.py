@@ -743,8 +743,12 @@ class PartitionTask:
         settings: TaskSettings,
         codec: typing.Any = None,
         prediction_partition: int | None = None,
+        segments: typing.Mapping[int, bytes] | None = None,
     ) -> PartitionTask:
-        """The task saved by `to_checkpoint`; `StateError` (and nothing else) if it cannot be.
+        """The task saved by `to_checkpoint`, or by `checkpoint_write` with its `segments`;
+        `StateError` (and nothing else) if it cannot be. An incremental checkpoint's waiting
+        events are not in it: read the input offsets `rebuild_range()` gives into
+        `rebuild_pending`, then call `finish_rebuild` (the worker does).
 
         Refused: unreadable bytes or parts, another group/topic/partition, another model class
         than `settings.model` (wrapped one-vs-rest or not, as `settings.one_vs_rest` says), a
@@ -792,17 +796,20 @@ class PartitionTask:
                 raise StateError(f"scaler: a {type(scaler).__name__}, not a StandardScaler")
         metrics = restore_part("metrics", _metrics_from_state, _field(fields, "metrics", dict))
         max_classes = _max_classes(model) if settings.multiclass else 2
-        pending = restore_part(
-            "pending labels",
-            functools.partial(
-                PendingLabels.from_state, max_size=settings.label_store_size,
-                max_bytes=settings.label_store_bytes,
-                max_age_records=settings.label_max_age_records,
-                max_age_ms=settings.label_max_age_ms, multiclass=settings.multiclass,
-                max_classes=max_classes,
-            ),
-            _field(fields, "pending", dict),
-        )
+        saved_pending = _field(fields, "pending", dict)
+        limits = dict(max_size=settings.label_store_size, max_bytes=settings.label_store_bytes,
+                      max_age_records=settings.label_max_age_records,
+                      max_age_ms=settings.label_max_age_ms, multiclass=settings.multiclass,
+                      max_classes=max_classes)
+        if "segments" in saved_pending:  # an incremental checkpoint (`checkpoint_write`)
+            read_pending = functools.partial(PendingLabels.from_checkpoint_state,
+                                             segments=segments or {}, next_offset=next_offset,
+                                             **limits)
+        else:
+            if segments:
+                raise StateError("the checkpoint holds segments its pending labels do not list")
+            read_pending = functools.partial(PendingLabels.from_state, **limits)
+        pending = restore_part("pending labels", read_pending, saved_pending)
         saved_counters = _field(fields, "counters", dict)
         counters = {
             name: checked_count(saved_counters.get(name, 0), f"counter {name!r}")
@@ -835,7 +842,20 @@ class PartitionTask:
         return task
 
     def to_checkpoint(self) -> bytes:
-        """The task's whole state and its next offset, as checkpoint bytes."""
+        """The task's whole state and its next offset, as checkpoint bytes (its waiting events
+        included: `checkpoint_write` is what the worker writes)."""
+        return self._encode_checkpoint(self.pending.to_state())
+
+    def checkpoint_write(self) -> checkpoint_module.CheckpointWrite:
+        """The task's incremental checkpoint: its state and next offset, with the pending
+        store's new segment, written once, instead of its waiting events (read again from the
+        input topic on restore: `PendingLabels.checkpoint_state`). Call `mark_checkpointed`
+        once it is durable."""
+        assert self.next_offset is not None
+        state, new, kept = self.pending.checkpoint_state(self.next_offset)
+        return checkpoint_module.CheckpointWrite(self._encode_checkpoint(state), new, kept)
+
+    def _encode_checkpoint(self, pending: dict) -> bytes:
         return checkpoint_module.encode_checkpoint(
             {
                 "group": self.settings.group_id,
@@ -846,7 +866,7 @@ class PartitionTask:
                 "model": self.model.to_state(),
                 "scaler": None if self.scaler is None else _scaler_to_state(self.scaler),
                 "metrics": _metrics_to_state(self.metrics),
-                "pending": self.pending.to_state(),
+                "pending": pending,
                 "counters": self.counters(),
                 "written_at": time.time(),
                 # (only with --label-topic: a checkpoint without them reads as it always did)
@@ -868,6 +888,55 @@ class PartitionTask:
         self.checkpointed_offset = self.next_offset
         self.checkpointed_label_offset = self.label_next_offset
         self.since_checkpoint = 0
+        self.pending.checkpoint_written()
+
+    # Restoring an incremental checkpoint's waiting events ----------------------------------------
+
+    def rebuild_range(self) -> tuple[int, int] | None:
+        """The input offsets [first, next offset) to read again into `rebuild_pending` (None:
+        nothing waits)."""
+        return self.pending.rebuild_range()
+
+    def rebuild_pending(self, records: typing.Iterable[typing.Any]) -> None:
+        """Take back the waiting events among `records` (of the input partition, in offset
+        order, before the next offset): decoded as they were, with the predictions the
+        checkpoint kept; nothing is predicted, learnt or sent. A record that no longer gives
+        an event with an id is lost (`finish_rebuild` counts it). A Schema Registry that does
+        not answer raises `RegistryUnavailable`: call again with the records from there."""
+        pending = self.pending
+        decode = self.codec.decode
+        for record in records:
+            offset = record.offset
+            served = pending.served_at(offset)
+            if served is None:
+                continue
+            try:
+                if self._reads_key:
+                    event_id, x, _ = decode(record.value, record.key)
+                else:
+                    event_id, x, _ = decode(record.value)
+            except (DeadLetter, InvalidInput):
+                continue
+            if event_id is None or x is None:
+                continue
+            pending.rebuilt(offset, event_id, x, record.timestamp,
+                            self._waiting_bytes(record.value, x, served[1]))
+
+    def finish_rebuild(self) -> int:
+        """The end of `rebuild_pending`: returns the waiting events not found again."""
+        return self.pending.finish_rebuild()
+
+    def _waiting_bytes(self, value: bytes, x: dict, p: typing.Any) -> int:
+        """What a waiting event is charged in the pending store (`pending_entry_bytes`)."""
+        size = len(value) + FEATURE_BYTES * len(x) + ENTRY_BYTES
+        if self.multiclass:
+            size += PROBA_DICT_BYTES + PROBA_CLASS_BYTES * len(p)
+        mapper = getattr(self.codec, "mapper", None) if self._split else None
+        if mapper is not None and mapper.indicators:
+            # An indicator's name is not in the record's bytes (an Avro record holds the
+            # category only).
+            size += sum(len(k) for k, v in x.items() if v is True)
+        return size
 
     def counters(self) -> dict[str, int]:
         return {
@@ -978,6 +1047,7 @@ class PartitionTask:
         update_metrics = (self.metrics.update_multiclass if multiclass
                           else self.metrics.update)
         pending = self.pending
+        waiting_bytes = self._waiting_bytes
         metrics_every = self.settings.metrics_every
         next_offset = self.next_offset
         n_records = self.n_records
@@ -1058,14 +1128,8 @@ class PartitionTask:
                                 learn_model(scaled_after, y)
                             drift = update_metrics(y, y_pred, p, offset)
                         elif event_id is not None:
-                            size = len(record.value) + FEATURE_BYTES * len(x) + ENTRY_BYTES
-                            if multiclass:
-                                size += PROBA_DICT_BYTES + PROBA_CLASS_BYTES * len(p)
-                            if split is not None and mapper.indicators:
-                                # An indicator's name is not in the record's bytes (an Avro
-                                # record holds the category only).
-                                size += sum(len(k) for k, v in x.items() if v is True)
-                            pending.add(event_id, x, offset, record.timestamp, y_pred, p, size)
+                            pending.add(event_id, x, offset, record.timestamp, y_pred, p,
+                                        waiting_bytes(record.value, x, p))
                         else:
                             n_unjoinable += 1
                         n_predictions += 1

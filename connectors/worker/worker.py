@@ -1342,14 +1342,17 @@ class Worker:
                     task = PartitionTask.restore(
                         loaded.payload, tp.topic, tp.partition, self.settings, codec=self.codec,
                         prediction_partition=self._prediction_partition(tp),
+                        segments=loaded.segments,
                     )
                     restored += 1
-                    sizes[tp] = len(loaded.payload)
+                    sizes[tp] = len(loaded.payload) + sum(map(len, loaded.segments.values()))
                 except StateError as error:
                     where = (f"checkpoint {loaded.key} at {loaded.topic}/{loaded.partition}"
                              f"@{loaded.offset}")
                     task = self._bad_checkpoint(tp, f"{where} refused: {error}")
             self.tasks[tp] = task
+            if task.rebuild_range() is not None:
+                self._rebuild_pending(tp, task)
             if task.next_offset is not None:
                 consumer.seek(tp, task.next_offset)
             if self._label_topic is not None:
@@ -1376,6 +1379,46 @@ class Worker:
                  ", ".join(names), restored, replayed, 1000 * (time.monotonic() - started),
                  extra={"partitions": names, "restored": restored, "replayed": replayed})
         self._note_partition_scope(partitions)
+
+    def _rebuild_pending(self, tp: typing.Any, task: PartitionTask) -> None:
+        """Read the waiting events of a restored task's incremental checkpoint again, from the
+        input topic (its offsets [first waiting, next offset), with the checkpoint reader),
+        into its pending store. A Schema Registry that does not answer is waited for."""
+        started = time.monotonic()
+        waiting = task.pending.rebuilding
+        store = self._store
+        assert store is not None
+        warned = False
+        remaining = task.rebuild_range()
+        start, stop = remaining  # type: ignore[misc]
+        while remaining is not None:
+            try:
+                for batch in store.read_records(tp, remaining[0], stop):
+                    task.rebuild_pending(batch)
+                break
+            except RegistryUnavailable as error:
+                if not warned:
+                    log.warning("%s/%d: restoring the events waiting for their label needs the "
+                                "Schema Registry, which does not answer (%s): waiting for it",
+                                tp.topic, tp.partition, error)
+                    warned = True
+                if self._stop.wait(1.0):
+                    raise WorkerError("stopped while restoring the events waiting for their "
+                                      f"label of {tp.topic}/{tp.partition}") from error
+                remaining = task.rebuild_range()  # (from the first event not read again yet)
+            except checkpoint_module.CheckpointError as error:
+                raise WorkerError(f"{error}: check the broker and the input topic") from error
+        lost = task.finish_rebuild()
+        log.info("%s/%d: %d events waiting for their label read again from offsets [%d, %d) in "
+                 "%.0f ms", tp.topic, tp.partition, waiting - lost, start, stop,
+                 1000 * (time.monotonic() - started),
+                 extra={"topic": tp.topic, "partition": tp.partition, "rebuilt": waiting - lost})
+        if lost:
+            log.warning("%s/%d: %d events waiting for their label are no longer on the input "
+                        "topic (its retention) or no longer decode: their labels will find "
+                        "nothing (counted as lost). Fix: keep the input topic's retention.ms "
+                        "above the labels' delay", tp.topic, tp.partition, lost,
+                        extra={"topic": tp.topic, "partition": tp.partition, "lost": lost})
 
     def _note_partition_scope(self, partitions: list) -> None:
         """Once per input topic of more than one partition, in partition scope: one line saying
@@ -1614,7 +1657,7 @@ class Worker:
 
     # Checkpoints ------------------------------------------------------------------------------
 
-    def _save_checkpoints(self, payloads: dict[tuple[str, int], bytes]) -> None:
+    def _save_checkpoints(self, payloads: dict[tuple[str, int], checkpoint_module.CheckpointWrite]) -> None:
         """Write the tasks' checkpoints, durably (the one place writing to the checkpoint store)."""
         try:
             self._store.write(payloads)  # type: ignore[union-attr]
@@ -1639,8 +1682,8 @@ class Worker:
         # have its prediction durable.
         self._flush()
         flushed = time.perf_counter()
-        payloads = {(t.topic, t.partition): t.to_checkpoint() for t in dirty}
-        size = sum(len(payload) for payload in payloads.values())
+        payloads = {(t.topic, t.partition): t.checkpoint_write() for t in dirty}
+        size = sum(payload.written_bytes for payload in payloads.values())
         self._save_checkpoints(payloads)
         offsets = self._offsets(dirty)
         for task in dirty:
@@ -1656,18 +1699,18 @@ class Worker:
         log.debug("checkpointed %d partitions, %d bytes, in %.1f ms (+%.1f ms flushing outputs)",
                   len(dirty), size, 1000 * (done - flushed), 1000 * (flushed - started))
 
-    def _record_checkpoints(self, payloads: dict[tuple[str, int], bytes], started: float,
+    def _record_checkpoints(self, payloads: dict[tuple[str, int], checkpoint_module.CheckpointWrite], started: float,
                             flushed: float) -> float:
         """Tell the status and `checkpoint_log` of a round of checkpoints (`started` and
         `flushed`: perf_counter times); returns the time it ended."""
         done = time.perf_counter()
         if payloads:
-            self.status.checkpointed({key: len(payload) for key, payload in payloads.items()},
-                                     done - started)
+            self.status.checkpointed(
+                {key: payload.written_bytes for key, payload in payloads.items()}, done - started)
         self.checkpoint_log.append(
             {
                 "partitions": len(payloads),
-                "bytes": sum(len(payload) for payload in payloads.values()),
+                "bytes": sum(payload.written_bytes for payload in payloads.values()),
                 "flush_outputs_ms": 1000 * (flushed - started),
                 "checkpoint_commit_ms": 1000 * (done - flushed),
             }
@@ -1701,7 +1744,7 @@ class Worker:
         started = time.perf_counter()
         self._flush()
         flushed = time.perf_counter()
-        payloads = {(t.topic, t.partition): t.to_checkpoint() for t in dirty}
+        payloads = {(t.topic, t.partition): t.checkpoint_write() for t in dirty}
         offsets = self._offsets(dirty)
         try:
             # The checkpoints go in once the offsets are in: sending the offsets waits for the
