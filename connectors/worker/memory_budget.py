@@ -82,10 +82,11 @@ MIN_PENDING_BYTES = 16 << 20
 MIN_SHARE_BYTES = 1 << 20
 # The default ceiling (--max-memory auto): this, or what one partition of the model needs where
 # that is more (a one-vs-rest ALMA of 100 classes: 100 model ceilings, 3.1 GiB), so that a
-# model of a large ceiling still starts by default. A worker on one to a few partitions of the default model fits it with a
-# pending store of 256 MiB per partition (today's --label-store-bytes); on 12 partitions the
-# stores share what is left, ~650 MiB, where before they could take 3 GiB. 1 GiB is the size of
-# a small pod (a Kubernetes node of 4 GiB runs three beside the system's own).
+# model of a large ceiling still starts by default. A worker on one to a few partitions of the
+# default model fits it with a pending store of 256 MiB per partition (today's
+# --label-store-bytes); on 12 partitions the stores share what is left, ~650 MiB, where before
+# they could take 3 GiB. 1 GiB is the size of a small pod (a Kubernetes node of 4 GiB runs three
+# beside the system's own).
 DEFAULT_MAX_MEMORY = 1 << 30
 AUTO = "auto"
 # The fetch buffers' share of the ceiling, and the most they take (today's defaults: kafka-python

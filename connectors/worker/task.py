@@ -67,7 +67,7 @@ from connectors.serializers.schema_registry import (
     check_settings,
 )
 from connectors.state import checkpoint as checkpoint_module
-from connectors.worker.pending_labels import (
+from connectors.worker.pending_labels import (  # noqa: F401 (ENTRY_BYTES...: re-exported)
     ENTRY_BYTES,
     FEATURE_BYTES,
     INT64_MAX,
@@ -701,6 +701,8 @@ class PartitionTask:
         # make an indicator, always 1 where present, into 0 (connectors/serializers/mapping.py).
         self._split = (scaler is not None and bool(getattr(self.codec, "emits_indicators", False))
                        and getattr(self.codec, "mapper", None) is not None)
+        # (the codec's mapper says how many indicators the event it made holds)
+        self._indicator_mapper = self.codec.mapper if self._split else None
 
     # Construction ---------------------------------------------------------------------------
 
@@ -927,14 +929,12 @@ class PartitionTask:
         return self.pending.finish_rebuild()
 
     def _waiting_bytes(self, value: bytes, x: dict, p: typing.Any) -> int:
-        """What a waiting event is charged in the pending store (`pending_entry_bytes`)."""
-        size = len(value) + FEATURE_BYTES * len(x) + ENTRY_BYTES
-        if self.multiclass:
-            size += PROBA_DICT_BYTES + PROBA_CLASS_BYTES * len(p)
-        mapper = getattr(self.codec, "mapper", None) if self._split else None
+        """What a waiting event is charged in the pending store: `pending_entry_bytes`, and the
+        names of its category indicators, which are not in the record's bytes (an Avro record
+        holds the category only)."""
+        size = pending_entry_bytes(value, x, p if self.multiclass else None)
+        mapper = self._indicator_mapper
         if mapper is not None and mapper.indicators:
-            # An indicator's name is not in the record's bytes (an Avro record holds the
-            # category only).
             size += sum(len(k) for k, v in x.items() if v is True)
         return size
 
@@ -1023,8 +1023,7 @@ class PartitionTask:
         decode_label = getattr(self.codec, "decode_label", None) if label_topic else None
         label_next_offset = self.label_next_offset
         split = indicator_splitter() if self._split else None
-        # (the codec's mapper says how many indicators the event it made holds)
-        mapper = getattr(self.codec, "mapper", None) if self._split else None
+        mapper = self._indicator_mapper
         prefix = self._prefix
         model = self.model
         scaler = self.scaler

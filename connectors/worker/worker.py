@@ -1657,7 +1657,8 @@ class Worker:
 
     # Checkpoints ------------------------------------------------------------------------------
 
-    def _save_checkpoints(self, payloads: dict[tuple[str, int], checkpoint_module.CheckpointWrite]) -> None:
+    def _save_checkpoints(
+            self, payloads: dict[tuple[str, int], checkpoint_module.CheckpointWrite]) -> None:
         """Write the tasks' checkpoints, durably (the one place writing to the checkpoint store)."""
         try:
             self._store.write(payloads)  # type: ignore[union-attr]
@@ -1699,8 +1700,9 @@ class Worker:
         log.debug("checkpointed %d partitions, %d bytes, in %.1f ms (+%.1f ms flushing outputs)",
                   len(dirty), size, 1000 * (done - flushed), 1000 * (flushed - started))
 
-    def _record_checkpoints(self, payloads: dict[tuple[str, int], checkpoint_module.CheckpointWrite], started: float,
-                            flushed: float) -> float:
+    def _record_checkpoints(
+            self, payloads: dict[tuple[str, int], checkpoint_module.CheckpointWrite],
+            started: float, flushed: float) -> float:
         """Tell the status and `checkpoint_log` of a round of checkpoints (`started` and
         `flushed`: perf_counter times); returns the time it ended."""
         done = time.perf_counter()
