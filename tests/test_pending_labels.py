@@ -232,6 +232,34 @@ def test_an_offset_beyond_the_checkpoint_or_in_two_segments_is_refused():
         read_back(head2, {**both, 2: state.dumps(twin)}, 60)
 
 
+def test_a_restore_keeps_the_newest_waiting_events_its_store_can_hold():
+    # A checkpoint of 5,000 waiting events (a larger --label-store-size, or crafted bits): the
+    # restore prepares only the newest 1,000 for reading again, and counts the rest evicted,
+    # as the store would have once it read them.
+    store = binary_store(5_000)
+    head, segments = checkpointed(store, 10_000)
+    twin = PendingLabels.from_checkpoint_state(head, segments, 10_000, max_size=1_000)
+    assert twin.rebuilding == 1_000 and twin.evicted == 4_000
+    assert twin.rebuild_range() == (2 * 4_000, 10_000)
+    assert twin.served_at(2 * 3_999) is None
+    assert twin.served_at(2 * 4_000) == (store.entries["e4000"][3], store.entries["e4000"][4])
+    assert read_back(head, segments, 10_000).rebuilding == 5_000
+
+
+def test_a_multiclass_restore_gives_back_each_kept_events_class_probabilities():
+    store = PendingLabels(max_size=100, multiclass=True)
+    for i in range(40):
+        proba = {c: round(0.1 * ((i + k) % 10), 1) for k, c in enumerate("abc"[: 1 + i % 3])}
+        store.add(f"e{i}", {"f": 1.0}, offset=i, timestamp=i, y_pred=None if i % 5 == 0 else "a",
+                  p_true=proba, size=50)
+    head, segments = checkpointed(store, 40)
+    twin = PendingLabels.from_checkpoint_state(head, segments, 40, max_size=25, multiclass=True)
+    assert twin.rebuilding == 25 and twin.evicted == 15
+    for i in range(40):
+        entry = store.entries[f"e{i}"]
+        assert twin.served_at(i) == (None if i < 15 else (entry[3], entry[4]))
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1,
                       max_size=4), target=st.integers(0, 1))

@@ -393,7 +393,11 @@ class PendingLabels:
                              f"holds {sorted(segments)[:8]}")
         max_timestamp, counts = cls._read_counts(data)
         bits = np.unpackbits(waiting)[:total].astype(np.bool_)
-        restored, waiting_offsets, predictions = [], [], []
+        # Offsets first, predictions after: a restore keeps only the newest `max_size` waiting
+        # events (the older ones would be evicted once read again), so that a checkpoint's bits
+        # (crafted, or written under a larger --label-store-size) cannot make it build an entry
+        # each, about 15 times their bytes, before the store's limits apply.
+        read, restored = [], []
         start = 0
         for segment_id, size in zip(ids, sizes.tolist()):
             what = f"pending segment {segment_id}"
@@ -408,19 +412,27 @@ class PendingLabels:
             if len(columns["y_pred"]) != size:
                 raise StateError(f"{what} holds {len(columns['y_pred'])} predictions for {size} "
                                  "entries")
-            alive = bits[start:start + size]
+            read.append((fields, columns, offsets, bits[start:start + size]))
             start += size
-            served = _predictions(fields, columns, multiclass, max_classes)
             restored.append(PendingSegment(segment_id, offsets))
-            waiting_offsets.append(offsets[alive])
-            predictions.extend(p for p, wait in zip(served, alive.tolist()) if wait)
-        found = np.concatenate(waiting_offsets) if waiting_offsets else np.zeros(0, np.int64)
+        found = (np.concatenate([offsets[alive] for _, _, offsets, alive in read]) if read
+                 else np.zeros(0, np.int64))
         if len(np.unique(found)) != len(found):
             raise StateError("pending labels: an offset waits in two segments")
+        newest = (np.sort(found)[-max_size] if len(found) > max_size
+                  else np.iinfo(np.int64).min)
+        waiting_offsets, predictions = [], []
+        for fields, columns, offsets, alive in read:
+            kept = alive & (offsets >= newest)
+            served = _predictions(fields, columns, multiclass, max_classes, kept)
+            waiting_offsets.append(offsets[kept])
+            predictions.extend(served)
+        found = np.concatenate(waiting_offsets) if waiting_offsets else np.zeros(0, np.int64)
         pending = cls(max_size, max_bytes, max_age_records, max_age_ms, multiclass, max_classes)
         pending.max_timestamp = max_timestamp
         for name, count in counts.items():
             setattr(pending, name, count)
+        pending.evicted += int(sum(int(alive.sum()) for *_, alive in read)) - len(found)
         pending.segments = restored
         pending.covered_to = next_offset
         pending.next_segment_id = next_segment
@@ -559,18 +571,24 @@ def _columns(data: typing.Any, lists: tuple[str, ...], arrays: list[tuple[str, t
     return columns
 
 
-def _predictions(data: dict, columns: dict, multiclass: bool, max_classes: int) -> list[tuple]:
-    """(predicted label, p_true or class probabilities) of each entry of `_columns`."""
+def _predictions(data: dict, columns: dict, multiclass: bool, max_classes: int,
+                 only: np.ndarray | None = None) -> list[tuple]:
+    """(predicted label, p_true or class probabilities) of each entry of `_columns`, or of the
+    entries `only` marks (every entry is checked either way)."""
     if multiclass:
-        return _multiclass_predictions(data, columns, max_classes)
-    p_true = columns["p_true"]
+        return _multiclass_predictions(data, columns, max_classes, only)
+    y_pred, p_true = columns["y_pred"], columns["p_true"]
     if len(p_true) and not np.all((p_true >= 0.0) & (p_true <= 1.0)):
         raise StateError("pending labels probabilities outside [0, 1]")
-    return list(zip(columns["y_pred"].tolist(), p_true.tolist()))
+    if only is not None:
+        y_pred, p_true = y_pred[only], p_true[only]
+    return list(zip(y_pred.tolist(), p_true.tolist()))
 
 
-def _multiclass_predictions(data: dict, columns: dict, max_classes: int) -> list[tuple]:
-    """(predicted label, class probabilities) of each entry of a multiclass store's state."""
+def _multiclass_predictions(data: dict, columns: dict, max_classes: int,
+                            only: np.ndarray | None) -> list[tuple]:
+    """(predicted label, class probabilities) of each entry of a multiclass store's state (or
+    of those `only` marks)."""
     sizes = columns["proba_sizes"]
     labels, values = data.get("proba_labels"), data.get("proba_values")
     if len(sizes) and (sizes.min() < 0 or sizes.max() > max_classes):
@@ -588,13 +606,15 @@ def _multiclass_predictions(data: dict, columns: dict, max_classes: int) -> list
         y_pred = [None if y is None else label_from_state(y) for y in columns["y_pred"]]
     except StateError as error:
         raise StateError(f"pending labels: {error}") from None
+    wanted = [True] * len(sizes) if only is None else only.tolist()
     predictions = []
     start = 0
     for i, size in enumerate(sizes.tolist()):
         proba = dict(zip(decoded[start:start + size], values[start:start + size].tolist()))
         if len(proba) != size:
             raise StateError(f"pending labels entry {i} gives a class two probabilities")
-        predictions.append((y_pred[i], proba))
+        if wanted[i]:
+            predictions.append((y_pred[i], proba))
         start += size
     return predictions
 
