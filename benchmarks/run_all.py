@@ -27,6 +27,8 @@ BENCHMARKS = [
     ("memory_ceiling.py", [], ["--quick"]),
     ("memory_budget.py", [], ["--events", "20000", "--partitions", "1",
                               "--cases", "flood,largest"]),
+    ("delayed_label_checkpoints.py", [], ["--events", "30000", "--label-store-size", "10000",
+                                          "--restores", "1"]),
     ("drift_detectors.py", [], ["--quick"]),
     ("model_scope_worker.py", [], ["--records", "6000", "--streams", "RBF drift", "SEA",
                                    "--models", "alma", "budgetsvm"]),
