@@ -291,6 +291,42 @@ def test_a_registry_outage_holds_the_records_back_without_a_dead_letter(
     assert worker.registry.requests["schema"] == 2
 
 
+def test_a_registry_outage_during_a_restore_is_waited_out_and_the_store_comes_back(
+        kafka_broker, schema_registry, caplog):
+    # A restore reads the waiting events again from the input topic, which needs their schema:
+    # a registry that does not answer then is waited for (one WARNING), not a lost store.
+    import logging
+
+    bootstrap = kafka_broker.bootstrap_servers
+    name = w.fresh("registry-restore")
+    create_topics(bootstrap, [name])
+    records = [{**r, "is_fraud": None} if i % 3 else r
+               for i, r in enumerate(payments(300, seed=6))]
+    serialize = avro_serializer(schema_registry.url, PAYMENT_SCHEMA)
+    w.produce(bootstrap, name, [(0, serialize(r, context(name))) for r in records])
+    cfg = w.config(bootstrap, name, value_format="avro", schema_registry_url=schema_registry.url,
+                   schema_registry_config={"timeout": "1"}, idle_timeout=2.0, **MAPPING)
+    assert Worker(cfg).run()["records"] == 300
+    caplog.set_level(logging.INFO, logger="connectors")
+    restarted = Worker(cfg)
+    done = {}
+    schema_registry.pause()
+    try:
+        thread = threading.Thread(target=lambda: done.update(restarted.run()), daemon=True)
+        thread.start()
+        w.wait_for(lambda: "needs the Schema Registry" in caplog.text, 60,
+                   "the WARNING naming the registry")
+        time.sleep(2)  # the outage lasts: the restore waits
+        assert "read again from offsets" not in caplog.text
+    finally:
+        schema_registry.resume()
+    thread.join(120)
+    assert not thread.is_alive() and done["records"] == 0
+    assert "200 events waiting for their label read again from offsets [1, 300)" in caplog.text
+    assert "no longer on the input topic" not in caplog.text
+    assert not w.read_all(bootstrap, cfg.dead_letter_topic)
+
+
 def test_avro_outputs_are_read_by_confluents_deserializer(kafka_broker, schema_registry):
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroDeserializer
