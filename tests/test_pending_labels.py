@@ -20,7 +20,12 @@ from hypothesis import strategies as st
 from connectors.serializers.mapping import FieldMapping
 from connectors.state import checkpoint
 from connectors.worker import pending_labels
-from connectors.worker.pending_labels import MAX_SEGMENTS, SPARSE, PendingLabels
+from connectors.worker.pending_labels import (
+    MAX_SEGMENTS,
+    SPARSE,
+    PendingLabels,
+    pending_entry_bytes,
+)
 from connectors.worker.task import PartitionTask, TaskSettings
 from streammargin import StateError, state
 
@@ -258,6 +263,38 @@ def test_a_multiclass_restore_gives_back_each_kept_events_class_probabilities():
     for i in range(40):
         entry = store.entries[f"e{i}"]
         assert twin.served_at(i) == (None if i < 15 else (entry[3], entry[4]))
+
+
+def test_a_checkpoint_and_a_restore_hold_within_the_budgets_share_of_the_store():
+    # --max-memory charges a store's checkpoints CHECKPOINT_FACTOR of its bytes
+    # (connectors/worker/memory_budget.py): what checkpoint_state allocates at its peak must stay
+    # within it. A restore holds the waiting events' predictions while its store is still empty,
+    # each event read again replacing its own: within the store's own share.
+    import tracemalloc
+
+    from connectors.worker.memory_budget import CHECKPOINT_FACTOR
+
+    store = PendingLabels(max_size=20_000, max_bytes=1 << 34)
+    for i in range(20_000):
+        x = {f"f{j}": i / (j + 1) for j in range(11)}
+        value = json.dumps({"id": f"e{i:06d}", "x": x}).encode()
+        store.add(f"e{i:06d}", x, i, i, bool(i % 2), 0.5, pending_entry_bytes(value, x))
+    share = CHECKPOINT_FACTOR * store.n_bytes
+    tracemalloc.start()
+    try:
+        head, new, _ = store.checkpoint_state(20_000)
+        checkpointing = tracemalloc.get_traced_memory()[1]
+        store.checkpoint_written()
+        head = state.loads(state.dumps({"h": head}))["h"]
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        twin = PendingLabels.from_checkpoint_state(head, new, 20_000, max_size=20_000)
+        restoring = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert twin.rebuilding == 20_000
+    assert checkpointing < share, (checkpointing, share)
+    assert restoring < 0.25 * store.n_bytes, (restoring, store.n_bytes)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

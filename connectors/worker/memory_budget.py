@@ -23,8 +23,9 @@ pod"), worker-wide, for `n` assigned input partitions:
                  free) and the records a producer holds while a broker stops acknowledging
     pending      the events waiting for their label: what is left, split evenly between the
                  assigned partitions, each within --label-store-bytes
-    checkpoints  a checkpoint of every partition encodes its store (CHECKPOINT_FACTOR of it) and
-                 its model's state (up to its ceiling) while they stand
+    checkpoints  a checkpoint of every partition holds what changed in its store and the
+                 segments' offsets, a restore the predictions of the waiting events
+                 (CHECKPOINT_FACTOR of the store), and its model's state (up to its ceiling)
 
 `fixed` is every part but the pending store: if it leaves less than MIN_PENDING_BYTES at start
 (one partition), the worker exits 2 (`MemoryBudgetError`: the cause, then the fix). When an
@@ -70,12 +71,15 @@ SCHEMA_PARSED_FACTOR = 4
 # (522 MiB on kafka-python with 1/16; benchmarks/memory_budget.py "label-flood",
 # "paused-broker").
 ALLOCATOR_SHARE = 1 / 8
-# A checkpoint encodes a store as lists and arrays, then as bytes, then in the producer's batch:
-# this much of the store it encodes, on top of it. Measured 0.32 on one partition with 60
-# features of 60 names (340 MiB peak with a store of 182 MiB), 0.6 with 60 of 100,000 names
-# (each name a string of its own in the encoded lists: 512 MiB with 226 MiB;
-# benchmarks/memory_budget.py).
-CHECKPOINT_FACTOR = 0.75
+# What a store's checkpoints hold beside it, as a share of its bytes. A checkpoint writes what
+# changed (`PendingLabels.checkpoint_state`): tracemalloc measured 72 B per waiting event at its
+# peak and 21 B kept (the segments' offsets) for 100,000 events of 11 features charged 1,661 B
+# each (tests/test_pending_labels.py). A restore holds 180 B per waiting event (297 B at its
+# peak) while its store is still empty, each event read again replacing its own: within the
+# store's share. Before, each checkpoint encoded the whole store, 0.32-0.6 of it (0.75 was
+# charged); a checkpoint of that older format is read once, at the upgrade, within
+# --max-checkpoint-bytes.
+CHECKPOINT_FACTOR = 0.1
 # The least the pending stores may have worker-wide, and each partition's: below them the ceiling
 # is too low to wait for labels at all.
 MIN_PENDING_BYTES = 16 << 20
