@@ -419,7 +419,8 @@ class PendingLabels:
                  else np.zeros(0, np.int64))
         if len(np.unique(found)) != len(found):
             raise StateError("pending labels: an offset waits in two segments")
-        newest = (np.sort(found)[-max_size] if len(found) > max_size
+        waiting_total = len(found)
+        newest = (np.sort(found)[-max_size] if waiting_total > max_size
                   else np.iinfo(np.int64).min)
         waiting_offsets, predictions = [], []
         for fields, columns, offsets, alive in read:
@@ -432,7 +433,7 @@ class PendingLabels:
         pending.max_timestamp = max_timestamp
         for name, count in counts.items():
             setattr(pending, name, count)
-        pending.evicted += int(sum(int(alive.sum()) for *_, alive in read)) - len(found)
+        pending.evicted += waiting_total - len(found)
         pending.segments = restored
         pending.covered_to = next_offset
         pending.next_segment_id = next_segment
