@@ -18,10 +18,10 @@ the formula (the sum of the parts' bounds the worker applies for the partitions 
   way: acknowledgements stop, outputs wait;
 - topic-scope: the flood under --model-scope topic: the model exchange holds the peers' models.
 
-At 1 and 12 partitions (--partitions 1,12,32), on both transports.
+At 1 and 12 partitions by default (--partitions 1,12,32 for more), on both transports.
 
 Run: .venv/bin/python benchmarks/memory_budget.py [--max-memory 512MiB] [--partitions 1,12]
-     [--events 144000] [--cases flood,labelled,label-flood,largest]
+     [--events 144000] [--cases flood,label-flood,largest,paused-broker,topic-scope]
 """
 
 from __future__ import annotations
