@@ -123,9 +123,7 @@ def worker_contender(name: str, bootstrap: str, topic: str, args) -> dict:
              "--transport", args.transport, "--idle-timeout", "3", "--log-level", "INFO"]
     command = kt.contender_command("worker" if name == "segments" else "baseline", bootstrap,
                                    topic, out, group, 1, extra)
-    started = time.monotonic()
     run_worker(command)
-    first_run = time.monotonic() - started
     written = topic_records(bootstrap, f"{out}.checkpoints")
     restores, waiting = [], None
     for _ in range(args.restores):
@@ -137,7 +135,7 @@ def worker_contender(name: str, bootstrap: str, topic: str, args) -> dict:
         restores.append(int(assigned[0][1]) / 1000)
         waiting = int(rebuilt[0][0]) if rebuilt else None
     return {"bytes": record_bytes(written), "checkpoints": per_checkpoint(written),
-            "restore_s": restores, "rebuilt": waiting, "first_run_s": first_run}
+            "restore_s": restores, "rebuilt": waiting}
 
 
 def changelog_contender(bootstrap: str, records, store_size: int, restores: int) -> dict:
@@ -162,13 +160,12 @@ def changelog_contender(bootstrap: str, records, store_size: int, restores: int)
             producer.send(topic, None, key=oldest, partition=0)
     producer.flush()
     producer.close()
-    times, held = [], 0
+    times, held, written = [], 0, []
     for _ in range(restores):
         started = time.perf_counter()
         store: dict[str, tuple] = {}
-        count = 0
-        for key, value in topic_records(bootstrap, topic):
-            count += 1
+        written = topic_records(bootstrap, topic)
+        for key, value in written:
             if value is None:
                 store.pop(key.decode(), None)
             else:
@@ -176,9 +173,15 @@ def changelog_contender(bootstrap: str, records, store_size: int, restores: int)
                 store[event["id"]] = (event["x"], *prediction.unpack(value[-prediction.size:]))
         times.append(time.perf_counter() - started)
         held = len(store)
-    written = topic_records(bootstrap, topic)
+    # (what the last restore read is what the topic holds: nothing was compacted meanwhile)
     return {"bytes": record_bytes(written), "checkpoints": None, "restore_s": times,
-            "rebuilt": held, "records": count}
+            "rebuilt": held}
+
+
+def ratios(a: dict, b: dict) -> str:
+    """Contender a's bytes and median restore time over b's."""
+    restore = statistics.median(a["restore_s"]) / statistics.median(b["restore_s"])
+    return f"bytes {a['bytes'] / b['bytes']:.3f}x, restore {restore:.2f}x"
 
 
 def main() -> None:
@@ -239,19 +242,15 @@ def main() -> None:
               f"{args.label_store_size:,} events once "
               f"{args.label_store_size * LABELLED_EVERY // (LABELLED_EVERY - 1):,} are read)")
         print(f"{'#':>4} " + " ".join(f"{n:>12}" for n in workers))
-        rows = max(len(results[n]["checkpoints"]) for n in workers)
-        for k in range(rows):
-            cells = [results[n]["checkpoints"] for n in workers]
+        cells = [results[n]["checkpoints"] for n in workers]
+        for k in range(max(len(c) for c in cells)):
             print(f"{k + 1:>4} " + " ".join(
                 f"{size(c[k]) if k < len(c) else '':>12}" for c in cells))
-        def ratios(a: dict, b: dict) -> str:
-            restore = statistics.median(a["restore_s"]) / statistics.median(b["restore_s"])
-            return f"bytes {a['bytes'] / b['bytes']:.3f}x, restore {restore:.2f}x"
-
         if "whole-store" in results:
             whole = ratios(results["segments"], results["whole-store"])
             print(f"\nsegments / whole-store: {whole}")
         print(f"segments / changelog: {ratios(results['segments'], results['changelog'])}")
+
 
 if __name__ == "__main__":
     main()
