@@ -7,8 +7,9 @@ computes (`with_std=True`), bit for bit, with three differences that only show w
 would grow without bound, fail or go non-finite:
 
 - at most `max_features` names have statistics; names beyond that, and names that cannot be
-  saved in a state (strings longer than 128 characters, other than str, bool, int, finite float,
-  None or tuples of up to 8 of these), pass through `transform_one` unscaled;
+  saved in a state within 128 bytes of JSON (a feature space's rule: strings of more than 126
+  ASCII characters or fewer beyond ASCII, types other than str, bool, int, finite float, None or
+  tuples of up to 8 of these), pass through `transform_one` unscaled;
 - a feature whose update would leave its mean or variance non-finite (values beyond ~1e154
   overflow Welford's products) keeps its statistics unchanged for that value: River's would turn
   into inf or NaN and make every later value of that feature NaN;
@@ -30,12 +31,13 @@ import math
 import struct
 import sys
 import typing
+from json.encoder import encode_basestring_ascii as _json_str
 
 import numpy as np
 from river import base
 
 from streammargin.errors import StateError
-from streammargin.features import _packer, validate_value
+from streammargin.features import MAX_NAME_BYTES, _packer, name_json, validate_value
 from streammargin.jit import dispatch
 from streammargin.jit import scaler as scaler_jit
 from streammargin.jit.entry import EntryPoint
@@ -104,7 +106,9 @@ def _compiled_functions() -> tuple:
 def _scalar_name_ok(name: typing.Any) -> bool:
     kind = type(name)
     if kind is str:
-        return len(name) <= MAX_NAME_LENGTH
+        # (its JSON within MAX_NAME_BYTES too, as a feature space's names: a state escapes a
+        # character beyond ASCII to 6 or 12 bytes, and 128 of them took 1.5 KB a name)
+        return len(name) <= MAX_NAME_LENGTH and len(_json_str(name)) <= MAX_NAME_BYTES
     if kind is int:
         return -(2**63) <= name < 2**63
     if kind is float:
@@ -119,6 +123,7 @@ def _name_ok(name: typing.Any) -> bool:
             len(name) <= MAX_TUPLE_NAME_PARTS
             and all(_scalar_name_ok(part) for part in name)
             and sum(len(part) for part in name if type(part) is str) <= MAX_NAME_LENGTH
+            and len(name_json(name)) <= MAX_NAME_BYTES
         )
     return _scalar_name_ok(name)
 

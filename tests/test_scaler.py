@@ -170,20 +170,22 @@ def test_memory_per_name_is_bounded_as_documented():
     tracemalloc.start()
     scaler = StandardScaler(max_features=1 << 12)
     for i in range(1 << 13):
-        scaler.learn_one({f"{i:0128d}": 1.0})
+        scaler.learn_one({f"{i:0126d}": 1.0})  # (the longest ASCII names it keeps)
     current, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert current < 300 * (1 << 12) + (64 << 10)  # ~300 B per name (128-character names)
+    assert len(scaler.means) == 1 << 12
+    assert current < 300 * (1 << 12) + (64 << 10)  # ~300 B per name (126-character names)
 
 
 def test_long_and_unsavable_names_pass_through_unscaled():
     scaler = StandardScaler()
-    long_name = "x" * 129
-    for name in (long_name, math.nan, 2**70, ("a",) * 9, frozenset()):
+    long_name = "x" * 127  # (its JSON, quotes included, is 129 bytes)
+    escaped = "\U0001f600" * 11  # 11 characters, 133 bytes of JSON ("\\ud83d\\ude00" each)
+    for name in (long_name, escaped, ("é" * 20,), math.nan, 2**70, ("a",) * 9, frozenset()):
         scaler.learn_one({name: 5.0})
         scaler.learn_one({name: 7.0})
         assert scaler.transform_one({name: 7.0}) == {name: 7.0}
-    assert scaler.counters["unsavable_names"] == 10 and scaler.means == {}
+    assert scaler.counters["unsavable_names"] == 14 and scaler.means == {}
     state.dumps(scaler.to_state())
 
 
