@@ -21,6 +21,7 @@ MiB = 1 << 20
 
 def budget(max_memory: int, model: int = 17 * MiB, **parts) -> MemoryBudget:
     fields = {"process": 96 * MiB, "fetch": 26 * MiB, "outputs": 10 * MiB, "model": model,
+              "state": model // 2,
               "exchange_model": 0, "exchange_kind": "mix", "schema_cache": 0,
               "label_store_bytes": 256 * MiB, **parts}
     return MemoryBudget(max_memory=max_memory, **fields)
@@ -161,7 +162,8 @@ def test_an_assignment_past_the_ceiling_is_one_error_line_and_a_gauge(kafka_brok
     ceiling = one.needed(1) + 8 * MiB
     cfg = w.config(bootstrap, name, max_memory=ceiling)
     worker = Worker(cfg)
-    worker.memory = dataclasses.replace(worker.memory, model=64 * MiB, max_memory=ceiling)
+    worker.memory = dataclasses.replace(worker.memory, model=64 * MiB, state=32 * MiB,
+                                        max_memory=ceiling)
     with caplog.at_level(logging.INFO, logger="connectors.worker"):
         summary = worker.run()
     assert summary["records"] == 60  # it goes on
@@ -175,6 +177,71 @@ def test_an_assignment_past_the_ceiling_is_one_error_line_and_a_gauge(kafka_brok
     models = [line for line in text.splitlines()
               if line.startswith('streammargin_memory_budget_bytes{part="models"}')]
     assert len(models) == 1 and float(models[0].split()[-1]) == 6 * 64 * MiB
+
+
+def test_a_task_at_its_ceiling_fits_the_models_and_checkpoints_terms():
+    # The models' term charges MODEL_COPIES x the model's ceiling, the checkpoints' one the
+    # ceiling again for each state and one being encoded: driven to them with the longest names
+    # a feature space stores (126 ASCII characters), which make the ceiling.
+    import gc
+    import json
+    import random
+    import tracemalloc
+
+    from connectors.worker.task import PartitionTask
+    from connectors.worker.worker import Worker
+
+    worker = Worker(WorkerConfig(topics=["t"], params={"max_features": 1024}))
+    plan = worker.memory
+    rng = random.Random(3)
+    records = []
+    for i in range(400):
+        x = {f"{rng.randrange(10**6):0126d}": rng.gauss(0, 1) for _ in range(20)}
+        value = json.dumps({"id": f"e{i}", "x": x, "y": i % 2 == 0}).encode()
+        records.append(_Record("t", 0, i, None, value))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        task = PartitionTask.new("t", 0, worker.settings)
+        task.process(records)
+        del records
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.reset_peak()
+        write = task.checkpoint_write()
+        encoding = tracemalloc.get_traced_memory()[1] - before - held
+    finally:
+        tracemalloc.stop()
+    assert len(task.model._features) >= 1024 - 128  # (its exact columns full)
+    assert 0.6 * plan.model < held <= plan.model, (held, plan.model)
+    assert 0.8 * plan.state < write.written_bytes <= plan.state, (write.written_bytes, plan.state)
+    assert encoding <= memory_budget.ENCODING_STATES * plan.state, (encoding, plan.state)
+
+
+class _Record:
+    headers: list = []
+    timestamp = 0
+
+    def __init__(self, topic, partition, offset, key, value):
+        self.topic, self.partition, self.offset, self.key, self.value = (
+            topic, partition, offset, key, value)
+
+
+def test_the_scaler_is_charged_under_scale_and_an_exchange_for_the_peers_only():
+    from connectors.worker.worker import Worker
+    from streammargin import scaler as scaler_module
+
+    plain = Worker(WorkerConfig(topics=["t"])).memory
+    scaled = Worker(WorkerConfig(topics=["t"], scale=True)).memory
+    assert scaled.model - plain.model == scaler_module.memory_bound()
+    assert scaled.state - plain.state == scaler_module.state_bound()
+    topic = Worker(WorkerConfig(topics=["t"], model_scope="topic", model_topic="m")).memory
+    one = topic.exchange_model
+    # delta (a binary ALMA's default): the peers' models, the worker's, a record's, the ledger
+    assert topic.exchange(12, 1) == (11 + 12 + 5) * one
+    assert topic.exchange(12, 12) == (12 + 5) * one  # (no peer: the ledger alone)
+    assert topic.parts(12, 12)["exchange"] == topic.exchange(12, 12)
 
 
 def _metrics(status) -> str:

@@ -6,7 +6,7 @@ model.
   and nothing else, before allocating beyond this worker's ceiling; a worker's tasks share one
   model, a peer's record is mixed in once, a refused one is counted and logged once; every
   registered model goes through an exchange; an exchange's memory peak stays within the
-  documented (2P + 2) x the model's ceiling.
+  documented (2Q + 2) x the model's ceiling, Q the partitions it does not own.
 - `--model-exchange delta` (asynchronous delta averaging of ALMA, streammargin/delta.py): a
   contribution record round-trips, a hostile one (a stream id out of range, a model record to a
   delta worker or the reverse, other parameters, fuzzed bytes) raises `StateError`; two scopes
@@ -660,8 +660,8 @@ def test_a_sigkill_in_topic_scope_repeats_only_what_it_must_and_ends_near_an_unb
     ("budgetsvm", "mix"), ("alma", "mix"), ("convexpolytope", "mix"), ("alma", "delta")])
 def test_an_exchange_stays_within_its_documented_memory_ceiling(model, exchange):
     # docs/kafka.md: an exchange holds at most `exchange_memory_bound` times the model's ceiling,
-    # (2P + 2) x by mixing and (2P + 5) x adding contributions, P the topic's partitions (what
-    # each term is: its docstring). At scale, where the ceilings are reached:
+    # (2Q + 2) x by mixing and (Q + P + 5) x adding contributions, P the topic's partitions and
+    # Q the P - 1 the worker does not own (what each term is: its docstring). At scale, where the ceilings are reached:
     # benchmarks/memory_ceiling.py, section 3.
     import tracemalloc
 

@@ -174,7 +174,18 @@ def test_memory_per_name_is_bounded_as_documented():
     current, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert len(scaler.means) == 1 << 12
-    assert current < 300 * (1 << 12) + (64 << 10)  # ~300 B per name (126-character names)
+    assert current <= scaler_module.memory_bound(1 << 12)  # (what --max-memory charges)
+    assert current > 0.8 * scaler_module.memory_bound(1 << 12)  # (and not far above it)
+
+
+@settings(max_examples=60, deadline=None)
+@given(names=st.lists(st.text(max_size=140), min_size=1, max_size=48, unique=True))
+def test_a_state_stays_within_its_bound_whatever_the_names(names):
+    scaler = StandardScaler(max_features=32)
+    for name in names:
+        scaler.learn_one({name: 1.5e300})
+        scaler.learn_one({name: -2.2250738585072014e-308})
+    assert len(state.dumps(scaler.to_state())) <= scaler_module.state_bound(32)
 
 
 def test_long_and_unsavable_names_pass_through_unscaled():

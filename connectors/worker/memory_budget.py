@@ -14,9 +14,10 @@ pod"), worker-wide, for `n` assigned input partitions:
     outputs      the outputs not acknowledged yet: at most checkpoint_every records' worth, since a
                  checkpoint waits for every output before it (a broker slow to acknowledge blocks
                  the worker there, and its fetching with it): checkpoint_every x OUTPUT_BYTES
-    models       n x the model's ceiling (`streammargin.memory.memory_bound`) x MODEL_COPIES (the
-                 model, its scaler and metrics)
-    exchange     --model-scope topic: the models an exchange holds (`exchange_memory_bound`)
+    models       n x (the model's ceiling (`streammargin.memory.memory_bound`) x MODEL_COPIES,
+                 and with --scale the scaler's, `streammargin.scaler.memory_bound`)
+    exchange     --model-scope topic: the models an exchange holds (`exchange_memory_bound`,
+                 for the partitions of the topic the worker does not own)
     schema cache the Schema Registry's schemas (--schema-cache-bytes x SCHEMA_PARSED_FACTOR)
     allocator    1/8 of the ceiling (ALLOCATOR_SHARE): what no term bounds on its own, memory
                  Python's allocator keeps once freed (an arena goes back only once all of it is
@@ -25,7 +26,8 @@ pod"), worker-wide, for `n` assigned input partitions:
                  assigned partitions, each within --label-store-bytes
     checkpoints  a checkpoint of every partition holds what changed in its store and the
                  segments' offsets, a restore the predictions of the waiting events
-                 (CHECKPOINT_FACTOR of the store), and its model's state (up to its ceiling)
+                 (CHECKPOINT_FACTOR of the store), and its model's and scaler's state (each up
+                 to its state's ceiling), the one being encoded ENCODING_STATES times over
 
 `fixed` is every part but the pending store: if it leaves less than MIN_PENDING_BYTES at start
 (one partition), the worker exits 2 (`MemoryBudgetError`: the cause, then the fix). When an
@@ -64,8 +66,17 @@ RECORD_OBJECT_BYTES = 2 << 10
 POLL_COPIES = 3
 # An output waiting for its acknowledgement: the record in its batch and the send's future.
 OUTPUT_BYTES = 1 << 10
+# A model at its ceiling in a process, against `memory_bound` (the bytes of its arrays and of its
+# names' JSON): each stored name is a str object and a dict entry, ~120 B beyond its JSON. ALMA
+# at its ceiling with names of 126 characters held 15.4 MiB against a bound of 8.6 (tracemalloc,
+# the worker's task, metrics included); with names of 6, 8.2 MiB.
 MODEL_COPIES = 2
 SCHEMA_PARSED_FACTOR = 4
+# A state being encoded holds this many times its bytes at its peak, itself included (the
+# arrays' copies, the JSON of the names, the frame): tracemalloc measured 2.1x for ALMA at its
+# ceiling of 65,536 names of 126 characters, 2.3x for the scaler's, 2.4x at 1,024 names
+# (tests/test_memory_budget.py).
+ENCODING_STATES = 2.5
 # Kept free for what the allocator holds after a burst of frees (a label flood's joins: 519 MiB
 # peak on librdkafka at 512 MiB without it) and for a broker that stops acknowledging for 15 s
 # (522 MiB on kafka-python with 1/16; benchmarks/memory_budget.py "label-flood",
@@ -152,27 +163,34 @@ class MemoryBudget:
     process: int
     fetch: int
     outputs: int
-    model: int  # one partition's
+    model: int  # one partition's model (and scaler) in the process
+    state: int  # one partition's model (and scaler) as a checkpoint's state
     exchange_model: int  # --model-scope topic: one exchanged model's ceiling (0: partition scope)
     exchange_kind: str
     schema_cache: int
     label_store_bytes: int  # one partition's cap (--label-store-bytes)
     auto: bool = False  # --max-memory auto (the default)
 
-    def exchange(self, topic_partitions: int) -> int:
-        """The models an exchange on a topic of this many partitions holds at once."""
+    def exchange(self, topic_partitions: int, n: int = 1) -> int:
+        """The models an exchange holds at once, on a topic of this many partitions of which
+        the worker owns `n`."""
         if not self.exchange_model:
             return 0
         from connectors.worker.model_scope import exchange_memory_bound
 
-        return exchange_memory_bound(topic_partitions, self.exchange_kind) * self.exchange_model
+        bound = exchange_memory_bound(topic_partitions, self.exchange_kind, owned=n)
+        return bound * self.exchange_model
+
+    def states(self, n: int) -> int:
+        """Every partition's checkpointed state, the one being encoded ENCODING_STATES times
+        over."""
+        return int((max(1, n) - 1 + ENCODING_STATES) * self.state)
 
     def fixed(self, n: int, topic_partitions: int | None = None) -> int:
         """Every part but the pending stores and their checkpoints' share."""
         n = max(1, n)
-        states = n * self.model // MODEL_COPIES
-        return (self.process + self.fetch + self.outputs + n * self.model + states
-                + self.exchange(topic_partitions or n) + self.schema_cache + self.allocator)
+        return (self.process + self.fetch + self.outputs + n * self.model + self.states(n)
+                + self.exchange(topic_partitions or n, n) + self.schema_cache + self.allocator)
 
     @property
     def allocator(self) -> int:
@@ -205,17 +223,16 @@ class MemoryBudget:
 
     def parts(self, n: int, topic_partitions: int | None = None) -> dict[str, int]:
         pending = self.pending_share(n, topic_partitions) * max(1, n)
-        states = max(1, n) * self.model // MODEL_COPIES  # (each model's state, at its ceiling)
         return {
             "process": self.process,
             "fetch": self.fetch,
             "outputs": self.outputs,
             "models": max(1, n) * self.model,
-            "exchange": self.exchange(topic_partitions or max(1, n)),
+            "exchange": self.exchange(topic_partitions or max(1, n), max(1, n)),
             "schema cache": self.schema_cache,
             "allocator": self.allocator,
             "pending": pending,
-            "checkpoints": int(CHECKPOINT_FACTOR * pending) + states,
+            "checkpoints": int(CHECKPOINT_FACTOR * pending) + self.states(n),
         }
 
     def describe(self, n: int, topic_partitions: int | None = None) -> str:
@@ -278,13 +295,19 @@ def budget_of(config: typing.Any, model_bound: int, numba: bool,
     if config.value_format != "json":
         schema_cache = SCHEMA_PARSED_FACTOR * config.schema_cache_bytes
     auto = config.max_memory == AUTO
+    scaler = scaler_state = 0
+    if config.scale:  # (the worker's scaler: StandardScaler's default max_features)
+        from streammargin import scaler as scaler_module
+
+        scaler, scaler_state = scaler_module.memory_bound(), scaler_module.state_bound()
     budget = MemoryBudget(
         max_memory=DEFAULT_MAX_MEMORY if auto else config.max_memory,
         process=(PROCESS_BYTES + (NUMBA_BYTES if numba else 0)
                  + (LIBRDKAFKA_BYTES if config.transport == "librdkafka" else 0)),
         fetch=fetched + config.max_poll_records * RECORD_OBJECT_BYTES,
         outputs=config.checkpoint_every * OUTPUT_BYTES,
-        model=MODEL_COPIES * model_bound,
+        model=MODEL_COPIES * model_bound + scaler,
+        state=model_bound + scaler_state,
         exchange_model=model_bound if config.model_scope == "topic" else 0,
         exchange_kind=exchange_kind,
         schema_cache=schema_cache,

@@ -118,14 +118,17 @@ DEFAULT_MAX_MODEL_BYTES_SHARE = 0.05
 DEFAULT_MAX_EXCHANGE_CPU_SHARE = 0.1
 
 
-def exchange_memory_bound(partitions: int, exchange: str) -> int:
+def exchange_memory_bound(partitions: int, exchange: str, owned: int = 1) -> int:
     """How many times the model's ceiling (`streammargin.memory.memory_bound`) an exchange on a
-    topic of `partitions` partitions may hold at once (docs/kafka.md, "Memory"). `mix`:
-    2P + 2, the worker's model, the mix, one model per other partition's record and a kernel
-    mix's union of their supports (one support per partition at most). `delta`: 2P + 5, the
-    models, and the ledger's P + 3 parts (one contribution per peer stream, its own, the model
-    after its last exchange, a fresh model's)."""
-    return 2 * partitions + (2 if exchange == "mix" else 5)
+    topic of `partitions` partitions may hold at once, for a worker that owns `owned` of them
+    (docs/kafka.md, "Memory"). It reads the latest record of each partition it does not own, so
+    at most Q = P - owned peer models. `mix`: 2Q + 2, the worker's model, the mix, the peers'
+    models and a kernel mix's union of their supports (one support per peer at most). `delta`:
+    Q + P + 5, the worker's model, a decoded record's, the peers' models, and the ledger's P + 3
+    parts (one contribution per peer stream, its own, the model after its last exchange, a
+    fresh model's)."""
+    peers = max(0, partitions - max(1, owned))
+    return 2 * peers + 2 if exchange == "mix" else peers + partitions + 5
 
 
 def encode_model_record(settings: TaskSettings, topic: str, partition: int, serial: int,
