@@ -6,22 +6,26 @@ read from /proc while it runs, the last reading before it exits) is printed besi
 the formula (the sum of the parts' bounds the worker applies for the partitions it owns,
 `connectors.worker.memory_budget`):
 
-- flood: wide events (60 features of 100,000 names, ~1.6 KB of JSON each), one in five
-  labelled at once and the rest never: the models grow to their ceilings (65,536 names), the
-  pending stores fill to their shares and evict, the checkpoints encode them, the fetch buffers
-  run full;
+- flood: wide events (60 features of a million names of 126 characters, the longest a model's
+  feature space stores, ~8.4 KB of JSON each), one in five labelled at once and the rest never:
+  the models and their scalers reach their ceilings (57,344 and 65,536 names of that length,
+  5,500 events a partition), the pending stores fill to their shares and evict, the checkpoints
+  encode them, the fetch buffers run full;
 - label-flood: the same events, then a label record for each one still waiting, at the end: the
   stores fill, then the labels join in a burst;
-- largest: events of ~512 KiB, 24,000 features each, one in five labelled: the fetch buffers,
-  the stores and the models count in the largest records;
+- largest: events of ~830 KiB, 6,000 features each (within --max-record-bytes' 1 MiB), one in
+  five labelled: the fetch buffers, the stores and the models count in the largest records;
 - paused-broker: the flood, with the broker frozen (SIGSTOP) for 15 s once the worker is under
   way: acknowledgements stop, outputs wait;
 - topic-scope: the flood under --model-scope topic: the model exchange holds the peers' models.
 
-At 1 and 12 partitions by default (--partitions 1,12,32 for more), on both transports.
+At 1 and 12 partitions by default (--partitions 1,12,32 for more), on both transports. The
+knob is --max-memory, or by default (fit) the least multiple of 256 MiB from 512 MiB up at which
+the worker is not overcommitted and each partition's store holds 8 MiB or more: a model ceiling
+of the flood's names takes 34 MiB a partition with its scaler, twice that with its states.
 
-Run: .venv/bin/python benchmarks/memory_budget.py [--max-memory 512MiB] [--partitions 1,12]
-     [--events 144000] [--cases flood,label-flood,largest,paused-broker,topic-scope]
+Run: .venv/bin/python benchmarks/memory_budget.py [--max-memory fit] [--partitions 1,12]
+     [--events 24000] [--cases flood,label-flood,largest,paused-broker,topic-scope]
 """
 
 from __future__ import annotations
@@ -44,16 +48,25 @@ import kafka_throughput as kt  # noqa: E402
 
 CASES = ("flood", "label-flood", "largest", "paused-broker", "topic-scope")
 FEATURES = 60
-NAMES = 100_000
+LARGEST_FEATURES = 6_000
+NAMES = 1_000_000
+NAME_LENGTH = 126  # (the longest a feature space stores: its JSON, quotes included, 128 bytes)
+# Events a partition needs for its model and scaler to reach their ceilings: 65,536 names, 60 an
+# event, one event in five learnt (and 2% more for names drawn twice).
+EVENTS_TO_CEILING = 5_500
+LARGEST_EVENTS_TO_CEILING = 60
+MIN_SHARE = 8 << 20  # (the least store a fitted knob leaves each partition)
+STALL_S = 120
 
 
 def events(case: str, n: int, seed: int = 5) -> list[tuple[bytes, bytes]]:
     """(key, value) records of a case."""
     rng = random.Random(seed)
     out = []
-    width = 24_000 if case == "largest" else FEATURES
+    width = LARGEST_FEATURES if case == "largest" else FEATURES
     for i in range(n):
-        x = {f"f{rng.randrange(NAMES):05d}": round(rng.gauss(0, 1), 6) for _ in range(width)}
+        x = {f"{rng.randrange(NAMES):0{NAME_LENGTH}d}": round(rng.gauss(0, 1), 6)
+             for _ in range(width)}
         event = {"id": f"e{i}", "x": x}
         if i % 5 == 0:
             event["y"] = x.get(min(x)) > 0  # (the learned concept is beside the point)
@@ -79,6 +92,8 @@ def scrape(port: int) -> dict[str, float]:
             found[outcome] = found.get(outcome, 0) + float(line.split()[-1])
         elif line.startswith("streammargin_pending_label_bytes{"):
             found["pending_bytes"] = found.get("pending_bytes", 0) + float(line.split()[-1])
+        elif line.startswith("streammargin_records_total{"):
+            found["records"] = found.get("records", 0) + float(line.split()[-1])
     return found
 
 
@@ -87,9 +102,35 @@ def formula(options: dict, partitions: int) -> tuple[int, dict]:
     from connectors.worker.config import WorkerConfig
     from connectors.worker.worker import Worker
 
-    worker = Worker(WorkerConfig(topics=["t"], **options))
+    worker = Worker(WorkerConfig(topics=["t"], scale=True, **options))  # (kt.WORKER_OPTIONS')
     parts = worker.memory.parts(partitions, partitions)
     return sum(parts.values()), parts
+
+
+def fitted_knob(case: str, transport: str, partitions: int) -> int:
+    """The least multiple of 256 MiB from 512 MiB at which the worker is not overcommitted on
+    this many partitions and each store holds MIN_SHARE or more."""
+    from connectors.worker.config import WorkerConfig
+    from connectors.worker.worker import Worker
+
+    knob = 512 << 20
+    while True:
+        options = {"transport": transport, "max_memory": knob, "scale": True}
+        if case == "topic-scope":
+            options.update(model_scope="topic", model_topic="m")
+        budget = Worker(WorkerConfig(topics=["t"], **options)).memory
+        if (not budget.overcommitted(partitions, partitions)
+                and budget.pending_share(partitions, partitions) >= MIN_SHARE):
+            return knob
+        knob += 256 << 20
+
+
+def event_count(case: str, partitions: int, events: int) -> int:
+    """Enough events for every partition's model to reach its ceiling, and at least `events`
+    (`largest`: 1/100 of them)."""
+    if case == "largest":
+        return max(events // 100, LARGEST_EVENTS_TO_CEILING * partitions)
+    return max(events, EVENTS_TO_CEILING * partitions)
 
 
 def run_case(broker, case: str, transport: str, partitions: int, max_memory: str,
@@ -123,6 +164,8 @@ def run_case(broker, case: str, transport: str, partitions: int, max_memory: str
     started = time.monotonic()
     next_scrape = started
     pause_at = None if case != "paused-broker" else started
+    progress = (0.0, started)  # (records processed, when that count was first seen)
+    stalled = None
     while process.poll() is None:
         if pause_at is not None and seen.get("pending_bytes", 0) > 0:
             broker.pause()
@@ -137,15 +180,27 @@ def run_case(broker, case: str, transport: str, partitions: int, max_memory: str
             seen = scrape(port) or seen
             most_pending = max(most_pending, seen.get("pending_bytes", 0))
             next_scrape = time.monotonic() + 0.5
+            if seen.get("records", 0) > progress[0]:
+                progress = (seen["records"], time.monotonic())
+            elif time.monotonic() - progress[1] > STALL_S:
+                # (no record processed for that long: the worker is stuck, not slow; its peak
+                # bounds nothing, and the row says so)
+                stalled = int(progress[0])
+                process.terminate()
+                break
         time.sleep(0.05)
         if time.monotonic() - started > 900:
             process.kill()
             break
     stdout, stderr = process.communicate()
-    if process.returncode != 0:
+    if stalled is not None:
+        sys.stderr.write(f"{case}/{transport}/{partitions}: no record processed for {STALL_S} s "
+                         f"after {stalled}; its log's end:\n{stderr.decode()[-3000:]}\n")
+    elif process.returncode != 0:
         raise RuntimeError(f"{case}/{transport}/{partitions}: exit {process.returncode}\n"
                            f"{stderr.decode()[-2000:]}")
-    summary = json.loads(stderr.decode().strip().splitlines()[-1])
+    summary = ({"records": f"stalled at {stalled}"} if stalled is not None
+               else json.loads(stderr.decode().strip().splitlines()[-1]))
     options = {"transport": transport, "max_memory": parse_size(max_memory)}
     if case == "topic-scope":
         options.update(model_scope="topic", model_topic="m")
@@ -157,9 +212,9 @@ def run_case(broker, case: str, transport: str, partitions: int, max_memory: str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max-memory", default="512MiB")
+    parser.add_argument("--max-memory", default="fit")
     parser.add_argument("--partitions", default="1,12")
-    parser.add_argument("--events", type=int, default=144_000)
+    parser.add_argument("--events", type=int, default=24_000)
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--transports", default="kafka-python,librdkafka")
     parser.add_argument("--broker", choices=("apache-kafka", "tansu"), default=None)
@@ -168,25 +223,26 @@ def main() -> None:
     from connectors.kafka.broker import make_broker
     from connectors.worker.memory_budget import format_size, parse_size
 
-    knob = parse_size(args.max_memory)
     kind, fallback = kt.broker_kind(args.broker)
     with make_broker(kind) as broker:
         print(f"broker: {kt.broker_description(broker)}" + (
             f" (Apache Kafka unavailable: {fallback})" if fallback else ""))
         print(f"--max-memory {args.max_memory}; peak = VmHWM of the worker process\n")
-        header = (f"{'case':<12} {'transport':<12} {'parts':>5} {'input':>9} {'records':>8} "
+        header = (f"{'case':<12} {'transport':<12} {'parts':>5} {'knob':>9} {'input':>9} "
+                  f"{'records':>8} "
                   f"{'evicted':>8} {'pending':>9} {'formula':>9} {'peak':>9} {'peak/knob':>9} "
                   f"{'formula/peak':>12}  largest parts")
         print(header)
         print("-" * len(header))
         for case in args.cases.split(","):
-            n = args.events if case != "largest" else max(1, args.events // 240)
             for partitions in [int(p) for p in args.partitions.split(",")]:
+                n = event_count(case, partitions, args.events)
                 for transport in args.transports.split(","):
-                    row = run_case(broker, case, transport, partitions,
-                                   args.max_memory, n)
+                    knob = (fitted_knob(case, transport, partitions) if args.max_memory == "fit"
+                            else parse_size(args.max_memory))
+                    row = run_case(broker, case, transport, partitions, f"{knob}", n)
                     largest = sorted(row["parts"].items(), key=lambda kv: -kv[1])[:3]
-                    print(f"{case:<12} {transport:<12} {partitions:>5} "
+                    print(f"{case:<12} {transport:<12} {partitions:>5} {format_size(knob):>9} "
                           f"{format_size(row['input']):>9} {row['records']:>8} "
                           f"{row['evicted']:>8} {format_size(row['most_pending']):>9} "
                           f"{format_size(row['formula']):>9} "
