@@ -831,6 +831,27 @@ def test_pending_labels_join_expire_by_size_and_age_and_count_orphans():
     assert len(smaller) == 0 and smaller.evicted == 2
 
 
+@settings(max_examples=80, deadline=None)
+@given(sizes=st.lists(st.integers(0, 2000), max_size=30), max_size=st.integers(1, 40),
+       max_bytes=st.integers(0, 30_000))
+def test_a_store_restored_under_smaller_limits_keeps_what_eviction_would(sizes, max_size,
+                                                                         max_bytes):
+    # Only the newest entries within the limits are built, and they are the ones a store
+    # restored whole, then evicted to its limits (oldest first), keeps.
+    pending = PendingLabels(max_size=len(sizes) + 1, max_bytes=1 << 40)
+    for i, size in enumerate(sizes):
+        pending.add(f"e{i}", {"a": i}, offset=i, timestamp=i, y_pred=True, p_true=0.5,
+                    size=size)
+    saved = round_trip(pending.to_state())
+    whole = PendingLabels.from_state(saved, len(sizes) + 1, 1 << 40)
+    whole.max_size, whole.max_bytes = max_size, max_bytes
+    whole._evict_to_limits()
+    restored = PendingLabels.from_state(saved, max_size, max_bytes)
+    assert restored.entries == whole.entries
+    assert restored.counters() == whole.counters()
+    assert restored.n_bytes <= max_bytes and len(restored) <= max_size
+
+
 def test_pending_labels_keep_names_and_ids_of_any_safe_type():
     pending = PendingLabels(max_size=10)
     pending.add(5, {"a": 1, 3: 2.5, ("t", 1): True}, offset=0, timestamp=0, y_pred=True,

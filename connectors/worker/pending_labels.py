@@ -276,19 +276,28 @@ class PendingLabels:
         ids = [_decode_name(event_id, "event id") for event_id in columns["ids"]]
         if len(set(ids)) != n:
             raise StateError("pending labels hold an event id twice")
+        # Only the newest entries within the limits are built: those `_evict_to_limits` would
+        # keep (a restart with smaller limits, or a store of the old format larger than the
+        # share --max-memory gives it), so that a restore never holds more than the store may.
+        first, kept_bytes = n, 0
+        for size in reversed(sizes.tolist()):  # (Python ints: no int64 overflow)
+            if n - first >= max_size or kept_bytes + size > max_bytes:
+                break
+            first -= 1
+            kept_bytes += size
         timestamps = columns["timestamps"]
-        for i in range(n):
+        for i in range(first, n):
             x = {_decode_name(name, "feature name"): value
                  for name, value in zip(names[i], values[i])}
             if len(x) != len(names[i]):
                 raise StateError(f"pending labels entry {i} names a feature twice")
             y_pred, p = predictions[i]
             entries[ids[i]] = (x, int(offsets[i]), int(timestamps[i]), y_pred, p, int(sizes[i]))
-        pending.n_bytes = sum(sizes.tolist())  # Python ints: no int64 overflow
+        pending.n_bytes = kept_bytes
         pending.max_timestamp = max_timestamp
         for name, count in counts.items():
             setattr(pending, name, count)
-        pending._evict_to_limits()  # (a restart with smaller limits)
+        pending.evicted += first
         return pending
 
     # Incremental checkpoints -----------------------------------------------------------------
