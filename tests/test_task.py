@@ -833,7 +833,7 @@ def test_pending_labels_join_expire_by_size_and_age_and_count_orphans():
 
 @settings(max_examples=80, deadline=None)
 @given(sizes=st.lists(st.integers(0, 2000), max_size=30), max_size=st.integers(1, 40),
-       max_bytes=st.integers(0, 30_000))
+       max_bytes=st.integers(1, 30_000))
 def test_a_store_restored_under_smaller_limits_keeps_what_eviction_would(sizes, max_size,
                                                                          max_bytes):
     # Only the newest entries within the limits are built, and they are the ones a store
