@@ -31,7 +31,6 @@ import math
 import struct
 import sys
 import typing
-from json.encoder import encode_basestring_ascii as _json_str
 
 import numpy as np
 from river import base
@@ -140,7 +139,7 @@ def _scalar_name_ok(name: typing.Any) -> bool:
     if kind is str:
         # (its JSON within MAX_NAME_BYTES too, as a feature space's names: a state escapes a
         # character beyond ASCII to 6 or 12 bytes, and 128 of them took 1.5 KB a name)
-        return len(name) <= MAX_NAME_LENGTH and len(_json_str(name)) <= MAX_NAME_BYTES
+        return len(name) <= MAX_NAME_LENGTH and len(name_json(name)) <= MAX_NAME_BYTES
     if kind is int:
         return -(2**63) <= name < 2**63
     if kind is float:
