@@ -1040,3 +1040,56 @@ def test_a_restored_delta_worker_does_not_add_again_what_its_checkpoint_holds():
     assert state.peek(store.latest[("events", 0)][1])["weight"] == 150
     theirs.exchange(peers)
     assert peers[0].model.n_trials == 150 + 0  # its 150: no trials of the restored worker's
+
+
+def _own_task(partition, rows, restored=True):
+    task = PartitionTask.new("events", partition, SETTINGS)
+    task.restored = restored
+    for x, y in rows:
+        task.model.learn_one(x, y)
+    return task
+
+
+def _predictions(model, rows):
+    return [model.predict_proba_one(x)[True] for x, _ in rows]
+
+
+def test_tasks_restored_one_by_one_share_the_mix_an_exchange_of_them_all_would_make():
+    from streammargin.mixing import mix
+
+    rows = [(x, bool(y)) for x, y in synth.Agrawal(classification_function=2, seed=8).take(400)]
+    tasks = [_own_task(p, rows[100 * p:100 * p + 100]) for p in range(4)]
+    expected = mix([type(t.model).from_state(t.model.to_state()) for t in tasks], [1, 1, 1, 1])
+    scope = ModelScope(MemoryStore(), SETTINGS, 50, lambda topic: {0, 1, 2, 3, 4, 5})
+    joined = []
+    for task in tasks:  # as `Worker._restore_assigned` restores them
+        scope.join(task, joined)
+        joined.append(task)
+    assert len({id(t.model) for t in tasks}) == 1
+    assert not scope.due(tasks)  # nothing left to merge at the next step
+    assert _predictions(tasks[0].model, rows) == pytest.approx(_predictions(expected, rows),
+                                                               abs=1e-9)
+
+
+def test_a_delta_worker_keeps_its_learning_after_a_join_as_its_own():
+    # A task taken over joins at its restore, then 30 records are learnt: the contribution
+    # published holds the worker's own 100 + 30 trials, none of the joined model's 100. (When
+    # the join waited for the exchange, which published nothing at weight 0, the next one
+    # counted the 30 as part of the merge: they were never published.)
+    rows = [(x, bool(y)) for x, y in synth.Agrawal(classification_function=2, seed=9).take(260)]
+    store = MemoryStore()
+    scope = ModelScope(store, SETTINGS, 50, lambda topic: {0, 1, 2}, exchange="delta")
+    own = fresh_tasks([0], rows[:100])
+    scope.exchange(own)  # the ledger begins, following own's model
+    taken = _own_task(1, rows[100:200], restored=True)
+    scope.join(taken, own)
+    own.append(taken)
+    for x, y in rows[200:230]:
+        own[0].model.learn_one(x, y)
+        own[0].since_mix += 1
+    scope.exchange(own)
+    payload = store.latest[("events", 0)][1]
+    contribution = decode_model_record(payload, SETTINGS, "events", 0, own[0].model._get_params(),
+                                       2 * memory_bound(own[0].model) + (1 << 20), "delta")
+    assert state.peek(payload)["weight"] == 30
+    assert contribution.model.n_trials == 130

@@ -42,9 +42,10 @@ own model (`streammargin.mixing.mix_member`), if their labels played the same ro
 (`AutoClassifier.member_roles`), and keeps its other members as they are.
 
 A restored or new task brings its own model (its checkpoint's, or a fresh one); it joins the
-shared model at the next exchange, weighted by the records it learnt, at least one. With `--scale`
-the tasks share one scaler too (the one that has seen the most records); scalers are not
-exchanged between workers.
+shared model as it is restored (`ModelScope.join`), weighted by the records it learnt, at least
+one, so that a restore holds three models of a topic at most, not one per partition. With
+`--scale` the tasks share one scaler too (the one that has seen the most records); scalers are
+not exchanged between workers.
 
 What a crash does: each task's checkpoint holds the model as it was, and a restart replays the
 records since, as in partition scope; but the replay's mixes meet the peers' models of now, not
@@ -344,6 +345,9 @@ class ModelScope:
         # --model-exchange delta: per topic, the worker's ledger and the model it follows.
         self._ledgers: dict[str, DeltaLedger] = {}
         self._followed: dict[str, typing.Any] = {}
+        # Per topic, the weight of the models `join` mixed into the shared one since the last
+        # exchange began (each a task's records since, at least one).
+        self._joined: dict[str, int] = {}
         if max_bytes_share is not None and not 0.0 < max_bytes_share:
             raise ValueError(f"max_bytes_share must be > 0, got {max_bytes_share!r}")
         self.max_bytes_share = max_bytes_share
@@ -476,6 +480,39 @@ class ModelScope:
         return (any(n >= self.mix_every for n in since.values()) and self.within_budget()
                 and self.within_cpu_budget()) or any(len(ids) > 1 for ids in models.values())
 
+    def join(self, task: PartitionTask, tasks: typing.Iterable[PartitionTask]) -> None:
+        """A task restored or new on a topic of which the worker has `tasks` already: its
+        model (and scaler) is mixed into theirs now, and the tasks share the result.
+
+        Why now and not at the next exchange: twelve tasks restored at once held twelve models
+        until then, a model's ceiling each (34 MiB for ALMA with --scale at 126-character
+        names). Joined one at a time, a restore holds the shared model, the restored one and
+        their mix at most. The mix is that of the exchange
+        would have made: a weighted mean is the same taken in steps, each step's model
+        weighted by what it holds (the tasks' records since the last exchange, at least one
+        each). A kernel model's union is brought within its budget at each step instead of
+        once."""
+        own = [t for t in tasks if t.topic == task.topic and t is not task]
+        if not own:
+            return  # the topic's first task: its model is the shared one
+        local, since = self._local_model(own)
+        if task.model is local:
+            return
+        from streammargin.mixing import mix
+
+        weight = max(since, 1) + self._joined.get(task.topic, 0)
+        added = max(task.since_mix, 1)
+        model = mix([local, task.model], [weight, added])
+        self._joined[task.topic] = self._joined.get(task.topic, 0) + added
+        if self._followed.get(task.topic) is local:
+            # (--model-exchange delta: the merge is not the worker's learning; a ledger that
+            # follows another model sees the change at the next exchange, `_ledger`)
+            self._ledgers[task.topic].merged(local, model)
+            self._followed[task.topic] = model
+        scaler = _shared_scaler([*own, task])
+        for shared in (*own, task):
+            shared.model, shared.scaler = model, scaler
+
     def step(self, tasks: typing.Sequence[PartitionTask]) -> None:
         """The main loop's call: ends the exchange under way if its reading is done, and
         starts the next one if it is due. Raises `CheckpointError` when the model topic could
@@ -509,6 +546,7 @@ class ModelScope:
         started, cpu = time.perf_counter(), time.thread_time()
         by_topic = _by_topic(tasks)
         payloads, weights, wanted = {}, {}, {}
+        self._joined.clear()
         for topic, own in by_topic.items():
             model, weight = self._local_model(own)
             scaler = _shared_scaler(own)

@@ -1350,6 +1350,8 @@ class Worker:
                     where = (f"checkpoint {loaded.key} at {loaded.topic}/{loaded.partition}"
                              f"@{loaded.offset}")
                     task = self._bad_checkpoint(tp, f"{where} refused: {error}")
+            if self.model_scope is not None:
+                self.model_scope.join(task, self.tasks.values())
             self.tasks[tp] = task
             if task.rebuild_range() is not None:
                 self._rebuild_pending(tp, task)
