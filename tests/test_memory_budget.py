@@ -240,8 +240,18 @@ def test_the_scaler_is_charged_under_scale_and_an_exchange_for_the_peers_only():
     one = topic.exchange_model
     # delta (a binary ALMA's default): the peers' models, the worker's, a record's, the ledger
     assert topic.exchange(12, 1) == (11 + 12 + 5) * one
-    assert topic.exchange(12, 12) == (12 + 5) * one  # (no peer: the ledger alone)
+    assert topic.exchange(12, 12) == (12 + 3) * one  # (no peer: the ledger alone)
     assert topic.parts(12, 12)["exchange"] == topic.exchange(12, 12)
+    mixing = Worker(WorkerConfig(topics=["t"], model_scope="topic", model_topic="m",
+                                 model_exchange="mix")).memory
+    assert mixing.exchange(12, 12) == 0 and mixing.exchange(12, 4) == (2 * 8 + 2) * one
+    # A topic's tasks share one model: a restore holds three (the shared one, the restored
+    # one, their mix), whatever the partitions; partition scope one per partition.
+    assert [topic.parts(n, 12)["models"] for n in (1, 2, 3, 12)] == [
+        topic.model, 2 * topic.model, 3 * topic.model, 3 * topic.model]
+    assert plain.parts(12, 12)["models"] == 12 * plain.model
+    two = Worker(WorkerConfig(topics=["t", "u"], model_scope="topic", model_topic="m")).memory
+    assert two.parts(12, 24)["models"] == 6 * two.model
 
 
 def _metrics(status) -> str:
@@ -266,3 +276,26 @@ def test_the_default_gives_way_to_a_model_of_a_larger_ceiling_and_a_given_size_d
     assert plain.max_memory == memory_budget.DEFAULT_MAX_MEMORY
     with pytest.raises(ValueError, match="bytes, auto or None"):
         WorkerConfig(topics=["t"], max_memory="lots")
+
+
+@pytest.mark.kafka
+def test_a_topic_scope_worker_owning_every_partition_is_charged_one_topics_models(
+        kafka_broker):
+    # Four partitions, one worker: its tasks share one model (a restore holds three at most),
+    # and with no peer a delta exchange keeps no ledger: the exchange's part is 0.
+    import test_kafka_worker as w
+
+    from connectors.kafka.broker import create_topics
+    from connectors.worker.worker import Worker
+
+    bootstrap = kafka_broker.bootstrap_servers
+    name = w.fresh("memory-topic")
+    create_topics(bootstrap, [name], partitions=4)
+    w.produce(bootstrap, name, [(i % 4, w.event(i, {"a": 1.0}, i % 2 == 0)) for i in range(80)])
+    worker = Worker(w.config(bootstrap, name, max_memory=1 << 30, model_scope="topic",
+                             model_topic=f"{name}.models"))
+    summary = worker.run()
+    assert summary["records"] == 80
+    assert worker.model_scope.scheme == "delta" and not worker.model_scope.has_ledger
+    parts = worker.status.memory_parts
+    assert parts["models"] == 3 * worker.memory.model and parts["exchange"] == 0

@@ -15,9 +15,12 @@ pod"), worker-wide, for `n` assigned input partitions:
                  checkpoint waits for every output before it (a broker slow to acknowledge blocks
                  the worker there, and its fetching with it): checkpoint_every x OUTPUT_BYTES
     models       n x (the model's ceiling (`streammargin.memory.memory_bound`) x MODEL_COPIES,
-                 and with --scale the scaler's, `streammargin.scaler.memory_bound`)
+                 and with --scale the scaler's, `streammargin.scaler.memory_bound`); under
+                 --model-scope topic, min(n, TOPIC_SCOPE_MODELS x topics) of them, since a
+                 topic's tasks share one model
     exchange     --model-scope topic: the models an exchange holds (`exchange_memory_bound`,
-                 for the partitions of the topic the worker does not own)
+                 for the partitions of the topic the worker does not own; none without a
+                 peer, but a delta ledger kept from peers it had)
     schema cache the Schema Registry's schemas (--schema-cache-bytes x SCHEMA_PARSED_FACTOR)
     allocator    1/8 of the ceiling (ALLOCATOR_SHARE): what no term bounds on its own, memory
                  Python's allocator keeps once freed (an arena goes back only once all of it is
@@ -71,6 +74,10 @@ OUTPUT_BYTES = 1 << 10
 # at its ceiling with names of 126 characters held 15.4 MiB against a bound of 8.6 (tracemalloc,
 # the worker's task, metrics included); with names of 6, 8.2 MiB.
 MODEL_COPIES = 2
+# --model-scope topic: the models (and scalers) of one topic a worker holds at once. Its tasks
+# share one; a task restored brings its checkpoint's, mixed into the shared one at once
+# (`ModelScope.join`): the shared model, the restored one and their mix.
+TOPIC_SCOPE_MODELS = 3
 SCHEMA_PARSED_FACTOR = 4
 # A state being encoded holds this many times its bytes at its peak, itself included (the
 # arrays' copies, the JSON of the names, the frame): tracemalloc measured 2.1x for ALMA at its
@@ -170,6 +177,7 @@ class MemoryBudget:
     schema_cache: int
     label_store_bytes: int  # one partition's cap (--label-store-bytes)
     auto: bool = False  # --max-memory auto (the default)
+    shared_topics: int = 0  # --model-scope topic: the input topics (0: partition scope)
 
     def exchange(self, topic_partitions: int, n: int = 1) -> int:
         """The models an exchange holds at once, on a topic of this many partitions of which
@@ -181,6 +189,14 @@ class MemoryBudget:
         bound = exchange_memory_bound(topic_partitions, self.exchange_kind, owned=n)
         return bound * self.exchange_model
 
+    def models(self, n: int) -> int:
+        """The models (and scalers) of `n` partitions' tasks: one each, or under topic scope
+        TOPIC_SCOPE_MODELS per topic at most."""
+        n = max(1, n)
+        if self.shared_topics:
+            n = min(n, TOPIC_SCOPE_MODELS * self.shared_topics)
+        return n * self.model
+
     def states(self, n: int) -> int:
         """Every partition's checkpointed state, the one being encoded ENCODING_STATES times
         over."""
@@ -189,7 +205,7 @@ class MemoryBudget:
     def fixed(self, n: int, topic_partitions: int | None = None) -> int:
         """Every part but the pending stores and their checkpoints' share."""
         n = max(1, n)
-        return (self.process + self.fetch + self.outputs + n * self.model + self.states(n)
+        return (self.process + self.fetch + self.outputs + self.models(n) + self.states(n)
                 + self.exchange(topic_partitions or n, n) + self.schema_cache + self.allocator)
 
     @property
@@ -227,7 +243,7 @@ class MemoryBudget:
             "process": self.process,
             "fetch": self.fetch,
             "outputs": self.outputs,
-            "models": max(1, n) * self.model,
+            "models": self.models(n),
             "exchange": self.exchange(topic_partitions or max(1, n), max(1, n)),
             "schema cache": self.schema_cache,
             "allocator": self.allocator,
@@ -313,6 +329,7 @@ def budget_of(config: typing.Any, model_bound: int, numba: bool,
         schema_cache=schema_cache,
         label_store_bytes=config.label_store_bytes,
         auto=auto,
+        shared_topics=len(config.topics) if config.model_scope == "topic" else 0,
     )
     if auto and budget.overcommitted(1):
         # (the default gives way to a model of a larger ceiling: one partition's need, in MiB)

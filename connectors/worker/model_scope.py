@@ -127,9 +127,12 @@ def exchange_memory_bound(partitions: int, exchange: str, owned: int = 1) -> int
     models and a kernel mix's union of their supports (one support per peer at most). `delta`:
     Q + P + 5, the worker's model, a decoded record's, the peers' models, and the ledger's P + 3
     parts (one contribution per peer stream, its own, the model after its last exchange, a
-    fresh model's)."""
+    fresh model's). A worker that owns every partition reads and mixes nothing: 0 for `mix`,
+    the ledger's P + 3 for `delta` (kept from the peers it had, if it had any)."""
     peers = max(0, partitions - max(1, owned))
-    return 2 * peers + 2 if exchange == "mix" else peers + partitions + 5
+    if exchange == "mix":
+        return 2 * peers + 2 if peers else 0
+    return peers + partitions + 5 if peers else partitions + 3
 
 
 def encode_model_record(settings: TaskSettings, topic: str, partition: int, serial: int,
@@ -393,6 +396,11 @@ class ModelScope:
         # exchange costs the machine besides the main thread's `seconds`.
         self.background_cpu_seconds = 0.0
 
+    @property
+    def has_ledger(self) -> bool:
+        """Whether a delta ledger is kept (begun at the first exchange with a peer)."""
+        return bool(self._ledgers)
+
     def counters(self) -> dict[str, typing.Any]:
         return {
             "exchanges": self.exchanges,
@@ -487,7 +495,7 @@ class ModelScope:
         Why now and not at the next exchange: twelve tasks restored at once held twelve models
         until then, a model's ceiling each (34 MiB for ALMA with --scale at 126-character
         names). Joined one at a time, a restore holds the shared model, the restored one and
-        their mix at most. The mix is that of the exchange
+        their mix at most (`memory_budget.TOPIC_SCOPE_MODELS`). The mix is that of the exchange
         would have made: a weighted mean is the same taken in steps, each step's model
         weighted by what it holds (the tasks' records since the last exchange, at least one
         each). A kernel model's union is brought within its budget at each step instead of

@@ -40,6 +40,7 @@ Usage in a process of your own::
 from __future__ import annotations
 
 import collections
+import dataclasses
 import importlib
 import json
 import logging
@@ -581,6 +582,11 @@ class Worker:
                                        or ()) or None
             except Exception:  # noqa: BLE001 (metadata unavailable: the owned count)
                 topic_partitions = None
+            if (topic_partitions is not None and n >= topic_partitions
+                    and self.model_scope is not None and not self.model_scope.has_ledger):
+                # Every partition its own and no peer ever: a delta exchange holds no ledger,
+                # so nothing, as a mixing one without peers.
+                budget = dataclasses.replace(budget, exchange_kind="mix")
         share = min(budget.pending_share(n, topic_partitions), self.settings.label_store_bytes)
         for task in self.tasks.values():
             task.pending.resize(share)
@@ -596,7 +602,8 @@ class Worker:
                       "%s each, and the process may exceed the ceiling. Fix: raise --max-memory "
                       "above %s, or run more workers in the group", n,
                       memory_budget.format_size(fixed),
-                      memory_budget.format_size(budget.max_memory), n,
+                      memory_budget.format_size(budget.max_memory),
+                      budget.models(n) // max(1, budget.model),
                       memory_budget.format_size(budget.model), memory_budget.format_size(share),
                       memory_budget.format_size(budget.needed(n, topic_partitions)))
         else:
