@@ -252,6 +252,11 @@ def test_the_scaler_is_charged_under_scale_and_an_exchange_for_the_peers_only():
     assert plain.parts(12, 12)["models"] == 12 * plain.model
     two = Worker(WorkerConfig(topics=["t", "u"], model_scope="topic", model_topic="m")).memory
     assert two.parts(12, 24)["models"] == 6 * two.model
+    # A fetch takes 256 KiB of each partition, or a first batch up to --max-record-bytes (1 MiB):
+    # kafka-python's 4 buffers of 1 MiB a partition, until its 8 MiB responses cap them.
+    objects = WorkerConfig(topics=["t"]).max_poll_records * 2 * 1024
+    assert topic.parts(1, 12)["fetch"] == 4 * MiB + objects < plain.parts(1, 1)["fetch"]
+    assert topic.parts(12, 12)["fetch"] == plain.parts(12, 12)["fetch"] == 4 * 8 * MiB + objects
 
 
 def _metrics(status) -> str:

@@ -10,7 +10,9 @@ pod"), worker-wide, for `n` assigned input partitions:
                  until it is polled and has the next in flight, librdkafka its prefetch queue
                  (queued.max.messages.kbytes) and a response (fetch.max.bytes); a poll then
                  holds as much again as client messages, their values' copies and the decoded
-                 events (POLL_COPIES), and max_poll_records x RECORD_OBJECT_BYTES of objects
+                 events (POLL_COPIES), and max_poll_records x RECORD_OBJECT_BYTES of objects;
+                 kafka-python under --model-scope topic at most that of n partitions' stretches
+                 (TOPIC_SCOPE_FETCH_BYTES each, or a first batch up to --max-record-bytes)
     outputs      the outputs not acknowledged yet: at most checkpoint_every records' worth, since a
                  checkpoint waits for every output before it (a broker slow to acknowledge blocks
                  the worker there, and its fetching with it): checkpoint_every x OUTPUT_BYTES
@@ -178,6 +180,11 @@ class MemoryBudget:
     label_store_bytes: int  # one partition's cap (--label-store-bytes)
     auto: bool = False  # --max-memory auto (the default)
     shared_topics: int = 0  # --model-scope topic: the input topics (0: partition scope)
+    # Topic scope on kafka-python: the fetch buffers of one partition (its responses' stretch
+    # of it, TOPIC_SCOPE_FETCH_BYTES or a larger first batch) and the poll's record objects;
+    # `fetch` caps their sum (0: `fetch` alone).
+    fetch_partition: int = 0
+    fetch_objects: int = 0
 
     def exchange(self, topic_partitions: int, n: int = 1) -> int:
         """The models an exchange holds at once, on a topic of this many partitions of which
@@ -188,6 +195,13 @@ class MemoryBudget:
 
         bound = exchange_memory_bound(topic_partitions, self.exchange_kind, owned=n)
         return bound * self.exchange_model
+
+    def fetched(self, n: int) -> int:
+        """The fetched records of `n` partitions (`fetch`, or less where a fetch takes a small
+        stretch of each partition)."""
+        if not self.fetch_partition:
+            return self.fetch
+        return min(self.fetch, max(1, n) * self.fetch_partition + self.fetch_objects)
 
     def models(self, n: int) -> int:
         """The models (and scalers) of `n` partitions' tasks: one each, or under topic scope
@@ -205,7 +219,7 @@ class MemoryBudget:
     def fixed(self, n: int, topic_partitions: int | None = None) -> int:
         """Every part but the pending stores and their checkpoints' share."""
         n = max(1, n)
-        return (self.process + self.fetch + self.outputs + self.models(n) + self.states(n)
+        return (self.process + self.fetched(n) + self.outputs + self.models(n) + self.states(n)
                 + self.exchange(topic_partitions or n, n) + self.schema_cache + self.allocator)
 
     @property
@@ -241,7 +255,7 @@ class MemoryBudget:
         pending = self.pending_share(n, topic_partitions) * max(1, n)
         return {
             "process": self.process,
-            "fetch": self.fetch,
+            "fetch": self.fetched(n),
             "outputs": self.outputs,
             "models": self.models(n),
             "exchange": self.exchange(topic_partitions or max(1, n), max(1, n)),
@@ -316,6 +330,15 @@ def budget_of(config: typing.Any, model_bound: int, numba: bool,
         from streammargin import scaler as scaler_module
 
         scaler, scaler_state = scaler_module.memory_bound(), scaler_module.state_bound()
+    fetch_partition = fetch_objects = 0
+    if config.model_scope == "topic" and config.transport == "kafka-python":
+        # (a response holds at most TOPIC_SCOPE_FETCH_BYTES of each partition, or its first
+        # batch where larger: KIP-74; librdkafka's prefetch queue is one for all partitions)
+        from connectors.worker.config import TOPIC_SCOPE_FETCH_BYTES
+
+        stretch = max(TOPIC_SCOPE_FETCH_BYTES, config.max_record_bytes)
+        fetch_partition = fetch_buffers(config.transport) * stretch
+        fetch_objects = config.max_poll_records * RECORD_OBJECT_BYTES
     budget = MemoryBudget(
         max_memory=DEFAULT_MAX_MEMORY if auto else config.max_memory,
         process=(PROCESS_BYTES + (NUMBA_BYTES if numba else 0)
@@ -330,6 +353,8 @@ def budget_of(config: typing.Any, model_bound: int, numba: bool,
         label_store_bytes=config.label_store_bytes,
         auto=auto,
         shared_topics=len(config.topics) if config.model_scope == "topic" else 0,
+        fetch_partition=fetch_partition,
+        fetch_objects=fetch_objects,
     )
     if auto and budget.overcommitted(1):
         # (the default gives way to a model of a larger ceiling: one partition's need, in MiB)
