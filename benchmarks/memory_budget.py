@@ -37,6 +37,7 @@ import random
 import subprocess
 import sys
 import time
+import typing
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -85,13 +86,16 @@ def scrape(port: int) -> dict[str, float]:
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
     except OSError:
         return {}
-    found: dict[str, float] = {}
+    found: dict[str, typing.Any] = {}
     for line in text.decode().splitlines():
         if line.startswith("streammargin_delayed_labels_total{"):
             outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
             found[outcome] = found.get(outcome, 0) + float(line.split()[-1])
         elif line.startswith("streammargin_pending_label_bytes{"):
             found["pending_bytes"] = found.get("pending_bytes", 0) + float(line.split()[-1])
+        elif line.startswith("streammargin_memory_budget_bytes{"):
+            part = line.split('part="', 1)[1].split('"', 1)[0]
+            found.setdefault("budget", {})[part] = int(float(line.split()[-1]))
         elif line.startswith("streammargin_records_total{"):
             found["records"] = found.get("records", 0) + float(line.split()[-1])
     return found
@@ -205,6 +209,11 @@ def run_case(broker, case: str, transport: str, partitions: int, max_memory: str
     if case == "topic-scope":
         options.update(model_scope="topic", model_topic="m")
     total, parts = formula(options, partitions)
+    if seen.get("budget"):
+        # (what the worker applied, as its /metrics gave it last: the parts its assignment and
+        # its exchange's state call for, e.g. no delta ledger while it has had no peer)
+        parts = seen["budget"]
+        total = sum(parts.values())
     return {"peak": peak << 10, "formula": total, "parts": parts, "input": input_bytes,
             "records": summary["records"], "evicted": int(seen.get("evicted", 0)),
             "most_pending": most_pending}
