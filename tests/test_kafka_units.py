@@ -857,7 +857,7 @@ def test_librdkafka_errors_become_the_workers_kafka_python_errors():
     from kafka import errors
 
     from connectors.kafka.librdkafka_transport import client_error
-    from connectors.worker.worker import _send_failure
+    from connectors.worker.failures import _send_failure
 
     code = confluent_kafka.KafkaError
     assert isinstance(client_error(code(code.MSG_SIZE_TOO_LARGE)),

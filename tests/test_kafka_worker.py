@@ -618,7 +618,7 @@ def test_outputs_follow_kafkas_conventions_and_their_json_schemas(transport, kaf
 
 
 def test_a_header_without_value_is_copied_as_empty():
-    from connectors.worker.worker import _sendable
+    from connectors.kafka.transport import sendable_headers as _sendable
 
     assert _sendable([("a", None), ("b", b"1"), ("c", bytearray(b"2"))]) == [
         ("a", b""), ("b", b"1"), ("c", b"2")]

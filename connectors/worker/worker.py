@@ -35,6 +35,10 @@ Usage in a process of your own::
     summary = worker.run(stop_event=threading.Event(), on_metrics=print)
 
 `streammargin kafka` (`connectors.cli.kafka_command`) is the same thing as a command.
+
+This module holds the life cycle and the main loop; `Worker`'s rebalance handling (1.) is in
+`connectors.worker.rebalance`, its sends, checkpoints and transactions (2.-3.) in
+`connectors.worker.outputs`, and the errors it stops with in `connectors.worker.failures`.
 """
 
 from __future__ import annotations
@@ -53,8 +57,7 @@ import types
 import typing
 
 from connectors.codec import UndecodableBatch
-from connectors.kafka.transport import TransactionAborted, Transport, make_transport
-from connectors.kafka.transport import sendable_headers as _sendable
+from connectors.kafka.transport import Transport, make_transport
 from connectors.observability.first_contact import FirstContact
 from connectors.observability.metrics import Throughput
 from connectors.observability.observability import ClientLogTail, WorkerStatus
@@ -62,13 +65,13 @@ from connectors.state import checkpoint as checkpoint_module
 from connectors.worker.config import (
     BAD_CHECKPOINT_POLICIES,
     PROCESSING_GUARANTEES,
-    TRANSACTION_TIMEOUT_MS,
     UNDECODABLE_POLICIES,
     WorkerConfig,
     client_settings,
     connection_settings,
     group_timeouts,
 )
+from connectors.worker.failures import WorkerError, _connect_failure
 from connectors.worker.model_scope import (
     ModelScope,
     default_mix_every,
@@ -80,14 +83,10 @@ from connectors.worker import memory_budget
 from connectors.worker.label_topic import LabelMerge, co_partitioning_error
 from connectors.worker.memory_budget import MemoryBudget
 from connectors.worker.outage import BrokerContact, BrokerOutage, RegistryWait
+from connectors.worker.outputs import Outputs
 from connectors.worker.profiling import rss_bytes
-from connectors.worker.task import (
-    ERROR_HEADER,
-    OutputRecords,
-    PartitionTask,
-    TaskOutput,
-)
-from streammargin.errors import StateError
+from connectors.worker.rebalance import Rebalancing, _Callbacks
+from connectors.worker.task import OutputRecords, PartitionTask
 
 __all__ = ["WorkerConfig", "Worker", "WorkerError", "client_settings", "connection_settings",
            "BAD_CHECKPOINT_POLICIES", "UNDECODABLE_POLICIES", "PROCESSING_GUARANTEES",
@@ -97,23 +96,10 @@ __all__ = ["WorkerConfig", "Worker", "WorkerError", "client_settings", "connecti
 # and the filters operators wrote for them say "connectors.worker".
 log = logging.getLogger("connectors.worker")
 
-# Exactly-once: a dead letter's value above this many bytes is sent without it (a header says how
-# many bytes were dropped). A record the broker refuses as too large fails the whole transaction,
-# and its replay would fail again; 900 KiB stays below a default topic's max.message.bytes
-# (1 MiB) with room for the key and headers.
-EXACTLY_ONCE_DEAD_LETTER_BYTES = 900 << 10
-# Exactly-once: this many aborted transactions in a row, without one commit, stop the worker
-# (something refuses every transaction: replaying again would only repeat it).
-MAX_ABORTS_IN_A_ROW = 5
 # A worker that fails waits at most this long for the group consumer to leave its group.
 FAILING_CLOSE_TIMEOUT_S = 2.0
 # A broker round trip of the idle check may take this long before it counts as "not caught up".
 IDLE_CHECK_TIMEOUT_MS = 5_000
-
-
-class WorkerError(RuntimeError):
-    """The worker cannot go on (refused checkpoint, undecodable batch, failed sends, ...); the
-    message names the cause and the fix."""
 
 
 # --model-scope topic: how long a poll may wait, in all, for the partitions of its topics that
@@ -148,86 +134,6 @@ def _import_quietly(name: str) -> None:
         importlib.import_module(name)
     except Exception:  # noqa: BLE001 (see _import_in_background)
         log.debug("importing %s in the background failed", name, exc_info=True)
-
-
-def _send_failure(what: str, error: BaseException) -> WorkerError:
-    """The error to stop with when producing failed: the cause and what to do about it."""
-    from kafka import errors
-
-    if isinstance(error, (errors.MessageSizeTooLargeError, errors.RecordListTooLargeError)):
-        fix = ("the record is larger than the producer's max_request_size or the topic's "
-               "max.message.bytes: raise them (--producer-config max_request_size=N, topic "
-               "config max.message.bytes)")
-    elif isinstance(error, (errors.TopicAuthorizationFailedError,
-                            errors.ClusterAuthorizationFailedError)):
-        fix = "grant this client's principal WRITE on the topic"
-    elif isinstance(error, errors.UnknownTopicOrPartitionError):
-        fix = "create the topic, or let the worker create it (--create-topics)"
-    elif isinstance(error, errors.KafkaTimeoutError):
-        fix = ("the broker did not take it in time: check that it is reachable "
-               "(--bootstrap-servers, security settings) and that the topic exists")
-    else:
-        fix = "check the broker, the topic and the producer settings (--producer-config)"
-    return WorkerError(
-        f"producing {what} failed: {type(error).__name__}: {str(error)[:300]}. Fix: {fix}. "
-        "Nothing was committed: a restart replays from the last checkpoint"
-    )
-
-
-def _transaction_failure(error: BaseException, producer: dict) -> WorkerError:
-    """The error to stop with when the transactional producer cannot go on."""
-    from kafka import errors
-
-    transactional_id = producer.get("transactional_id")
-    if isinstance(error, (errors.ProducerFencedError, errors.InvalidProducerEpochError)):
-        fix = (f"another producer with transactional_id {transactional_id!r} started: give each "
-               "worker its own --client-id (the transactional id is <group id>-<client id>)")
-    elif isinstance(error, (errors.TransactionalIdAuthorizationFailedError,
-                            errors.ClusterAuthorizationFailedError)):
-        fix = (f"grant this client's principal WRITE and DESCRIBE on transactional id "
-               f"{transactional_id!r}")
-    else:
-        fix = "check the broker (transactions need Kafka 2.5+) and --producer-config"
-    return WorkerError(
-        f"the exactly-once transaction failed: {type(error).__name__}: {str(error)[:300]}. "
-        f"Fix: {fix}. Nothing of the open transaction was committed: a restart goes on from "
-        "the last committed one"
-    )
-
-
-def _checkpoint_offset(loaded: typing.Any) -> int:
-    """The next offset a loaded checkpoint's task starts at, read from its header alone (its
-    arrays are neither read nor allocated); -1 when unreadable (the restore says why)."""
-    from streammargin import state
-
-    try:
-        offset = state.peek(loaded.payload).get("next_offset")
-    except StateError:
-        return -1
-    return offset if isinstance(offset, int) and not isinstance(offset, bool) else -1
-
-
-def _connect_failure(servers: str, client: str, settings: dict, error: BaseException,
-                     last_error: str | None) -> WorkerError:
-    """The error to stop with when a client cannot reach the brokers: which servers, for how
-    long, the last connection error, and what to check."""
-    from kafka import KafkaProducer, errors
-
-    if isinstance(error, errors.KafkaTimeoutError):
-        timeout_ms = settings.get("bootstrap_timeout_ms",
-                                  KafkaProducer.DEFAULT_CONFIG["bootstrap_timeout_ms"])
-        cause = (f"no broker answered within {timeout_ms / 1000:g} s (the {client}'s "
-                 f"bootstrap_timeout_ms={timeout_ms})")
-        if last_error:
-            cause += f"; last error: {last_error}"
-    else:
-        cause = f"{type(error).__name__}: {str(error)[:200]}"
-    return WorkerError(
-        f"cannot connect to the Kafka brokers at {servers}: {cause}. Fix: check "
-        "--bootstrap-servers (host:port of a broker listener), that the brokers are up and "
-        "reachable from this host, and the security settings that listener expects "
-        "(--security-protocol, --ssl-*, --sasl-*)"
-    )
 
 
 # TLS settings that name files, with the command-line option giving each (ssl_crlfile only
@@ -299,34 +205,10 @@ def check_tls_files(settings: dict[str, dict]) -> None:
                 ) from None
 
 
-def _too_large(error: BaseException) -> bool:
-    from kafka import errors
-
-    return isinstance(error, (errors.MessageSizeTooLargeError, errors.RecordListTooLargeError))
-
-
-class _Callbacks:
-    """The worker's rebalance callbacks: the transport runs them inside `poll` (kafka-python on
-    its IO thread, turning an exception into "User rebalance callback throws an error"); these
-    never raise."""
-
-    def __init__(self, worker: Worker):
-        self.worker = worker
-
-    def revoked(self, revoked: typing.Any) -> None:
-        self.worker._on_revoked(revoked, lost=False)
-
-    def assigned(self, assigned: typing.Any) -> None:
-        self.worker._on_assigned(assigned)
-
-    def lost(self, lost: typing.Any) -> None:
-        self.worker._on_revoked(lost, lost=True)
-
-
 # The worker ---------------------------------------------------------------------------------------
 
 
-class Worker:
+class Worker(Rebalancing, Outputs):
     """A consumer-group member that predicts, learns and checkpoints, one task per partition.
 
     Parameters
@@ -1170,312 +1052,6 @@ class Worker:
         self.contact.heard()  # type: ignore[union-attr]
         return True
 
-    # Rebalance --------------------------------------------------------------------------------
-
-    def _on_assigned(self, assigned: typing.Iterable) -> None:
-        # Restoring reads checkpoints, which blocks and can fail: done by the main loop. Until
-        # then the new partitions are paused, so no record of theirs is fetched.
-        try:
-            new = [tp for tp in assigned if tp not in self.tasks]
-            self._idle_since = None
-            self._member = True
-            # An assignment is the coordinator's answer, just now (SyncGroup). kafka-python's
-            # heartbeat clock does not count it: after Tansu's join hold (3 s on the demo's
-            # session) the first turn as a member read the hold as an outage of a member.
-            if self.contact is not None:
-                self.contact.heard()
-            if new:
-                self._transport.pause(*new)
-                self._unrestored.update(new)
-            # (a label partition is restored with its task, and counted with it)
-            self.status.assigned([tp for tp in new if tp.topic != self._label_topic])
-        except Exception as error:  # never into kafka-python
-            self._callback_error = error
-
-    def _on_revoked(self, revoked: typing.Iterable, lost: bool) -> None:
-        self._idle_since = None
-        self._member = False  # until the assignment that follows
-        try:
-            revoked = list(revoked)
-            self.status.revoked(revoked)
-            self._unrestored.difference_update(revoked)
-            tasks = [self.tasks[tp] for tp in revoked if tp in self.tasks]
-            if not tasks:
-                return
-            contact = self.contact
-            if not lost and not self._exactly_once and contact is not None and contact.in_outage:
-                # kafka-python revokes when its own heartbeat clock says the session expired,
-                # while no broker answers: the outputs, checkpoints and commit of a revocation
-                # could not reach them, and waited out the producer's delivery timeout inside
-                # poll (28 s measured; --max-outage and the outage lines waited with it). Lost,
-                # as librdkafka says: the next owner resumes from the last checkpoint.
-                lost = True
-            if self._exactly_once and not self._failed:
-                if lost:
-                    # Another member may own them already: nothing of the open transaction may
-                    # stand, and every task goes back to its last committed checkpoint.
-                    from kafka.errors import KafkaError
-
-                    try:
-                        self._transport.abort_transaction()
-                    except KafkaError as error:
-                        raise _transaction_failure(error, self._transport.settings["producer"])
-                    self._rewind("partitions lost (the group moved on without this member)")
-                    self._unrestored.difference_update(revoked)
-                    return
-                for task in tasks:
-                    self._publish_metrics(task, task.metrics_event("revoked"))
-                # Committed before the partitions go, with the offsets of this generation (the
-                # next owner's committed-offset fetch waits for it); every task's outputs are
-                # in the transaction, so all are committed.
-                if not self._commit_transaction():
-                    self._unrestored.difference_update(revoked)
-            elif not lost and not self._failed:
-                for task in tasks:
-                    self._publish_metrics(task, task.metrics_event("revoked"))
-                # On kafka-python's IO thread: blocking commits are not allowed here, the commit
-                # is sent asynchronously (the checkpoint, already flushed, restores the task).
-                self._checkpoint(tasks, sync_commit=False)
-            for task in tasks:
-                tp = self._tp(task)
-                self.tasks.pop(tp, None)
-                if self._merge is not None:
-                    self._merge.drop(tp)
-                if task.next_offset is not None:
-                    # Where it got to: a restore before it replays the records in between.
-                    self._left_at[tp] = task.next_offset
-                log.info("%s %s/%d", "lost" if lost else "revoked", tp.topic, tp.partition,
-                         extra={"topic": tp.topic, "partition": tp.partition})
-            self._apply_memory_shares()
-        except Exception as error:  # never into kafka-python
-            self._callback_error = error
-            for tp in revoked:
-                self.tasks.pop(tp, None)
-
-    @staticmethod
-    def _tp(task: PartitionTask) -> typing.Any:
-        from kafka import TopicPartition
-
-        return TopicPartition(task.topic, task.partition)
-
-    def _prediction_partition(self, tp: typing.Any) -> int | None:
-        # Predictions of an input partition stay in order in one output partition.
-        if not self.config.predictions_topic:
-            return None
-        return tp.partition % self._prediction_partitions
-
-    def _new_task(self, tp: typing.Any) -> PartitionTask:
-        return PartitionTask.new(tp.topic, tp.partition, self.settings, codec=self.codec,
-                                 prediction_partition=self._prediction_partition(tp))
-
-    def _load_checkpoints(self, partitions: list) -> dict[typing.Any, typing.Any]:
-        """The latest checkpoint of each partition that has one, a `LoadedCheckpoint` or a
-        `RefusedCheckpoint` (the one place reading the checkpoint store)."""
-        from kafka import TopicPartition
-
-        store = self._store
-        assert store is not None
-        try:
-            found = store.load([(tp.topic, tp.partition) for tp in partitions])
-        except UndecodableBatch as error:
-            raise WorkerError(
-                f"cannot read the checkpoint topic {self.config.checkpoint_topic!r}: {error}. "
-                f"Fix: {error.fix()}"
-            ) from error
-        except checkpoint_module.CheckpointError as error:
-            raise WorkerError(f"{error}: check the broker and the checkpoint topic") from error
-        return {TopicPartition(topic, partition): loaded
-                for (topic, partition), loaded in found.items()}
-
-    def _load_committed_checkpoints(self, partitions: list) -> dict[typing.Any, typing.Any]:
-        """Exactly-once: the checkpoints that go with the group's committed offsets.
-
-        The committed offsets are fetched first: read_committed, the broker answers only once no
-        transaction (a previous owner's, a zombie's) holds them, so the checkpoints written in
-        the same transaction are decided too. A checkpoint short of its committed offset is one
-        whose commit marker has not reached the checkpoint topic yet: read again, for at most
-        the transaction timeout.
-        """
-        consumer = self._transport
-        committed = {tp: consumer.committed(tp) for tp in partitions}
-        deadline = time.monotonic() + TRANSACTION_TIMEOUT_MS / 1000
-        while True:
-            saved = self._load_checkpoints(partitions)
-            short = [tp for tp in partitions if committed[tp] is not None
-                     and isinstance(saved.get(tp), checkpoint_module.LoadedCheckpoint)
-                     and _checkpoint_offset(saved[tp]) < committed[tp]]
-            if not short or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        for tp in short:
-            log.warning("%s/%d: the latest checkpoint is short of the committed offset %d: "
-                        "outputs from its offset on are produced again", tp.topic, tp.partition,
-                        committed[tp], extra={"topic": tp.topic, "partition": tp.partition})
-        return saved
-
-    def _restore_assigned(self) -> None:
-        """Restore the tasks of newly assigned partitions, seek to their offsets, resume them."""
-        consumer = self._transport
-        assigned = consumer.assignment()
-        partitions = sorted(tp for tp in self._unrestored if tp in assigned)
-        self._unrestored.clear()
-        label_partitions = []
-        if self._label_topic is not None:
-            label_partitions = [tp for tp in partitions if tp.topic == self._label_topic]
-            partitions = [tp for tp in partitions if tp.topic != self._label_topic]
-            self._check_assignment(assigned)
-        if not partitions:
-            if label_partitions:
-                consumer.resume(*label_partitions)
-            self.status.restored(())
-            return
-        started = time.monotonic()
-        if self._exactly_once:
-            saved = self._load_committed_checkpoints(partitions)
-        else:
-            saved = self._load_checkpoints(partitions)
-        restored = 0
-        sizes: dict[typing.Any, int] = {}
-        for tp in partitions:
-            loaded = saved.get(tp)
-            if loaded is None:
-                # No checkpoint: a fresh model starts where the group's committed offset (if
-                # any) or auto_offset_reset says.
-                task = self._new_task(tp)
-            elif isinstance(loaded, checkpoint_module.RefusedCheckpoint):
-                task = self._bad_checkpoint(tp, str(loaded))
-            else:
-                try:
-                    task = PartitionTask.restore(
-                        loaded.payload, tp.topic, tp.partition, self.settings, codec=self.codec,
-                        prediction_partition=self._prediction_partition(tp),
-                        segments=loaded.segments,
-                    )
-                    restored += 1
-                    sizes[tp] = len(loaded.payload) + sum(map(len, loaded.segments.values()))
-                except StateError as error:
-                    where = (f"checkpoint {loaded.key} at {loaded.topic}/{loaded.partition}"
-                             f"@{loaded.offset}")
-                    task = self._bad_checkpoint(tp, f"{where} refused: {error}")
-            if self.model_scope is not None:
-                self.model_scope.join(task, self.tasks.values())
-            self.tasks[tp] = task
-            if task.rebuild_range() is not None:
-                self._rebuild_pending(tp, task)
-            if task.next_offset is not None:
-                consumer.seek(tp, task.next_offset)
-            if self._label_topic is not None:
-                self._merge.drop(tp)  # type: ignore[union-attr]
-                labels = self._tp_of(self._label_topic, tp.partition)
-                if task.label_next_offset is not None:
-                    consumer.seek(labels, task.label_next_offset)
-                if labels not in label_partitions:
-                    label_partitions.append(labels)
-        consumer.resume(*partitions, *label_partitions)
-        if self._registry_wait is not None:
-            # (resumed with the others once the registry answers)
-            consumer.pause(*partitions, *label_partitions)
-        self._idle_since = None
-        self._apply_memory_shares()
-        self.status.restored((self.tasks[tp], sizes.get(tp)) for tp in partitions)
-        names = [f"{tp.topic}/{tp.partition}" for tp in partitions]
-        replayed = 0
-        for tp in partitions:
-            left_at, resumed = self._left_at.pop(tp, None), self.tasks[tp].next_offset
-            if left_at is not None and resumed is not None and left_at > resumed:
-                replayed += left_at - resumed
-        log.info("assigned %s (%d restored from checkpoints, %d records to replay) in %.0f ms",
-                 ", ".join(names), restored, replayed, 1000 * (time.monotonic() - started),
-                 extra={"partitions": names, "restored": restored, "replayed": replayed})
-        self._note_partition_scope(partitions)
-
-    def _rebuild_pending(self, tp: typing.Any, task: PartitionTask) -> None:
-        """Read the waiting events of a restored task's incremental checkpoint again, from the
-        input topic (its offsets [first waiting, next offset), with the checkpoint reader),
-        into its pending store. A Schema Registry that does not answer is waited for."""
-        started = time.monotonic()
-        waiting = task.pending.rebuilding
-        store = self._store
-        assert store is not None
-        warned = False
-        remaining = task.rebuild_range()
-        start, stop = remaining  # type: ignore[misc]
-        while remaining is not None:
-            try:
-                for batch in store.read_records(tp, remaining[0], stop):
-                    task.rebuild_pending(batch)
-                break
-            except RegistryUnavailable as error:
-                if not warned:
-                    log.warning("%s/%d: restoring the events waiting for their label needs the "
-                                "Schema Registry, which does not answer (%s): waiting for it",
-                                tp.topic, tp.partition, error)
-                    warned = True
-                if self._stop.wait(1.0):
-                    raise WorkerError("stopped while restoring the events waiting for their "
-                                      f"label of {tp.topic}/{tp.partition}") from error
-                remaining = task.rebuild_range()  # (from the first event not read again yet)
-            except checkpoint_module.CheckpointError as error:
-                raise WorkerError(f"{error}: check the broker and the input topic") from error
-        lost = task.finish_rebuild()
-        log.info("%s/%d: %d events waiting for their label read again from offsets [%d, %d) in "
-                 "%.0f ms", tp.topic, tp.partition, waiting - lost, start, stop,
-                 1000 * (time.monotonic() - started),
-                 extra={"topic": tp.topic, "partition": tp.partition, "rebuilt": waiting - lost})
-        if lost:
-            log.warning("%s/%d: %d events waiting for their label are no longer on the input "
-                        "topic (its retention) or no longer decode: their labels will find "
-                        "nothing (counted as lost). Fix: keep the input topic's retention.ms "
-                        "above the labels' delay", tp.topic, tp.partition, lost,
-                        extra={"topic": tp.topic, "partition": tp.partition, "lost": lost})
-
-    def _note_partition_scope(self, partitions: list) -> None:
-        """Once per input topic of more than one partition, in partition scope: one line saying
-        that each partition learns a P-th of the stream, and what learns one model instead.
-        Spreading a drifting stream over 12 partitions costs 2-20 points of accuracy
-        (benchmarks/model_scope_worker.py), and a user who scales a topic out would not know."""
-        if self.config.model_scope != "partition":
-            return
-        for topic in sorted({tp.topic for tp in partitions} - self._scope_noted):
-            self._scope_noted.add(topic)
-            try:
-                count = len(self._transport.partitions_for(topic) or ())
-            except Exception:  # noqa: BLE001 (metadata unavailable: nothing to say)
-                count = 0
-            if count > 1:
-                log.info("%s: each of its %d partitions trains a model of its own, on 1/%d of "
-                         "the stream (--model-scope partition), which costs accuracy on a "
-                         "drifting stream; --model-scope topic makes them learn one model "
-                         "(docs/kafka.md, \"Model scope\")", topic, count, count,
-                         extra={"topic": topic, "partitions": count})
-
-    def _bad_checkpoint(self, tp: typing.Any, refusal: str) -> PartitionTask:
-        """Apply `on_bad_checkpoint` to a checkpoint that cannot be restored; `refusal` says
-        which record (key, checkpoint-topic partition and offset) and why."""
-        config = self.config
-        if config.on_bad_checkpoint == "fail":
-            raise WorkerError(
-                f"{refusal}. Nothing was committed. Fix: restart with "
-                f"--on-bad-checkpoint reset to start {tp.topic}/{tp.partition} with a fresh model "
-                "from the group's committed offset (or use another --group-id)"
-            )
-        consumer = self._transport
-        task = self._new_task(tp)
-        committed = consumer.committed(tp)
-        if committed is not None:
-            consumer.seek(tp, committed)
-            start = f"the group's committed offset {committed}"
-        else:
-            if config.auto_offset_reset == "latest":
-                consumer.seek_to_end(tp)
-            else:
-                consumer.seek_to_beginning(tp)
-            start = f"auto_offset_reset={config.auto_offset_reset} (no committed offset)"
-        log.error("%s. --on-bad-checkpoint reset: %s/%d starts a fresh model at %s",
-                  refusal, tp.topic, tp.partition, start,
-                  extra={"topic": tp.topic, "partition": tp.partition})
-        return task
-
     # Undecodable batches ----------------------------------------------------------------------
 
     def _undecodable(self, error: UndecodableBatch) -> None:
@@ -1503,318 +1079,6 @@ class Worker:
                     first, next_offset - 1, tp.topic, tp.partition, error,
                     extra={"topic": tp.topic, "partition": tp.partition, "offset": first,
                            "last_offset": next_offset - 1})
-
-    # Sending ----------------------------------------------------------------------------------
-
-    def _send_output(self, task: PartitionTask, output: TaskOutput) -> None:
-        if output.predictions.values:
-            if self.model_scope is None:
-                self._send_predictions(output.predictions)
-            else:
-                self._hold_predictions(output.predictions)
-        if output.dead_letters.values:
-            self._send_dead_letters(output.dead_letters)
-        for record in output.metrics:
-            self._publish_metrics(task, record)
-
-    def _hold_predictions(self, predictions: OutputRecords) -> None:
-        """Topic scope: a poll's batches are processed in short runs (`in_time_order`), and a
-        send per run made a record batch of some 32 predictions each (measured: 20 us a record
-        in sends against 12 with a send per batch). The predictions wait for the end of the
-        poll, or until --max-poll-records of them wait (a topic-scope poll holds that many a
-        partition: the first predictions of a backlog must not wait for all of it), then go
-        out with one send per output partition (`_send_held`). Dead letters and metrics are
-        not held."""
-        held = self._held.get(predictions.partition)
-        if held is None:
-            held = self._held[predictions.partition] = OutputRecords(predictions.partition)
-        held.extend(predictions)
-        if sum(map(len, self._held.values())) >= self.config.max_poll_records:
-            self._send_held()
-
-    def _send_held(self) -> None:
-        """Send the predictions `_hold_predictions` kept back during a poll."""
-        held, self._held = self._held, {}
-        for records in held.values():
-            self._send_predictions(records)
-
-    def _send_predictions(self, records: OutputRecords) -> None:
-        from kafka.errors import KafkaError
-
-        topic = self.config.predictions_topic
-        if not topic:
-            return
-        transport = self._transport
-        send = transport.send
-        remember = self._sends.append
-        partition = records.partition
-        values = records.values
-        per_message = self.config.predictions_per_message
-        outputs = self.outputs
-        try:
-            if per_message == 1:
-                if outputs is not None:
-                    values = [outputs.prediction(value) for value in values]
-                # Kafka's conventions: the input record's key, timestamp and headers; in bulk
-                # where the transport can (kafka-python: one future per record batch,
-                # connectors/kafka/bulk_produce.py).
-                self._sends.extend(transport.send_many(topic, partition, values, records.keys,
-                                                       records.headers, records.timestamps))
-            else:
-                # One JSON object per N predictions, readable by JSON consumers (ksqlDB, Kafka
-                # Connect's JsonConverter, Flink's json format), whose "predictions" array
-                # holds the single records; its timestamp is its last input record's.
-                timestamps = records.timestamps
-                for start in range(0, len(values), per_message):
-                    chunk = values[start:start + per_message]
-                    value = b'{"predictions":[' + b",".join(chunk) + b"]}"
-                    if outputs is not None:
-                        value = outputs.prediction(value)
-                    remember(send(topic, value, timestamp_ms=timestamps[start + len(chunk) - 1],
-                                  partition=partition))
-        except KafkaError as error:
-            raise self._send_failure(f"predictions to {topic!r}", error) from error
-
-    def _send_dead_letters(self, records: OutputRecords) -> None:
-        topic = self.config.dead_letter_topic
-        if not topic:
-            return
-        for record in records:
-            self._send_dead_letter(topic, record)
-        if len(self._dead_letter_sends) > 1000:
-            self._settle_dead_letters(wait=False)
-
-    def _send_dead_letter(self, topic: str, record: typing.Any) -> None:
-        from kafka.errors import KafkaError
-
-        if record.value is None and record.key is None:
-            # kafka-python cannot produce a record with neither key nor value (a tombstone
-            # without key, a skipped batch): an empty value, marked.
-            record = record._replace(value=b"", headers=[
-                *(record.headers or []), (ERROR_HEADER + "null_value", b"true")])
-        if record.headers and any(value is None for _, value in record.headers):
-            # An input header with a null value: sent as empty.
-            record = record._replace(headers=_sendable(record.headers))
-        if (self._exactly_once and record.value
-                and len(record.value) > EXACTLY_ONCE_DEAD_LETTER_BYTES):
-            record = self._without_value(record, f"above {EXACTLY_ONCE_DEAD_LETTER_BYTES} bytes "
-                                                 "with exactly-once")
-        try:
-            future = self._transport.send(topic, record.value, key=record.key,
-                                          headers=record.headers,
-                                          timestamp_ms=record.timestamp_ms)
-        except KafkaError as error:
-            if not _too_large(error) or not record.value:
-                raise self._send_failure(f"a dead letter to {topic!r}", error) from error
-            self._send_dead_letter(topic, self._without_value(record, type(error).__name__))
-            return
-        self._dead_letter_sends.append((future, record))
-
-    @staticmethod
-    def _without_value(record: typing.Any, why: str) -> typing.Any:
-        """A dead letter too large to produce, without its value: the reason, the coordinates
-        and the key stay, a header says how many bytes were dropped."""
-        log.warning("dead letter of %d bytes too large to produce (%s): sent without its value",
-                    len(record.value), why)
-        headers = [*(record.headers or []),
-                   (ERROR_HEADER + "value_dropped", str(len(record.value)).encode())]
-        return record._replace(value=b"", headers=headers)
-
-    def _settle_dead_letters(self, wait: bool) -> None:
-        """Forget the dead letters delivered; send again without their value those the broker
-        found too large; raise for other failures. `wait`: all are done (after a flush)."""
-        topic = self.config.dead_letter_topic
-        pending = []
-        retry = []
-        for future, record in self._dead_letter_sends:
-            if not future.is_done:
-                pending.append((future, record))
-            elif future.failed():
-                if not _too_large(future.exception) or not record.value:
-                    raise self._send_failure(f"a dead letter to {topic!r}", future.exception)
-                retry.append(self._without_value(record, type(future.exception).__name__))
-        self._dead_letter_sends = pending
-        for record in retry:
-            self._send_dead_letter(topic, record)  # type: ignore[arg-type]
-        if wait and retry:
-            self._transport.flush()
-            self._settle_dead_letters(wait=True)
-
-    def _check_sends(self) -> None:
-        """Raise if a send failed; forget the ones that completed."""
-        sends = self._sends
-        if len(sends) < 50_000:
-            return
-        self._sends = [f for f in sends if not f.is_done]
-        for future in sends:
-            if future.is_done and future.failed():
-                raise self._send_failure("outputs", future.exception)
-
-    def _flush(self) -> None:
-        """Make every output sent so far durable (or raise)."""
-        from kafka.errors import KafkaError
-
-        try:
-            self._transport.flush()
-        except KafkaError as error:  # librdkafka's transactional producer, fenced
-            raise self._send_failure("outputs", error) from error
-        self._settle_dead_letters(wait=True)
-        sends, self._sends = self._sends, []
-        for future in sends:
-            if future.failed():
-                raise self._send_failure("outputs", future.exception)
-
-    # Checkpoints ------------------------------------------------------------------------------
-
-    def _save_checkpoints(
-            self, payloads: dict[tuple[str, int], checkpoint_module.CheckpointWrite]) -> None:
-        """Write the tasks' checkpoints, durably (the one place writing to the checkpoint store)."""
-        try:
-            self._store.write(payloads)  # type: ignore[union-attr]
-        except checkpoint_module.CheckpointError as error:
-            self.status.checkpoint_failed(len(payloads))
-            raise WorkerError(f"{error} (while writing checkpoints)") from error
-
-    def _checkpoint(
-        self, tasks: list[PartitionTask], sync_commit: bool, force_flush: bool = False
-    ) -> None:
-        """Flush outputs, write the tasks' checkpoints durably, commit their offsets."""
-        if self._exactly_once:
-            self._commit_transaction()
-            return
-        dirty = [t for t in tasks if t.dirty and t.next_offset is not None]
-        if not dirty:
-            if force_flush:
-                self._flush()
-            return
-        started = time.perf_counter()
-        # Outputs first: once the checkpoint says "next offset o", every record before o must
-        # have its prediction durable.
-        self._flush()
-        flushed = time.perf_counter()
-        payloads = {(t.topic, t.partition): t.checkpoint_write() for t in dirty}
-        size = sum(payload.written_bytes for payload in payloads.values())
-        self._save_checkpoints(payloads)
-        offsets = self._offsets(dirty)
-        for task in dirty:
-            task.mark_checkpointed()
-        if sync_commit:
-            try:
-                self._transport.commit(offsets, wait=True)
-            except Exception as error:  # e.g. a rebalance in progress: the checkpoint stands
-                log.warning("offset commit failed (checkpoints are written): %s", error)
-        else:
-            self._transport.commit(offsets, wait=False)
-        done = self._record_checkpoints(payloads, started, flushed)
-        log.debug("checkpointed %d partitions, %d bytes, in %.1f ms (+%.1f ms flushing outputs)",
-                  len(dirty), size, 1000 * (done - flushed), 1000 * (flushed - started))
-
-    def _record_checkpoints(
-            self, payloads: dict[tuple[str, int], checkpoint_module.CheckpointWrite],
-            started: float, flushed: float) -> float:
-        """Tell the status and `checkpoint_log` of a round of checkpoints (`started` and
-        `flushed`: perf_counter times); returns the time it ended."""
-        done = time.perf_counter()
-        if payloads:
-            self.status.checkpointed(
-                {key: payload.written_bytes for key, payload in payloads.items()}, done - started)
-        self.checkpoint_log.append(
-            {
-                "partitions": len(payloads),
-                "bytes": sum(payload.written_bytes for payload in payloads.values()),
-                "flush_outputs_ms": 1000 * (flushed - started),
-                "checkpoint_commit_ms": 1000 * (done - flushed),
-            }
-        )
-        return done
-
-    def _send_failure(self, what: str, error: BaseException) -> WorkerError:
-        """The error to stop with when producing failed (`_send_failure`); with exactly-once,
-        a producer fenced or refused its transactional id says so."""
-        from kafka import errors
-
-        if self._exactly_once and isinstance(error, (
-                errors.ProducerFencedError, errors.InvalidProducerEpochError,
-                errors.TransactionalIdAuthorizationFailedError)):
-            return _transaction_failure(error, self._transport.settings["producer"])
-        return _send_failure(what, error)
-
-    # Transactions (exactly-once) ----------------------------------------------------------------
-
-    def _commit_transaction(self) -> bool:
-        """End the open transaction with every task's checkpoint and next offset, and open the
-        next one. All tasks, not only those due: the transaction holds all their outputs, and an
-        output committed without its input offset would be produced again after a crash.
-
-        Returns False when the transaction was aborted instead (the tasks are rewound).
-        """
-        from kafka.errors import KafkaError
-
-        transport = self._transport
-        dirty = [t for t in self.tasks.values() if t.dirty and t.next_offset is not None]
-        started = time.perf_counter()
-        self._flush()
-        flushed = time.perf_counter()
-        payloads = {(t.topic, t.partition): t.checkpoint_write() for t in dirty}
-        offsets = self._offsets(dirty)
-        try:
-            # The checkpoints go in once the offsets are in: sending the offsets waits for the
-            # group coordinator (a rebalance), and a transaction with records on the checkpoint
-            # topic holds its last stable offset, which every restore of the group reads up to
-            # (a member restoring then blocked the others' rebalance for the reader's timeout).
-            transport.commit_transaction(offsets, lambda: self._save_checkpoints(payloads))
-        except TransactionAborted as aborted:
-            self._rewind(f"transaction aborted: {aborted}")
-            return False
-        except KafkaError as error:
-            raise _transaction_failure(error, transport.settings["producer"]) from error
-        self._store.transaction_ended(committed=True)  # type: ignore[union-attr]
-        self.status.transaction_ended(committed=True)
-        self._aborts_in_a_row = 0
-        for task in dirty:
-            task.mark_checkpointed()
-        transport.begin_transaction()
-        done = self._record_checkpoints(payloads, started, flushed)
-        log.debug("committed a transaction of %d partitions' checkpoints in %.1f ms (+%.1f ms "
-                  "flushing outputs)", len(dirty), 1000 * (done - flushed),
-                  1000 * (flushed - started))
-        return True
-
-    def _rewind(self, reason: str) -> None:
-        """After an aborted transaction: every task goes back to its last committed checkpoint.
-
-        The tasks are dropped; the partitions still assigned are paused and restored again by
-        the main loop (checkpoint, seek), and the records since replay into the same state, as
-        after a restart. Then the next transaction opens.
-        """
-        self._store.transaction_ended(committed=False)  # type: ignore[union-attr]
-        self.status.transaction_ended(committed=False)
-        self._aborts_in_a_row += 1
-        self._sends = []
-        self._dead_letter_sends = []
-        self._idle_since = None
-        dropped = list(self.tasks)
-        self.tasks.clear()
-        if self._merge is not None:
-            for tp in dropped:
-                self._merge.drop(tp)
-        transport = self._transport
-        if transport.consuming:
-            assigned = transport.assignment()
-            kept = [tp for tp in dropped if tp in assigned]
-            if kept:
-                transport.pause(*kept)
-                self._unrestored.update(kept)
-                self.status.assigned(kept)
-        log.warning("%s; %d partitions go back to their last committed checkpoints",
-                    reason, len(dropped))
-        if self._aborts_in_a_row >= MAX_ABORTS_IN_A_ROW:
-            raise WorkerError(
-                f"{self._aborts_in_a_row} transactions in a row were aborted, the last one: "
-                f"{reason}. Nothing of them was committed. Fix: check the broker's log and this "
-                "worker's producer settings (--producer-config), then restart"
-            )
-        transport.begin_transaction()
 
     # Metrics ----------------------------------------------------------------------------------
 
