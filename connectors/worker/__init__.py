@@ -1,8 +1,9 @@
 """The Kafka worker, the application on top of the Kafka clients, state and observability.
 
-- `worker.py`: `Worker(WorkerConfig)`, the consumer-group member (polling, sends, checkpoints,
-  commits, transactions, failures); `config.py`: `WorkerConfig`, its checks and the clients'
-  settings;
+- `worker.py`: `Worker(WorkerConfig)`, the consumer-group member (its life cycle, polling,
+  failures), with `rebalance.py` (restores, revocations), `outputs.py` (sends, checkpoints,
+  commits, transactions) and `failures.py` (`WorkerError`); `config.py`: `WorkerConfig`, its
+  checks and the clients' settings;
 - `task.py`: `PartitionTask`, one partition's records in, output records out, no broker;
 - `outage.py`: broker contact and outages; `profiling.py`: `--profile-stages`;
 - `warmup.py`: the per-record path on made-up records, before the first real one.

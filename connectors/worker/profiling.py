@@ -53,13 +53,13 @@ _SEP = os.sep
 
 # (path fragment, function name or None for any) -> stage; the first match wins.
 _RULES: list[tuple[str, str | None, str]] = [
-    (f"connectors{_SEP}worker{_SEP}worker.py", "_send_output", "produce"),
-    (f"connectors{_SEP}worker{_SEP}worker.py", "_send_predictions", "produce"),
-    (f"connectors{_SEP}worker{_SEP}worker.py", "_send_dead_letters", "produce"),
+    (f"connectors{_SEP}worker{_SEP}outputs.py", "_send_output", "produce"),
+    (f"connectors{_SEP}worker{_SEP}outputs.py", "_send_predictions", "produce"),
+    (f"connectors{_SEP}worker{_SEP}outputs.py", "_send_dead_letters", "produce"),
     (f"connectors{_SEP}worker{_SEP}worker.py", "_publish_metrics", "produce"),
-    (f"connectors{_SEP}worker{_SEP}worker.py", "_checkpoint", "checkpoint"),
-    (f"connectors{_SEP}worker{_SEP}worker.py", "_flush", "checkpoint"),
-    (f"connectors{_SEP}worker{_SEP}worker.py", "_restore_assigned", "restore"),
+    (f"connectors{_SEP}worker{_SEP}outputs.py", "_checkpoint", "checkpoint"),
+    (f"connectors{_SEP}worker{_SEP}outputs.py", "_flush", "checkpoint"),
+    (f"connectors{_SEP}worker{_SEP}rebalance.py", "_restore_assigned", "restore"),
     (f"kafka{_SEP}consumer{_SEP}group.py", "poll", "poll"),
     (f"connectors{_SEP}kafka{_SEP}librdkafka_transport.py", "poll", "poll"),
     (f"kafka{_SEP}producer{_SEP}", None, "produce"),
