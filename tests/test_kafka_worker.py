@@ -273,8 +273,9 @@ def test_a_librdkafka_consumer_that_never_rejoins_after_lost_partitions_is_repla
     summary = result["summary"]
     replaced = [r for r in caplog.records if "a new consumer joins the group" in r.getMessage()]
     assert len(replaced) == 1, caplog.text
-    # (session.timeout.ms 2000 + max.poll.interval.ms 3000, and a poll's time at most)
-    assert 5 <= replaced[0].created - lost[0] < 5 + 2
+    # (session.timeout.ms 2000 + max.poll.interval.ms 3000, and a poll or two at most, with
+    # room for a loaded CI machine)
+    assert 5 <= replaced[0].created - lost[0] < 5 + 5
     assert summary["reason"] == "idle"
     predicted = {}
     for record in read_all(bootstrap, cfg.predictions_topic):
