@@ -500,7 +500,8 @@ class ModelScope:
         weighted by what it holds (the tasks' records since the last exchange, at least one
         each). A kernel model's union is brought within its budget at each step instead of
         once."""
-        own = [t for t in tasks if t.topic == task.topic and t is not task]
+        # (a task of the same partition is the one this replaces, never a sharer)
+        own = [t for t in tasks if t.topic == task.topic and t.partition != task.partition]
         if not own:
             return  # the topic's first task: its model is the shared one
         local, since = self._local_model(own)
