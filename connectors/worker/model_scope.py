@@ -495,7 +495,7 @@ class ModelScope:
         Why now and not at the next exchange: twelve tasks restored at once held twelve models
         until then, a model's ceiling each (34 MiB for ALMA with --scale at 126-character
         names). Joined one at a time, a restore holds the shared model, the restored one and
-        their mix at most (`memory_budget.TOPIC_SCOPE_MODELS`). The mix is that of the exchange
+        their mix at most (`memory_budget.TOPIC_SCOPE_MODELS`). The mix is the one the exchange
         would have made: a weighted mean is the same taken in steps, each step's model
         weighted by what it holds (the tasks' records since the last exchange, at least one
         each). A kernel model's union is brought within its budget at each step instead of
