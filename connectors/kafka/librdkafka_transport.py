@@ -703,8 +703,10 @@ class LibrdkafkaTransport(_Fetching, Transport):
         thread of its own, since a close may wait on that state too; its callbacks no longer
         reach the worker (`_current`). tests/test_kafka_worker.py makes the state (partitions
         lost, the member still in the group) and shows the worker's partitions back."""
+        if self._lost_at is None:
+            return  # (every poll: nothing more to it while the consumer has its assignment)
         limit = self._rejoin_limit_s()
-        if self._lost_at is None or limit is None or time.monotonic() - self._lost_at < limit:
+        if limit is None or time.monotonic() - self._lost_at < limit:
             return
         log = logging.getLogger("streammargin.kafka")
         log.warning("the consumer has had no assignment for %.0f s since it lost its "
