@@ -241,6 +241,8 @@ def test_the_scaler_is_charged_under_scale_and_an_exchange_for_the_peers_only():
     # delta (a binary ALMA's default): the peers' models, the worker's, a record's, the ledger
     assert topic.exchange(12, 1) == (11 + 12 + 5) * one
     assert topic.exchange(12, 12) == (12 + 3) * one  # (no peer: the ledger alone)
+    unledgered = dataclasses.replace(topic, exchange_ledger=False)  # (no peer ever: no ledger)
+    assert unledgered.exchange(12, 12) == 0 and unledgered.exchange(12, 1) == topic.exchange(12, 1)
     assert topic.parts(12, 12)["exchange"] == topic.exchange(12, 12)
     mixing = Worker(WorkerConfig(topics=["t"], model_scope="topic", model_topic="m",
                                  model_exchange="mix")).memory

@@ -185,6 +185,9 @@ class MemoryBudget:
     # `fetch` caps their sum (0: `fetch` alone).
     fetch_partition: int = 0
     fetch_objects: int = 0
+    # --model-exchange delta: whether the worker keeps a ledger (`ModelScope.has_ledger`: from
+    # its first peer on); without a peer and without one, an exchange holds nothing.
+    exchange_ledger: bool = True
 
     def exchange(self, topic_partitions: int, n: int = 1) -> int:
         """The models an exchange holds at once, on a topic of this many partitions of which
@@ -193,7 +196,8 @@ class MemoryBudget:
             return 0
         from connectors.worker.model_scope import exchange_memory_bound
 
-        bound = exchange_memory_bound(topic_partitions, self.exchange_kind, owned=n)
+        bound = exchange_memory_bound(topic_partitions, self.exchange_kind, owned=n,
+                                      ledger=self.exchange_ledger)
         return bound * self.exchange_model
 
     def fetched(self, n: int) -> int:

@@ -119,7 +119,8 @@ DEFAULT_MAX_MODEL_BYTES_SHARE = 0.05
 DEFAULT_MAX_EXCHANGE_CPU_SHARE = 0.1
 
 
-def exchange_memory_bound(partitions: int, exchange: str, owned: int = 1) -> int:
+def exchange_memory_bound(partitions: int, exchange: str, owned: int = 1,
+                          ledger: bool = True) -> int:
     """How many times the model's ceiling (`streammargin.memory.memory_bound`) an exchange on a
     topic of `partitions` partitions may hold at once, for a worker that owns `owned` of them
     (docs/kafka.md, "Memory"). It reads the latest record of each partition it does not own, so
@@ -128,11 +129,13 @@ def exchange_memory_bound(partitions: int, exchange: str, owned: int = 1) -> int
     Q + P + 5, the worker's model, a decoded record's, the peers' models, and the ledger's P + 3
     parts (one contribution per peer stream, its own, the model after its last exchange, a
     fresh model's). A worker that owns every partition reads and mixes nothing: 0 for `mix`,
-    the ledger's P + 3 for `delta` (kept from the peers it had, if it had any)."""
+    and for `delta` the ledger's P + 3 if it keeps one (`ledger`: begun with its first peer)."""
     peers = max(0, partitions - max(1, owned))
     if exchange == "mix":
         return 2 * peers + 2 if peers else 0
-    return peers + partitions + 5 if peers else partitions + 3
+    if peers:
+        return peers + partitions + 5
+    return partitions + 3 if ledger else 0
 
 
 def encode_model_record(settings: TaskSettings, topic: str, partition: int, serial: int,

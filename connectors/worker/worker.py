@@ -464,11 +464,8 @@ class Worker(Rebalancing, Outputs):
                                        or ()) or None
             except Exception:  # noqa: BLE001 (metadata unavailable: the owned count)
                 topic_partitions = None
-            if (topic_partitions is not None and n >= topic_partitions
-                    and self.model_scope is not None and not self.model_scope.has_ledger):
-                # Every partition its own and no peer ever: a delta exchange holds no ledger,
-                # so nothing, as a mixing one without peers.
-                budget = dataclasses.replace(budget, exchange_kind="mix")
+            if self.model_scope is not None and not self.model_scope.has_ledger:
+                budget = dataclasses.replace(budget, exchange_ledger=False)
         share = min(budget.pending_share(n, topic_partitions), self.settings.label_store_bytes)
         for task in self.tasks.values():
             task.pending.resize(share)
