@@ -143,8 +143,7 @@ def translate(settings: dict[str, typing.Any], role: str) -> dict[str, typing.An
     properties: dict[str, typing.Any] = {}
     # librdkafka: "`session.timeout.ms` is not supported for `group.protocol=consumer`. It is
     # defined broker side" (the same for heartbeat.interval.ms).
-    broker_side = (("session_timeout_ms", "heartbeat_interval_ms")
-                   if str(settings.get("group.protocol", "")).lower() == "consumer" else ())
+    broker_side = ("session_timeout_ms", "heartbeat_interval_ms") if _kip848(settings) else ()
     for name, value in settings.items():
         if "." in name:
             properties[name] = value
@@ -481,6 +480,11 @@ def _consumer_limits(properties: dict[str, typing.Any]) -> dict[str, typing.Any]
     return limits
 
 
+def _kip848(settings: dict[str, typing.Any]) -> bool:
+    """Whether consumer settings join a KIP-848 group (``group.protocol=consumer``)."""
+    return str(settings.get("group.protocol", "")).lower() == "consumer"
+
+
 def _close_quietly(consumer: typing.Any) -> None:
     try:
         consumer.close()
@@ -685,7 +689,7 @@ class LibrdkafkaTransport(_Fetching, Transport):
         (max.poll.interval.ms, which a slow member may use up) and a session timeout. None
         for a KIP-848 group, whose assignments come without a callback when empty."""
         properties = self._properties["consumer"]
-        if str(properties.get("group.protocol", "")).lower() == "consumer":
+        if _kip848(properties):
             return None
         return (int(properties.get("max.poll.interval.ms", _DEFAULT_MAX_POLL_INTERVAL_MS))
                 + int(properties.get("session.timeout.ms", _DEFAULT_SESSION_TIMEOUT_MS))) / 1000
@@ -731,7 +735,7 @@ class LibrdkafkaTransport(_Fetching, Transport):
         # protocol the group runs, so the setting decides.
         if not self._current(consumer):
             return
-        if str(self._properties["consumer"].get("group.protocol", "")).lower() == "consumer":
+        if _kip848(self._properties["consumer"]):
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
