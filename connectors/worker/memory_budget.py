@@ -325,6 +325,7 @@ def budget_of(config: typing.Any, model_bound: int, numba: bool,
     ceiling (`exchange_kind`: the resolved --model-exchange of topic scope)."""
     fetch = max(fetch_bytes(config.max_memory, config.transport), config.max_record_bytes)
     fetched = fetch_buffers(config.transport) * fetch
+    record_objects = config.max_poll_records * RECORD_OBJECT_BYTES
     schema_cache = 0
     if config.value_format != "json":
         schema_cache = SCHEMA_PARSED_FACTOR * config.schema_cache_bytes
@@ -342,12 +343,12 @@ def budget_of(config: typing.Any, model_bound: int, numba: bool,
 
         stretch = max(TOPIC_SCOPE_FETCH_BYTES, config.max_record_bytes)
         fetch_partition = fetch_buffers(config.transport) * stretch
-        fetch_objects = config.max_poll_records * RECORD_OBJECT_BYTES
+        fetch_objects = record_objects
     budget = MemoryBudget(
         max_memory=DEFAULT_MAX_MEMORY if auto else config.max_memory,
         process=(PROCESS_BYTES + (NUMBA_BYTES if numba else 0)
                  + (LIBRDKAFKA_BYTES if config.transport == "librdkafka" else 0)),
-        fetch=fetched + config.max_poll_records * RECORD_OBJECT_BYTES,
+        fetch=fetched + record_objects,
         outputs=config.checkpoint_every * OUTPUT_BYTES,
         model=MODEL_COPIES * model_bound + scaler,
         state=model_bound + scaler_state,
