@@ -157,7 +157,8 @@ def run_case(broker, case: str, transport: str, partitions: int, max_memory: str
     port = free_port()
     command = kt.worker_command(bootstrap, topic, out, group, [
         "--transport", transport, "--max-memory", max_memory, "--idle-timeout", "3",
-        "--checkpoint-interval", f"{checkpoint_interval:g}", "--http-port", str(port), "--http-host", "127.0.0.1",
+        "--checkpoint-interval", f"{checkpoint_interval:g}", "--http-port", str(port),
+        "--http-host", "127.0.0.1",
         *(["--model-scope", "topic", "--model-topic", f"mem.models.{run_id}"]
           if case == "topic-scope" else [])])
     process = subprocess.Popen(command, env={**os.environ, "PYTHONWARNINGS": "ignore"},
@@ -206,15 +207,16 @@ def run_case(broker, case: str, transport: str, partitions: int, max_memory: str
                            f"{stderr.decode()[-2000:]}")
     summary = ({"records": f"stalled at {stalled}"} if stalled is not None
                else json.loads(stderr.decode().strip().splitlines()[-1]))
-    options = {"transport": transport, "max_memory": parse_size(max_memory)}
-    if case == "topic-scope":
-        options.update(model_scope="topic", model_topic="m")
-    total, parts = formula(options, partitions)
     if seen.get("budget"):
         # (what the worker applied, as its /metrics gave it last: the parts its assignment and
         # its exchange's state call for, e.g. no delta ledger while it has had no peer)
         parts = seen["budget"]
         total = sum(parts.values())
+    else:
+        options = {"transport": transport, "max_memory": parse_size(max_memory)}
+        if case == "topic-scope":
+            options.update(model_scope="topic", model_topic="m")
+        total, parts = formula(options, partitions)
     return {"peak": peak << 10, "formula": total, "parts": parts, "input": input_bytes,
             "records": summary["records"], "evicted": _evicted(summary, seen),
             "most_pending": most_pending}
