@@ -1049,7 +1049,7 @@ def test_record_format_options_that_contradict_fail_in_one_line(options, reason)
 
 
 def test_first_contact_warns_once_with_the_reason_and_the_fix(caplog):
-    from connectors.observability.first_contact import FirstContact
+    from connectors.observability.input_watch import InputWatch
     from connectors.worker.task import dead_letter_headers
 
     def dead(reason):
@@ -1057,7 +1057,7 @@ def test_first_contact_warns_once_with_the_reason_and_the_fix(caplog):
                                       "connectors.codec.InvalidRecord", reason)
         return type("R", (), {"headers": headers})()
 
-    contact = FirstContact(first_records=10)
+    contact = InputWatch(first_records=10)
     with caplog.at_level("WARNING"):
         contact.observe(4, [dead("no features and no label: ... Fix: --features '*'")] * 3)
         contact.observe(6, [dead("no features and no label: ...")] * 4)
@@ -1066,7 +1066,7 @@ def test_first_contact_warns_once_with_the_reason_and_the_fix(caplog):
     assert warnings == ["7 of the first 10 records went to the dead-letter topic for one reason "
                         "(missing_features): no features and no label: ... Fix: --features '*'"]
     assert contact.counts() == {"missing_features": 97}
-    quiet = FirstContact(first_records=10)
+    quiet = InputWatch(first_records=10)
     quiet.observe(10, [dead("bad JSON: x")] * 4)
     quiet.check()
     assert quiet.warned is None

@@ -58,7 +58,7 @@ import typing
 
 from connectors.codec import UndecodableBatch
 from connectors.kafka.transport import Transport, make_transport
-from connectors.observability.first_contact import FirstContact
+from connectors.observability.input_watch import InputWatch
 from connectors.observability.metrics import Throughput
 from connectors.observability.observability import ClientLogTail, WorkerStatus
 from connectors.state import checkpoint as checkpoint_module
@@ -248,7 +248,7 @@ class Worker(Rebalancing, Outputs):
         self.tasks: dict[typing.Any, PartitionTask] = {}
         self.throughput = Throughput()
         # Dead letters by kind, and the warning when most of the first records are some.
-        self.first_contact = FirstContact()
+        self.input_watch = InputWatch()
         # What probes and /metrics see (connectors.observability.observability): hooks at cheap
         # points below.
         self.status = WorkerStatus(config.group_id, self.model_name, self.client_id)
@@ -353,8 +353,8 @@ class Worker(Rebalancing, Outputs):
             "reason": self.exit_reason,
             "records": self.throughput.count,
             "records_per_s": self.throughput.rates()[0],
-            "dead_letters": sum(self.first_contact.dead_letters.values()),
-            "dead_letter_reasons": self.first_contact.counts(),
+            "dead_letters": sum(self.input_watch.dead_letters.values()),
+            "dead_letter_reasons": self.input_watch.counts(),
             "partitions": dict(self._final_metrics),
         }
         if self._exactly_once:
@@ -757,7 +757,7 @@ class Worker(Rebalancing, Outputs):
             except RegistryRefused as error:
                 raise WorkerError(f"{error}. Nothing was committed") from None
             self.status.processed(task, output)
-            self.first_contact.observe(output.processed, output.dead_letters)
+            self.input_watch.observe(output.processed, output.dead_letters)
             self._send_output(task, output)
             self.throughput.add(output.processed, started)
             if scope is not None:
@@ -944,7 +944,7 @@ class Worker(Rebalancing, Outputs):
         transport = self._transport
         try:
             if graceful:
-                self.first_contact.check()  # (a run of fewer records than it waits for)
+                self.input_watch.check()  # (a run of fewer records than it waits for)
             if graceful and transport is not None and transport.consuming:
                 tasks = list(self.tasks.values())
                 for task in tasks:

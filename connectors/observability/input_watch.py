@@ -4,7 +4,7 @@ by reason for the final summary.
 
 A user who points the worker at a topic of another shape (a flat JSON topic read with the
 envelope's defaults, an Avro topic read as JSON) would otherwise see every record dead-lettered
-in silence. `FirstContact` watches the first `FIRST_RECORDS` records a worker processes: when
+in silence. `InputWatch` watches the first `FIRST_RECORDS` records a worker processes: when
 at least half of them are dead letters of one kind (`DEAD_LETTER_KINDS`), it logs once, with an
 example reason (a record's own words: which fields it has, what it holds) and the fix.
 """
@@ -17,7 +17,7 @@ import typing
 
 from connectors.observability.observability import dead_letter_kind_of, dead_letter_reason
 
-__all__ = ["FirstContact", "FIRST_RECORDS", "FIXES"]
+__all__ = ["InputWatch", "FIRST_RECORDS", "FIXES"]
 
 log = logging.getLogger("streammargin.kafka")
 
@@ -55,7 +55,7 @@ FIXES = {
 }
 
 
-class FirstContact:
+class InputWatch:
     """Counts of dead letters by kind, and the first-contact warning (see the module doc)."""
 
     def __init__(self, first_records: int = FIRST_RECORDS):
