@@ -146,7 +146,7 @@ class Running:
         self.server.close()
 
 
-BAD = {0: [b"{not json", b"[1, 2]"], 1: [b'{"x": {"a": ["high"]}}', b'{"x": {"a": 1}, "y": 7}', None]}
+BAD = {0: [b"{not json", b"[1, 2]"], 1: [b'{"x": ["high"]}', b'{"x": {"a": 1}, "y": 7}', None]}
 
 
 def test_metrics_and_probes_of_a_running_worker(kafka_broker):
@@ -190,7 +190,7 @@ def test_metrics_and_probes_of_a_running_worker(kafka_broker):
         dead = {(p, dict(key)["reason"]): value for (sample, key), value in samples.items()
                 if sample == "streammargin_dead_letters_total" and value
                 for p in [int(dict(key)["partition"])]}
-        assert dead == {(0, "bad_json"): 1, (0, "not_an_object"): 1, (1, "not_a_number"): 1,
+        assert dead == {(0, "bad_json"): 1, (0, "not_an_object"): 1, (1, "bad_features"): 1,
                         (1, "unknown_label"): 1, (1, "null_value"): 1}
         assert per_partition(samples, "streammargin_pending_labels", **at) == {0: 0, 1: 1}
         assert per_partition(samples, "streammargin_next_offset", **at) == expected

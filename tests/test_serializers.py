@@ -23,7 +23,14 @@ import protobuf_messages
 from connectors.codec import DeadLetter, InvalidFeature, InvalidLabel, InvalidRecord
 from connectors.serializers import avro, protobuf, wire
 from connectors.serializers.json_format import JSONCodec
-from connectors.serializers.mapping import FieldMapping, parse_path, split_indicators
+from connectors.observability.observability import dead_letter_kind
+from connectors.serializers.mapping import (
+    LEFT_OUT_KINDS,
+    MAX_LEFT_OUT_NAMES,
+    FieldMapping,
+    parse_path,
+    split_indicators,
+)
 from connectors.serializers.outputs import AvroOutputs, metrics_schema, prediction_schema
 from connectors.serializers.registry_codec import SchemaRegistryCodec
 from connectors.serializers.schema_registry import (
@@ -94,16 +101,62 @@ def test_a_record_without_features_or_label_names_its_fields_and_the_fix():
     assert "--features '*'" in str(refused.value)
 
 
+# Values that cannot be features, what each is counted as when a wildcard reaches it, and the
+# reason of the dead letter when --features names the field.
+NO_FEATURES = [
+    ("tags", ["a"], "array", "field 'tags' holds an array"),
+    ("tags", [], "array", "field 'tags' holds an array"),
+    ("blob", b"\x00", "bytes", "field 'blob' holds bytes"),
+    ("a", float("nan"), "non_finite", "field 'a' has value nan"),
+    ("a", float("-inf"), "non_finite", "field 'a' has value -inf"),
+    ("a", 10 ** 400, "non_finite", "too large for a float64"),
+    ("a", "x" * 300, "long_string", "a string of 300 characters"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "kind", "reason"), NO_FEATURES)
+def test_a_wildcard_leaves_out_what_cannot_be_a_feature_and_counts_it(field, value, kind, reason):
+    mapper = FieldMapping(features=("*",)).mapper()
+    assert mapper.event({"id": 1, "b": 2.0, field: value, "y": 0}) == (1, {"b": 2.0}, False)
+    assert mapper.event({"id": 2, "b": 3.0, field: value}) == (2, {"b": 3.0}, None)
+    assert mapper.left_out == {**dict.fromkeys(LEFT_OUT_KINDS, 0), kind: 2}
+    assert mapper.left_out_fields == {field: kind}
+    assert mapper.new_left_out == [(field, kind)]  # named once, however often left out
+    # The same inside an object a wildcard or --features reaches, named by its path.
+    for features in (("*",), ("m",), ("m.*",)):
+        mapper = FieldMapping(features=features).mapper()
+        assert mapper.event({"m": {"b": 2.0, field: value}, "y": 1}) == (
+            None, {"m.b" if features != ("m.*",) else "b": 2.0}, True)
+        assert mapper.left_out_fields == {f"m.{field}": kind}
+
+
+@pytest.mark.parametrize(("field", "value", "kind", "reason"), NO_FEATURES)
+def test_a_field_that_features_names_and_cannot_be_one_is_a_dead_letter(field, value, kind,
+                                                                        reason):
+    mapper = FieldMapping(features=("b", field)).mapper()
+    with pytest.raises(InvalidFeature, match=reason) as refused:
+        mapper.event({"b": 2.0, field: value, "y": 0})
+    assert f"--features names it. Fix: " in str(refused.value)
+    assert f"take {field} out of --features" in str(refused.value)
+    assert mapper.left_out == dict.fromkeys(LEFT_OUT_KINDS, 0)
+    assert dead_letter_kind(str(refused.value)) == (
+        "non_finite" if kind == "non_finite" else "not_a_number")
+
+
+def test_left_out_fields_are_named_within_their_bound():
+    mapper = FieldMapping(features=("*",)).mapper()
+    for i in range(MAX_LEFT_OUT_NAMES + 10):
+        mapper.event({f"f{i}": [i], "a": 1.0, "y": 1})
+    assert len(mapper.left_out_fields) == MAX_LEFT_OUT_NAMES
+    assert mapper.left_out["array"] == MAX_LEFT_OUT_NAMES + 10
+
+
 @pytest.mark.parametrize(("record", "error", "reason"), [
-    ({"tags": ["a"], "y": 0}, InvalidFeature, "field 'tags' holds an array"),
-    ({"blob": b"\x00", "y": 0}, InvalidFeature, "field 'blob' holds bytes"),
-    ({"a": float("nan"), "y": 0}, InvalidFeature, "field 'a' has value nan"),
-    ({"a": 10 ** 400, "y": 0}, InvalidFeature, "too large for a float64"),
-    ({"a": "x" * 300, "y": 0}, InvalidFeature, "a string of 300 characters"),
     ({"a": 1.0, "y": "spam"}, InvalidLabel, "unknown label 'spam'"),
     ({"a": 1.0, "id": 1.5}, InvalidRecord, "id 1.5 must be a string or an integer"),
+    ({"tags": ["a"], "blob": b"1"}, InvalidRecord, "no features and no label"),
 ])
-def test_values_that_are_no_features_are_dead_letters_naming_the_field(record, error, reason):
+def test_bad_labels_ids_and_records_of_nothing_are_dead_letters(record, error, reason):
     with pytest.raises(error, match=reason):
         event(record, features=("*",))
 
@@ -935,3 +988,4 @@ def test_the_c_mapping_gives_the_events_and_dead_letters_of_the_python_one(mappi
             mapping_module._native = saved
 
     assert outcome(in_c, mapping_module._native_module()) == outcome(in_python, None)
+

@@ -1,12 +1,16 @@
-"""First contact: the worker's one WARNING when most of its first records go to dead letters
-for one reason, naming the reason and the options that fix it, and its count of dead letters
-by reason for the final summary.
+"""What the worker says about the input it cannot use: nothing is lost in silence.
 
-A user who points the worker at a topic of another shape (a flat JSON topic read with the
-envelope's defaults, an Avro topic read as JSON) would otherwise see every record dead-lettered
-in silence. `InputWatch` watches the first `FIRST_RECORDS` records a worker processes: when
-at least half of them are dead letters of one kind (`DEAD_LETTER_KINDS`), it logs once, with an
-example reason (a record's own words: which fields it has, what it holds) and the fix.
+- **First contact.** A user who points the worker at a topic of another shape (a flat JSON topic
+  read with the envelope's defaults, an Avro topic read as JSON) would see every record
+  dead-lettered. Over its first `FIRST_RECORDS` records, when at least half are dead letters of
+  one kind (`DEAD_LETTER_KINDS`), one WARNING gives an example reason (a record's own words:
+  which fields it has, what it holds) and the fix.
+- **Fields left out of the features** (values that cannot be features, reached by a wildcard:
+  `connectors.serializers.mapping`): one WARNING names the fields newly left out, what each
+  held and the option that silences it.
+
+The counts (dead letters by kind, fields left out by kind) go to the final summary; /metrics has
+them too (`connectors/observability/observability.py`).
 """
 
 from __future__ import annotations
@@ -31,10 +35,10 @@ FIXES = {
     "not_an_object": "a record must be an object of fields (a JSON object, an Avro record, a "
                      "Protobuf message)",
     "bad_features": "--features PATH.* must name an object of the record, or give '*'",
-    "not_a_number": "--exclude-features PATH for fields that are no features (arrays, bytes, "
-                    "free text), or --categorical hash for long strings",
-    "non_finite": "the producer writes NaN or infinite numbers: exclude those fields "
-                  "(--exclude-features PATH)",
+    "not_a_number": "take the field out of --features: it names a field that holds no feature "
+                    "(an array, bytes, free text; a wildcard leaves such fields out)",
+    "non_finite": "the producer writes NaN or infinite numbers in a field --features names: "
+                  "take it out of --features (a wildcard leaves such values out)",
     "bad_id": "--id-field naming a string or integer field (or --id-from-key)",
     "unknown_label": "--label-field naming the label; labels other than true/false, 1/0 need a "
                      "multiclass model (--model convexpolytope, or --one-vs-rest)",
@@ -54,9 +58,17 @@ FIXES = {
                          "--param",
 }
 
+#: What a field left out held, in a sentence.
+_LEFT_OUT_WORDS = {
+    "array": "an array",
+    "bytes": "bytes",
+    "long_string": "a string too long for a category",
+    "non_finite": "NaN, an infinity or a number beyond float64",
+}
+
 
 class InputWatch:
-    """Counts of dead letters by kind, and the first-contact warning (see the module doc)."""
+    """Counts of what the worker could not use, and its warnings (see the module doc)."""
 
     def __init__(self, first_records: int = FIRST_RECORDS):
         self.first_records = first_records
@@ -64,7 +76,14 @@ class InputWatch:
         self.dead_letters: collections.Counter[str] = collections.Counter()
         self._early: collections.Counter[str] = collections.Counter()
         self._examples: dict[str, str] = {}
+        #: The kind the first-contact warning named (None: none yet).
         self.warned: str | None = None
+        #: Fields left out of the features, by kind (the mapper's counts).
+        self.left_out: dict[str, int] = {}
+        #: WARNING lines so far, by what they were about ("first_contact", "left_out").
+        self.warnings: collections.Counter[str] = collections.Counter()
+
+    # Dead letters -----------------------------------------------------------------------------
 
     def observe(self, processed: int, dead_letters: typing.Iterable[typing.Any]) -> None:
         """A task processed `processed` records, and these became dead letters."""
@@ -96,6 +115,26 @@ class InputWatch:
         log.warning("%d of the first %d records went to the dead-letter topic for one reason "
                     "(%s): %s%s", count, seen, kind, example, fix,
                     extra={"dead_letter_kind": kind, "dead_letters": count, "records": seen})
+        self.warnings["first_contact"] += 1
 
     def counts(self) -> dict[str, int]:
         return dict(self.dead_letters)
+
+    # Fields left out of the features -----------------------------------------------------------
+
+    def left_out_fields(self, mapper: typing.Any) -> None:
+        """After a task call: the fields the codec's mapper left out for the first time, in one
+        WARNING (what each held, the option that silences it), and its counts."""
+        self.left_out = mapper.left_out
+        new = mapper.new_left_out
+        if not new:
+            return
+        named = [f"{path} ({_LEFT_OUT_WORDS[kind]})" for path, kind in new]
+        paths = ",".join(path for path, _ in new)
+        hashing = any(kind == "long_string" for _, kind in new)
+        new.clear()
+        log.warning("fields left out of the features (they hold no feature; the records are "
+                    "predicted without them): %s. To silence this: %s--exclude-features %s",
+                    ", ".join(named)[:1000], "--categorical hash, or " if hashing else "",
+                    paths[:500], extra={"left_out_fields": len(named)})
+        self.warnings["left_out"] += 1

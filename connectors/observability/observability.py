@@ -45,6 +45,8 @@ import threading
 import time
 import typing
 
+from connectors.serializers.mapping import LEFT_OUT_KINDS
+
 __all__ = [
     "DEAD_LETTER_KINDS",
     "dead_letter_kind",
@@ -78,8 +80,10 @@ DEAD_LETTER_KINDS = (
     "missing_label",       # a record of the label topic without a label
     "unjoinable_label",    # a label record without an id
     "bad_features",        # the object --features names is not one
-    "not_a_number",        # a field that is no feature (an array, bytes, a free text)
-    "non_finite",          # NaN, an infinity, or a number beyond float64
+    "not_a_number",        # a field --features names that is no feature (an array, bytes,
+                           # a free text); a wildcard leaves such fields out
+    "non_finite",          # NaN, an infinity, or a number beyond float64, in a field
+                           # --features names
     "wire_format",         # not in Confluent's wire format (magic byte, schema id)
     "unknown_schema",      # a schema id the registry does not have
     "bad_schema",          # a schema that cannot be used (another format, too large, ...)
@@ -121,7 +125,8 @@ _REASON_KINDS = [
         (r"\S+ is an? \w+, not an object of fields", "bad_features"),
         (r"field .* nests objects deeper", "bad_features"),
         (r"field .* (holds an array|holds bytes|has a string of)", "not_a_number"),
-        (r"field .*: (expected a finite real number|too large for a float64)$", "non_finite"),
+        (r"field .*: (expected a finite real number|too large for a float64)(, and|$)",
+         "non_finite"),
     ]
 ]
 
@@ -317,6 +322,9 @@ class WorkerStatus:
         # why it is waited for while it does not answer (None: it answers, or is not used).
         self.registry: typing.Any = None
         self.registry_outage: str | None = None
+        # What the worker could not use (connectors/observability/input_watch.InputWatch, set
+        # by the worker): the fields left out of the features go to /metrics.
+        self.input_watch: typing.Any = None
         # --max-memory: each part's bound for the partitions owned now, and whether the parts
         # that cannot shrink exceed the ceiling (connectors/worker/memory_budget.py).
         self.memory_parts: dict[str, int] = {}
@@ -693,6 +701,18 @@ class _Collector:
             yield GaugeMetricFamily("streammargin_schema_cache_bytes",
                                     "Schema text in the cache (--schema-cache-bytes bounds it).",
                                     value=counts["schema_bytes"])
+        watch = status.input_watch
+        if watch is not None:
+            left_out = CounterMetricFamily(
+                "streammargin_fields_left_out",
+                "Fields a wildcard of --features reached that held no feature (an array, bytes, "
+                "a string too long for a category, a non-finite number), left out of the "
+                "records' features, by kind; each field is named in one WARNING.",
+                labels=["kind"])
+            counts = watch.left_out
+            for kind in LEFT_OUT_KINDS:
+                left_out.add_metric([kind], counts.get(kind, 0))
+            yield left_out
         if status.memory_parts:
             parts = GaugeMetricFamily(
                 "streammargin_memory_budget_bytes",

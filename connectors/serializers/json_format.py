@@ -128,11 +128,13 @@ class JSONCodec:
     (7, None, False)
     >>> codec.decode(b'{"x": {"amount": 3.5, "country": "BR", "vip": true}}')
     (None, {'amount': 3.5, 'country=BR': True, 'vip': 1}, None)
+    >>> codec.decode(b'{"x": {"amount": 1.5, "tags": ["a"]}}')  # (not a feature: left out)
+    (None, {'amount': 1.5}, None)
     >>> try:
-    ...     codec.decode(b'{"x": {"amount": [12.5]}}')
+    ...     codec.decode(b'{"x": {"amount": 3.5}, "y": "fraud"}')
     ... except DeadLetter as error:
-    ...     print(type(error).__name__, error)
-    InvalidFeature field 'x.amount' holds an array: arrays are not features. Fix: --exclude-features x.amount
+    ...     print(type(error).__name__)
+    InvalidLabel
     >>> JSONCodec(multiclass=True).decode(b'{"x": {"a": 1.0}, "y": "sky"}')
     (None, {'a': 1.0}, 'sky')
     >>> flat = JSONCodec(mapping=FieldMapping(label_field="is_fraud", id_field="tx",

@@ -16,8 +16,15 @@ Protobuf messages too), and one `FieldMapping` turns that tree into the event th
 - **values as they come**: numbers are features; booleans are 0/1; strings and enums are
   categories (`categorical`: `onehot`, a feature `field=value` of value 1, the default; `hash`,
   a feature `field#bucket`, the value's CRC-32 modulo `hash_buckets`; `drop`); null or missing
-  is an absent feature; anything else (an array, bytes, a non-finite number) is a dead letter
-  naming the field.
+  is an absent feature.
+- **values that cannot be features** (an array, empty or not; bytes, an Avro fixed; a string
+  longer than `MAX_CATEGORY_CHARS` under one-hot; NaN, an infinity, a number beyond float64):
+  one rule for every format. Where a wildcard (`*`, `P.*`, or the fields of an object `P`
+  names) reaches such a field, it is *left out* and the record is predicted: a valid record is
+  never a dead letter for a field the user did not ask for. The mapper counts what it left out
+  by kind (`left_out`) and names the first `MAX_LEFT_OUT_NAMES` such fields
+  (`left_out_fields`, and `new_left_out` for the worker's one WARNING a field). A field that
+  `--features` names itself is a dead letter naming it instead: the user asked for it.
 
 A category's indicator has the value `True` (the only place `True` is a value: booleans become
 the numbers 0 and 1), so that `--scale` can pass it to the model unscaled (`split_indicators`):
@@ -52,6 +59,8 @@ __all__ = [
     "DEFAULT_FEATURES",
     "MAX_CATEGORY_CHARS",
     "MAX_DEPTH",
+    "MAX_LEFT_OUT_NAMES",
+    "LEFT_OUT_KINDS",
     "parse_path",
     "parse_paths",
     "split_indicators",
@@ -66,6 +75,11 @@ DEFAULT_FEATURES = ("x.*",)
 MAX_CATEGORY_CHARS = 256
 #: Objects nested deeper than this are a dead letter (the decoders bound their own depth too).
 MAX_DEPTH = 32
+#: The fields left out (values that cannot be features) named at most, each once: a topic's
+#: fields are its schema's, but a JSON topic could name a new field in every record.
+MAX_LEFT_OUT_NAMES = 64
+#: What a field left out held (the counts of `EventMapper.left_out`, a closed set).
+LEFT_OUT_KINDS = ("array", "bytes", "long_string", "non_finite")
 # Category names made so far, shared by the events that carry them (a waiting event keeps its
 # names): bounded, emptied when full.
 _NAME_CACHE_SIZE = 1 << 16
@@ -194,11 +208,20 @@ class EventMapper:
     ('t7', {'amount': 31.2, 'country=BR': True, 'card_present': 0, 'merchant.category=travel': True, 'merchant.risk': 0.91}, True)
     >>> FieldMapping().mapper().event({"id": "a1", "x": {"amount": 12.5}, "y": 1})
     ('a1', {'amount': 12.5}, True)
+
+    A field that cannot be a feature is left out where a wildcard reaches it, and counted; it
+    is a dead letter where `--features` names it:
+
+    >>> mapper = FieldMapping(features=("*",)).mapper()
+    >>> mapper.event({"id": 3, "amount": 2.5, "tags": ["a", "b"], "y": 0})
+    (3, {'amount': 2.5}, False)
+    >>> mapper.left_out["array"], mapper.left_out_fields
+    (1, {'tags': 'array'})
     >>> try:
-    ...     FieldMapping(features=("*",)).mapper().event({"tags": ["a", "b"], "y": 0})
+    ...     FieldMapping(features=("amount", "tags")).mapper().event({"tags": ["a"], "y": 0})
     ... except InvalidFeature as error:
     ...     print(error)
-    field 'tags' holds an array: arrays are not features. Fix: --exclude-features tags
+    field 'tags' holds an array: arrays are not features, and --features names it. Fix: take tags out of --features
 
     """
 
@@ -241,6 +264,13 @@ class EventMapper:
         #: The category indicators of the last event made (0: its features are all numbers, so
         #: `--scale` need not split them out: `PartitionTask`).
         self.indicators = 0
+        #: Fields left out of the features, by what they held (`LEFT_OUT_KINDS`): one count a
+        #: field of a record.
+        self.left_out: dict[str, int] = dict.fromkeys(LEFT_OUT_KINDS, 0)
+        #: The first `MAX_LEFT_OUT_NAMES` fields left out (path -> kind), and those not yet
+        #: reported (the worker takes them: one WARNING a field).
+        self.left_out_fields: dict[str, str] = {}
+        self.new_left_out: list[tuple[str, str]] = []
         self._flat = self._flat_reader()
 
     # Reading a record ---------------------------------------------------------------------
@@ -382,7 +412,7 @@ class EventMapper:
             elif type(value) is dict:
                 self._object(x, value, name + ".", name + ".", 1)
             else:
-                self._object(x, {name: value}, "", "", 1)
+                self._object(x, {name: value}, "", "", 1, named=True)
         return x, found or bool(x)
 
     def _features_with(self, map_object: typing.Callable, record: dict) -> tuple[dict, bool]:
@@ -411,12 +441,14 @@ class EventMapper:
             self.indicators += added
         return x, found or bool(x)
 
-    def _object(self, x: dict, fields: dict, prefix: str, at: str, depth: int) -> None:
+    def _object(self, x: dict, fields: dict, prefix: str, at: str, depth: int,
+                named: bool = False) -> None:
         """Add the features of an object's `fields` to `x`: their names start with `prefix`,
         and `at` is the object's place in the record (a dotted path and a dot, "" for the
-        record), where exclusions are looked up. Its hot loop: the common cases first, every
-        name made by one concatenation (`"" + name` is `name`), no test for an object without
-        exclusions (an empty set)."""
+        record), where exclusions are looked up; `named`: `--features` names these fields
+        themselves (a value that cannot be a feature is then a dead letter, not left out). Its
+        hot loop: the common cases first, every name made by one concatenation (`"" + name` is
+        `name`), no test for an object without exclusions (an empty set)."""
         skip = self._excluded_at.get(at, _NOTHING)
         category = self._category if self.categorical != "drop" else None
         for key, value in fields.items():
@@ -425,16 +457,24 @@ class EventMapper:
             kind = type(value)
             if kind is float:
                 if value - value != 0.0:  # NaN or infinite
-                    raise InvalidFeature(f"field {_short(at + key)} has value {value!r}: "
-                                         "expected a finite real number")
+                    self._leave_out(at + key, "non_finite", named,
+                                    f"has value {value!r}: expected a finite real number")
+                    continue
                 x[prefix + key] = value
             elif kind is str:
                 if category is not None:
+                    if len(value) > MAX_CATEGORY_CHARS and self.categorical == "onehot":
+                        self._leave_out(
+                            at + key, "long_string", named,
+                            f"has a string of {len(value)} characters: a category has at most "
+                            f"{MAX_CATEGORY_CHARS}", "--categorical hash, or ")
+                        continue
                     category(x, prefix + key, at + key, value)
             elif kind is int:
                 if not -_MAX_FLOAT <= value <= _MAX_FLOAT:
-                    raise InvalidFeature(f"field {_short(at + key)} has value "
-                                         f"{_short(value)}: too large for a float64")
+                    self._leave_out(at + key, "non_finite", named,
+                                    f"has value {_short(value)}: too large for a float64")
+                    continue
                 x[prefix + key] = value
             elif kind is bool:
                 x[prefix + key] = 1 if value else 0
@@ -446,13 +486,24 @@ class EventMapper:
                                          f"{MAX_DEPTH} levels")
                 self._object(x, value, prefix + key + ".", at + key + ".", depth + 1)
             elif kind is list:
-                raise InvalidFeature(f"field {_short(at + key)} holds an array: arrays are not "
-                                     f"features. Fix: --exclude-features {_option_path(at + key)}")
+                self._leave_out(at + key, "array", named,
+                                "holds an array: arrays are not features")
             elif kind is bytes:
-                raise InvalidFeature(f"field {_short(at + key)} holds bytes: bytes are not "
-                                     f"features. Fix: --exclude-features {_option_path(at + key)}")
+                self._leave_out(at + key, "bytes", named, "holds bytes: bytes are not features")
             else:  # a decoder's bug: only the tree's types reach here
                 raise TypeError(f"field {at + key}: a value of type {kind.__name__} in the tree")
+
+    def _leave_out(self, path: str, kind: str, named: bool, what: str,
+                   other_fix: str = "") -> None:
+        """A field whose value cannot be a feature: left out and counted (see the module doc),
+        or, where `--features` names it (`named`), a dead letter naming it."""
+        if named:
+            raise InvalidFeature(f"field {_short(path)} {what}, and --features names it. Fix: "
+                                 f"{other_fix}take {_option_path(path)} out of --features")
+        self.left_out[kind] += 1
+        if path not in self.left_out_fields and len(self.left_out_fields) < MAX_LEFT_OUT_NAMES:
+            self.left_out_fields[path] = kind
+            self.new_left_out.append((path, kind))
 
     def _category(self, x: dict, name: str, at: str, value: str) -> None:
         """The indicator of the category `value` of the feature `name` (at `at`), in `x`."""
@@ -462,7 +513,7 @@ class EventMapper:
         feature = names.get(value)
         if feature is None:
             if self.categorical == "onehot":
-                if len(value) > MAX_CATEGORY_CHARS:
+                if len(value) > MAX_CATEGORY_CHARS:  # (`_object` leaves these out first)
                     raise InvalidFeature(
                         f"field {_short(at)} has a string of {len(value)} characters: a category "
                         f"has at most {MAX_CATEGORY_CHARS}. Fix: --exclude-features "

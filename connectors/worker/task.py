@@ -613,7 +613,7 @@ class PartitionTask:
     >>> records = [
     ...     Record("events", 0, 0, 1700000000000, b"k1",
     ...            b'{"id": "a", "x": {"f": 1.0}, "y": true}', [("trace", b"t1")]),
-    ...     Record("events", 0, 1, 1700000000001, None, b'{"x": {"f": ["high"]}}', []),
+    ...     Record("events", 0, 1, 1700000000001, None, b'{"id": 1.5, "x": {"f": 2.0}}', []),
     ... ]
     >>> out = task.process(records)
     >>> prediction = out.predictions[0]
@@ -623,9 +623,9 @@ class PartitionTask:
     (1700000000000, 1)
     >>> headers = dict(out.dead_letters[0].headers)
     >>> headers["__connect.errors.exception.class.name"], headers["__connect.errors.stage"]
-    (b'connectors.codec.InvalidFeature', b'VALUE_CONVERTER')
+    (b'connectors.codec.InvalidRecord', b'VALUE_CONVERTER')
     >>> headers["__connect.errors.exception.message"]
-    b"field 'x.f' holds an array: arrays are not features. Fix: --exclude-features x.f"
+    b'id 1.5 must be a string or an integer (--id-field id)'
     >>> [(event["event"], event["records"]) for event in out.metrics], task.next_offset
     ([('periodic', 2)], 2)
 

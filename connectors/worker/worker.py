@@ -247,11 +247,16 @@ class Worker(Rebalancing, Outputs):
         self.client_id = config.client_id or f"streammargin-{socket.gethostname()}-{os.getpid()}"
         self.tasks: dict[typing.Any, PartitionTask] = {}
         self.throughput = Throughput()
-        # Dead letters by kind, and the warning when most of the first records are some.
+        # What the worker could not use (dead letters by kind, fields left out of the
+        # features), and its warnings: nothing lost in silence.
         self.input_watch = InputWatch()
+        # The codec's field mapping, whose counts of fields left out the watch reads (None: a
+        # codec of one's own).
+        self._mapper = getattr(self.codec, "mapper", None)
         # What probes and /metrics see (connectors.observability.observability): hooks at cheap
         # points below.
         self.status = WorkerStatus(config.group_id, self.model_name, self.client_id)
+        self.status.input_watch = self.input_watch
         self.exit_reason: str | None = None
         self._stop = threading.Event()
         self._on_metrics: typing.Callable[[dict], typing.Any] | None = None
@@ -355,6 +360,7 @@ class Worker(Rebalancing, Outputs):
             "records_per_s": self.throughput.rates()[0],
             "dead_letters": sum(self.input_watch.dead_letters.values()),
             "dead_letter_reasons": self.input_watch.counts(),
+            "fields_left_out": {kind: n for kind, n in self.input_watch.left_out.items() if n},
             "partitions": dict(self._final_metrics),
         }
         if self._exactly_once:
@@ -757,7 +763,10 @@ class Worker(Rebalancing, Outputs):
             except RegistryRefused as error:
                 raise WorkerError(f"{error}. Nothing was committed") from None
             self.status.processed(task, output)
-            self.input_watch.observe(output.processed, output.dead_letters)
+            watch = self.input_watch
+            watch.observe(output.processed, output.dead_letters)
+            if self._mapper is not None:
+                watch.left_out_fields(self._mapper)
             self._send_output(task, output)
             self.throughput.add(output.processed, started)
             if scope is not None:
