@@ -1,17 +1,28 @@
 """What the worker says about the input it cannot use (connectors/observability/input_watch.py):
-dead letters at first contact; fields left out of the features. Each is counted, and logged
-once with the fix."""
+dead letters at first contact, starting or surging mid-stream; fields left out of the
+features. Each is counted, and logged once with the fix, rate-limited."""
 
 from __future__ import annotations
 
-from connectors.observability.input_watch import InputWatch
+from connectors.observability.input_watch import SURGE_FACTOR, SURGE_RECORDS, InputWatch
 from connectors.serializers.mapping import FieldMapping
 from connectors.worker.task import dead_letter_headers
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def dead(reason: str, exception: str = "connectors.codec.InvalidRecord"):
     headers = dead_letter_headers("t", 0, 1, "g", "VALUE_CONVERTER", "c", exception, reason)
     return type("R", (), {"headers": headers})()
+
+
+UNKNOWN_SCHEMA = "connectors.serializers.schema_registry.UnknownSchema"
 
 
 def warnings_of(caplog) -> list[str]:
@@ -31,7 +42,59 @@ def test_first_contact_warns_once_with_the_reason_and_the_fix(caplog):
     quiet = InputWatch(first_records=10)
     quiet.observe(10, [dead("bad JSON: x")] * 4)
     quiet.check()
-    assert quiet.warned is None
+    assert quiet.warned is None  # (4 of 10: no first-contact warning; a "started" one instead)
+    assert quiet.warnings == {"started": 1}
+
+
+def test_a_kind_that_starts_mid_stream_warns_at_once_with_the_count_and_the_fix(caplog):
+    clock = Clock()
+    watch = InputWatch(first_records=10, clock=clock)
+    watch.observe(500, [])
+    clock.now += 600  # ten quiet minutes, then the registry forgets every schema id
+    with caplog.at_level("WARNING"):
+        watch.observe(50, [dead("unknown schema id 3", UNKNOWN_SCHEMA)] * 50)
+        clock.now += 10
+        watch.observe(50, [dead("unknown schema id 3", UNKNOWN_SCHEMA)] * 50)
+    [line] = warnings_of(caplog)
+    assert line.startswith("50 records went to the dead-letter topic as unknown_schema, which "
+                           "the last minute had none of (50 in all): unknown schema id 3")
+    assert "restarted without its storage" in line
+    assert watch.counts() == {"unknown_schema": 100}
+
+
+def test_warnings_are_rate_limited_to_one_a_minute_a_kind_and_a_surge_warns_again(caplog):
+    clock = Clock()
+    watch = InputWatch(first_records=1, clock=clock)
+    watch.observe(1, [])
+    with caplog.at_level("WARNING"):
+        watch.observe(10, [dead("bad JSON: a")])  # started
+        for _ in range(5):  # a trickle: quiet in the log
+            clock.now += 30
+            watch.observe(10, [dead("bad JSON: a")] * 2)
+        assert len(warnings_of(caplog)) == 1
+        clock.now += 60  # a window of 4, then a surge: SURGE_FACTOR x and SURGE_RECORDS
+        watch.observe(10, [dead("bad JSON: a")] * 4)
+        clock.now += 60
+        watch.observe(400, [dead("bad JSON: b")] * (SURGE_RECORDS - 1))
+        assert len(warnings_of(caplog)) == 1
+        watch.observe(10, [dead("bad JSON: b")])
+        watch.observe(10, [dead("bad JSON: b")] * 50)  # (once a window)
+    lines = warnings_of(caplog)
+    assert len(lines) == 2 and lines[1].startswith(
+        f"{SURGE_RECORDS} records went to the dead-letter topic as bad_json within a minute, 4 "
+        "in the minute before")
+    assert watch.warnings == {"started": 1, "surged": 1}
+    assert SURGE_RECORDS >= SURGE_FACTOR * 4
+
+
+def test_a_kind_seen_once_among_the_first_records_is_still_named(caplog):
+    watch = InputWatch(first_records=100)
+    with caplog.at_level("WARNING"):
+        watch.observe(60, [dead("bad JSON: x")])
+        assert not warnings_of(caplog)  # (first contact decides first)
+        watch.observe(60, [])
+    [line] = warnings_of(caplog)
+    assert line.startswith("1 record went to the dead-letter topic as bad_json")
 
 
 def test_fields_left_out_are_named_once_each_with_the_option_that_silences_them(caplog):

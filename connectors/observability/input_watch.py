@@ -1,34 +1,47 @@
 """What the worker says about the input it cannot use: nothing is lost in silence.
 
+Every record the worker cannot use is counted, and logged once with the fix, whenever it starts:
+
 - **First contact.** A user who points the worker at a topic of another shape (a flat JSON topic
   read with the envelope's defaults, an Avro topic read as JSON) would see every record
   dead-lettered. Over its first `FIRST_RECORDS` records, when at least half are dead letters of
   one kind (`DEAD_LETTER_KINDS`), one WARNING gives an example reason (a record's own words:
   which fields it has, what it holds) and the fix.
+- **Dead letters that start or surge mid-stream.** A kind of dead letter that the last
+  `interval` (a minute) had none of logs one WARNING at its first record, with the count, an
+  example reason and the likely fix (a Schema Registry restarted without its storage makes every
+  later record `unknown_schema`); one that surges (`SURGE_RECORDS` or more in a window, and
+  `SURGE_FACTOR` times the window before) logs one too. At most one WARNING a minute a kind.
 - **Fields left out of the features** (values that cannot be features, reached by a wildcard:
   `connectors.serializers.mapping`): one WARNING names the fields newly left out, what each
   held and the option that silences it.
 
-The counts (dead letters by kind, fields left out by kind) go to the final summary; /metrics has
-them too (`connectors/observability/observability.py`).
+The counts (dead letters by kind, fields left out by kind) go to the final
+summary; /metrics has them too (`connectors/observability/observability.py`). The windows use
+the wall clock: what is logged never changes what the worker computes.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import time
 import typing
 
 from connectors.observability.observability import dead_letter_kind_of, dead_letter_reason
 
-__all__ = ["InputWatch", "FIRST_RECORDS", "FIXES"]
+__all__ = ["InputWatch", "FIRST_RECORDS", "FIXES", "SURGE_RECORDS", "SURGE_FACTOR"]
 
 log = logging.getLogger("streammargin.kafka")
 
 #: The records watched: enough to tell a stray bad record from a topic of another shape.
 FIRST_RECORDS = 100
+#: A kind of dead letter surges when a window holds at least this many of it, and this many
+#: times as many as the window before.
+SURGE_RECORDS = 100
+SURGE_FACTOR = 4
 
-#: What fixes each kind of dead letter, when it is most of the first records.
+#: What fixes each kind of dead letter (where its reason has no "Fix:" of its own).
 FIXES = {
     "missing_features": "name the fields: --features '*' (every field) or --features PATH,..., "
                         "and --label-field and --id-field for the label and the id",
@@ -48,10 +61,14 @@ FIXES = {
                 "or json-schema with --schema-registry-url",
     "wire_format": "--value-format json if the topic holds plain JSON, else the format its "
                    "serializer writes",
-    "unknown_schema": "--schema-registry-url of the registry the producers write to",
+    "unknown_schema": "--schema-registry-url of the registry the producers write to; a registry "
+                      "restarted without its storage has forgotten the ids the records name: "
+                      "restore its storage (or register the schemas again under their ids)",
     "bad_schema": "--value-format matching the producers' serializer (avro, protobuf, "
                   "json-schema)",
-    "bad_payload": "--value-format matching the producers' serializer",
+    "bad_payload": "--value-format matching the producers' serializer, if the records are not "
+                   "of the schema they name; else the producer writes values its schema does "
+                   "not allow (see the reason)",
     "oversized": "--max-record-bytes above the records' size",
     "null_value": "the topic holds tombstones (null values): they are never events",
     "rejected_by_model": "the model refuses the records (see the reason): check --model and "
@@ -67,20 +84,40 @@ _LEFT_OUT_WORDS = {
 }
 
 
-class InputWatch:
-    """Counts of what the worker could not use, and its warnings (see the module doc)."""
+def _fix_of(kind: str, example: str) -> str:
+    return "" if "Fix:" in example else " Fix: " + FIXES.get(
+        kind, "see the reason, and docs/kafka.md (\"What each bad input gets\")")
 
-    def __init__(self, first_records: int = FIRST_RECORDS):
+
+class InputWatch:
+    """Counts of what the worker could not use, and its warnings (see the module doc).
+
+    `clock` is monotonic seconds (tests pass their own); `interval` the window and the least
+    time between two warnings of one kind.
+    """
+
+    def __init__(self, first_records: int = FIRST_RECORDS, interval: float = 60.0,
+                 clock: typing.Callable[[], float] = time.monotonic):
         self.first_records = first_records
+        self.interval = interval
+        self._clock = clock
         self.records = 0
         self.dead_letters: collections.Counter[str] = collections.Counter()
         self._early: collections.Counter[str] = collections.Counter()
         self._examples: dict[str, str] = {}
         #: The kind the first-contact warning named (None: none yet).
         self.warned: str | None = None
+        # Windows of `interval` seconds: each kind's dead letters in this one and the one
+        # before, when each kind was last warned of, and the surges already warned this window.
+        self._window_start = clock()
+        self._current: collections.Counter[str] = collections.Counter()
+        self._previous: collections.Counter[str] = collections.Counter()
+        self._last_warned: dict[str, float] = {}
+        self._surged: set[str] = set()
         #: Fields left out of the features, by kind (the mapper's counts).
         self.left_out: dict[str, int] = {}
-        #: WARNING lines so far, by what they were about ("first_contact", "left_out").
+        #: WARNING lines so far, by what they were about ("first_contact", "started", "surged",
+        #: "left_out"): tests read them.
         self.warnings: collections.Counter[str] = collections.Counter()
 
     # Dead letters -----------------------------------------------------------------------------
@@ -89,33 +126,86 @@ class InputWatch:
         """A task processed `processed` records, and these became dead letters."""
         early = self.records < self.first_records
         self.records += processed
+        now = self._roll()
+        seen: collections.Counter[str] = collections.Counter()
         for record in dead_letters:
             kind = dead_letter_kind_of(record.headers)
-            self.dead_letters[kind] += 1
-            if early:
-                self._early[kind] += 1
-                self._examples.setdefault(kind, dead_letter_reason(record.headers))
+            seen[kind] += 1
+            if kind not in self._examples or not early:
+                self._examples[kind] = dead_letter_reason(record.headers)
+        if not seen:
+            if early and self.records >= self.first_records:
+                self.check()
+            return
+        self.dead_letters.update(seen)
+        if early:
+            self._early.update(seen)
+        for kind, count in seen.items():
+            before = self._current[kind]
+            self._current[kind] = before + count
+            if early and self.records < self.first_records:
+                continue  # first contact decides first (below, or at `check`)
+            if before == 0 and self._previous[kind] == 0:
+                self._warn(kind, now, "started", count)
+            elif (self._current[kind] >= max(SURGE_RECORDS, SURGE_FACTOR * self._previous[kind])
+                  and kind not in self._surged):
+                self._surged.add(kind)
+                self._warn(kind, now, "surged", self._current[kind])
         if early and self.records >= self.first_records:
             self.check()
 
     def check(self) -> None:
-        """Warn (once) if most records seen so far among the first are one kind of dead
-        letter; also called at the end, for a run of fewer records."""
+        """The end of the first records (also called at the end, for a run of fewer): the
+        first-contact warning if most of them were one kind of dead letter, else one for each
+        kind they had."""
         if self.warned is not None or not self._early:
             return
         # (the window ends with the task call that reached `first_records`: whole calls)
         seen = self.records or 1
         kind, count = self._early.most_common(1)[0]
-        if 2 * count < seen:
-            return
-        self.warned = kind
-        example = self._examples[kind][:500]
-        fix = "" if "Fix:" in example else " Fix: " + FIXES.get(
-            kind, "see the reason, and docs/kafka.md (\"What each bad input gets\")")
-        log.warning("%d of the first %d records went to the dead-letter topic for one reason "
-                    "(%s): %s%s", count, seen, kind, example, fix,
-                    extra={"dead_letter_kind": kind, "dead_letters": count, "records": seen})
-        self.warnings["first_contact"] += 1
+        now = self._clock()
+        if 2 * count >= seen:
+            self.warned = kind
+            example = self._examples[kind][:500]
+            log.warning("%d of the first %d records went to the dead-letter topic for one reason "
+                        "(%s): %s%s", count, seen, kind, example, _fix_of(kind, example),
+                        extra={"dead_letter_kind": kind, "dead_letters": count, "records": seen})
+            self.warnings["first_contact"] += 1
+            self._last_warned[kind] = now
+        for other, other_count in self._early.items():
+            if other != self.warned:
+                self._warn(other, now, "started", other_count)
+        self._early.clear()
+
+    def _warn(self, kind: str, now: float, why: str, count: int) -> None:
+        last = self._last_warned.get(kind)
+        if last is not None and now - last < self.interval:
+            return  # (at most one a minute a kind: the counts say the rest)
+        self._last_warned[kind] = now
+        example = self._examples.get(kind, "")[:500]
+        if why == "started":
+            what = (f"{count} record{'s' if count != 1 else ''} went to the dead-letter topic "
+                    f"as {kind}, which the last minute had none of")
+        else:
+            what = (f"{count} records went to the dead-letter topic as {kind} within a minute, "
+                    f"{self._previous[kind]} in the minute before")
+        log.warning("%s (%d in all): %s%s", what, self.dead_letters[kind], example,
+                    _fix_of(kind, example),
+                    extra={"dead_letter_kind": kind, "dead_letters": count})
+        self.warnings[why] += 1
+
+    def _roll(self) -> float:
+        """The current window, rolled over as time passes; returns the time."""
+        now = self._clock()
+        elapsed = now - self._window_start
+        if elapsed >= self.interval:
+            # (a window with no observation in it counts as quiet)
+            self._previous = self._current if elapsed < 2 * self.interval else (
+                collections.Counter())
+            self._current = collections.Counter()
+            self._surged.clear()
+            self._window_start = now
+        return now
 
     def counts(self) -> dict[str, int]:
         return dict(self.dead_letters)
@@ -138,3 +228,4 @@ class InputWatch:
                     ", ".join(named)[:1000], "--categorical hash, or " if hashing else "",
                     paths[:500], extra={"left_out_fields": len(named)})
         self.warnings["left_out"] += 1
+
