@@ -1,11 +1,19 @@
 """What the worker says about the input it cannot use (connectors/observability/input_watch.py):
-dead letters at first contact, starting or surging mid-stream; fields left out of the
-features. Each is counted, and logged once with the fix, rate-limited."""
+dead letters at first contact, starting or surging mid-stream; labels that join nothing; fields
+left out of the features. Each is counted, and logged once with the fix, rate-limited."""
 
 from __future__ import annotations
 
-from connectors.observability.input_watch import SURGE_FACTOR, SURGE_RECORDS, InputWatch
+import pytest
+
+from connectors.observability.input_watch import (
+    ORPHAN_LABELS,
+    SURGE_FACTOR,
+    SURGE_RECORDS,
+    InputWatch,
+)
 from connectors.serializers.mapping import FieldMapping
+from connectors.worker.pending_labels import PendingLabels
 from connectors.worker.task import dead_letter_headers
 
 
@@ -95,6 +103,59 @@ def test_a_kind_seen_once_among_the_first_records_is_still_named(caplog):
         watch.observe(60, [])
     [line] = warnings_of(caplog)
     assert line.startswith("1 record went to the dead-letter topic as bad_json")
+
+
+class Task:
+    def __init__(self, pending: PendingLabels) -> None:
+        self.pending = pending
+
+
+@pytest.mark.parametrize("waiting", [True, False])
+def test_most_labels_of_a_window_joining_nothing_warn_with_the_likely_cause(caplog, waiting):
+    clock = Clock()
+    watch = InputWatch(clock=clock)
+    pending = PendingLabels(1000)
+    task = Task(pending)
+    watch.adopt([task])
+    if waiting:
+        for i in range(5):
+            pending.add(f"tx-{i}", {"a": 1.0}, i, 0, True, 0.9, 100)
+    with caplog.at_level("WARNING"):
+        for i in range(ORPHAN_LABELS - 1):
+            pending.pop(100_000 + i, 10 + i, 0)
+        watch.labels(task)
+        assert not warnings_of(caplog)  # too few labels to tell
+        pending.pop(7, 50, 0)
+        watch.labels(task)
+        for i in range(100):
+            pending.pop(200_000 + i, 60, 0)
+        watch.labels(task)  # (one a minute)
+    [line] = warnings_of(caplog)
+    assert line.startswith(f"{ORPHAN_LABELS} of the last {ORPHAN_LABELS} delayed labels joined no "
+                           "waiting event")
+    assert "one had the id 7 (int)" in line
+    if waiting:
+        assert "waiting events have ids such as 'tx-0' (str)" in line
+    else:
+        assert "no event was waiting" in line
+    assert "Fix: --id-field naming the same id" in line
+    assert watch.orphans == ORPHAN_LABELS + 100
+
+
+def test_labels_that_mostly_join_are_not_warned_of(caplog):
+    watch = InputWatch()
+    pending = PendingLabels(1000)
+    task = Task(pending)
+    watch.adopt([task])
+    with caplog.at_level("WARNING"):
+        for i in range(100):
+            pending.add(i, {"a": 1.0}, i, 0, True, 0.9, 100)
+            pending.pop(str(i) if i % 3 else i, i, 0)  # (7 and "7" join)
+            if i % 4 == 0:
+                pending.pop(f"none-{i}", i, 0)
+            watch.labels(task)
+    assert not warnings_of(caplog)
+    assert (pending.joined, pending.orphans, watch.orphans) == (100, 25, 25)
 
 
 def test_fields_left_out_are_named_once_each_with_the_option_that_silences_them(caplog):

@@ -803,7 +803,7 @@ def test_the_label_store_is_bounded_in_bytes():
         total += size
         kept += 1
     assert len(pending) == kept and pending.evicted == len(values) - kept
-    assert list(pending.entries) == list(range(200 - kept, 200))
+    assert list(pending.entries) == [str(i) for i in range(200 - kept, 200)]  # (join keys)
 
 
 def test_pending_labels_join_expire_by_size_and_age_and_count_orphans():
@@ -860,7 +860,28 @@ def test_pending_labels_keep_names_and_ids_of_any_safe_type():
     pending.add(5, {"a": 1, 3: 2.5, ("t", 1): True}, offset=0, timestamp=0, y_pred=True,
                 p_true=0.6, size=10)
     twin = PendingLabels.from_state(round_trip(pending.to_state()), 10)
-    assert twin.entries == {5: ({"a": 1, 3: 2.5, ("t", 1): True}, 0, 0, True, 0.6, 10)}
+    # (an integer id waits under its decimal text: its label joins, as 5 or as "5")
+    assert twin.entries == {"5": ({"a": 1, 3: 2.5, ("t", 1): True}, 0, 0, True, 0.6, 10)}
+    assert twin.pop("5", 1, 0) is not None and twin.orphans == 0
+
+
+def test_ids_join_by_value_whatever_type_each_topic_writes_them_in():
+    pending = PendingLabels(max_size=10)
+    for i, event_id in enumerate([100004, "100005", 7, "tx-1"]):
+        pending.add(event_id, {"a": 1.0}, offset=i, timestamp=0, y_pred=True, p_true=0.6,
+                    size=10)
+    assert pending.pop("100004", 4, 0) is not None  # (events had numbers, labels strings)
+    assert pending.pop(100005, 5, 0) is not None  # (and the other way round)
+    assert pending.pop("007", 6, 0) is None  # (another value)
+    assert pending.pop("7", 7, 0) is not None and pending.pop("tx-1", 8, 0) is not None
+    assert (pending.joined, pending.orphans, pending.last_orphan) == (4, 1, "007")
+    # A store saved before ids joined by value, holding 7 and "7": the later one waits.
+    old = PendingLabels(max_size=10)
+    old.entries = {7: ({"a": 1.0}, 0, 0, True, 0.6, 10), "7": ({"b": 1.0}, 1, 0, False, 0.4, 10)}
+    old.n_bytes = 20
+    twin = PendingLabels.from_state(round_trip(old.to_state()), 10)
+    assert twin.entries == {"7": ({"b": 1.0}, 1, 0, False, 0.4, 10)}
+    assert (twin.n_bytes, twin.superseded) == (10, 1)
 
 
 def round_trip(tree):

@@ -12,11 +12,14 @@ Every record the worker cannot use is counted, and logged once with the fix, whe
   example reason and the likely fix (a Schema Registry restarted without its storage makes every
   later record `unknown_schema`); one that surges (`SURGE_RECORDS` or more in a window, and
   `SURGE_FACTOR` times the window before) logs one too. At most one WARNING a minute a kind.
+- **Labels that join nothing.** When most of a window's delayed labels find no waiting event
+  (at least `ORPHAN_LABELS` labels, more than half of them orphans), one WARNING a minute gives an
+  example of the labels' ids and of the waiting events' ids, the likely causes and the fix.
 - **Fields left out of the features** (values that cannot be features, reached by a wildcard:
   `connectors.serializers.mapping`): one WARNING names the fields newly left out, what each
   held and the option that silences it.
 
-The counts (dead letters by kind, fields left out by kind) go to the final
+The counts (dead letters by kind, orphan labels, fields left out by kind) go to the final
 summary; /metrics has them too (`connectors/observability/observability.py`). The windows use
 the wall clock: what is logged never changes what the worker computes.
 """
@@ -27,10 +30,12 @@ import collections
 import logging
 import time
 import typing
+import weakref
 
 from connectors.observability.observability import dead_letter_kind_of, dead_letter_reason
 
-__all__ = ["InputWatch", "FIRST_RECORDS", "FIXES", "SURGE_RECORDS", "SURGE_FACTOR"]
+__all__ = ["InputWatch", "FIRST_RECORDS", "FIXES", "SURGE_RECORDS", "SURGE_FACTOR",
+           "ORPHAN_LABELS"]
 
 log = logging.getLogger("streammargin.kafka")
 
@@ -40,6 +45,8 @@ FIRST_RECORDS = 100
 #: times as many as the window before.
 SURGE_RECORDS = 100
 SURGE_FACTOR = 4
+#: The least labels of a window that can say "most labels join nothing".
+ORPHAN_LABELS = 20
 
 #: What fixes each kind of dead letter (where its reason has no "Fix:" of its own).
 FIXES = {
@@ -114,10 +121,17 @@ class InputWatch:
         self._previous: collections.Counter[str] = collections.Counter()
         self._last_warned: dict[str, float] = {}
         self._surged: set[str] = set()
+        # Labels: each task's (orphans, labels) as last seen (a task restored anew starts
+        # again), and this window's.
+        self._labels_seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._window_orphans = 0
+        self._window_labels = 0
+        self.orphans = 0
+        self._orphans_warned_at: float | None = None
         #: Fields left out of the features, by kind (the mapper's counts).
         self.left_out: dict[str, int] = {}
         #: WARNING lines so far, by what they were about ("first_contact", "started", "surged",
-        #: "left_out"): tests read them.
+        #: "orphans", "left_out"): tests and the summary read them.
         self.warnings: collections.Counter[str] = collections.Counter()
 
     # Dead letters -----------------------------------------------------------------------------
@@ -205,10 +219,62 @@ class InputWatch:
             self._current = collections.Counter()
             self._surged.clear()
             self._window_start = now
+            self._window_orphans = self._window_labels = 0
         return now
 
     def counts(self) -> dict[str, int]:
         return dict(self.dead_letters)
+
+    # Labels that join nothing ------------------------------------------------------------------
+
+    def adopt(self, tasks: typing.Iterable[typing.Any]) -> None:
+        """Tasks restored (or made anew) for this worker: the labels their stores counted
+        before are not this worker's."""
+        for task in tasks:
+            pending = task.pending
+            self._labels_seen[task] = (pending.orphans,
+                                       pending.orphans + pending.joined + pending.expired)
+
+    def labels(self, task: typing.Any) -> None:
+        """After a task call: the labels its pending store (`PendingLabels`) met since the last
+        call (or since `adopt`), and the warning when most of a window's labels joined
+        nothing."""
+        pending = task.pending
+        orphans = pending.orphans
+        labels = orphans + pending.joined + pending.expired
+        last = self._labels_seen.get(task)
+        self._labels_seen[task] = (orphans, labels)
+        if last is None:
+            return  # a task not adopted: its counts so far are a baseline
+        new_orphans, new_labels = orphans - last[0], labels - last[1]
+        if not new_labels:
+            return
+        now = self._roll()
+        self.orphans += new_orphans
+        self._window_orphans += new_orphans
+        self._window_labels += new_labels
+        if (self._window_labels < ORPHAN_LABELS or 2 * self._window_orphans <= self._window_labels
+                or (self._orphans_warned_at is not None
+                    and now - self._orphans_warned_at < self.interval)):
+            return
+        self._orphans_warned_at = now
+        waiting = next(iter(pending.entries), None)
+        orphan = pending.last_orphan
+        if waiting is None:
+            cause = ("no event was waiting: the events come labelled already, or without an id "
+                     "at --id-field, or after their labels (a label joins an event seen before "
+                     "it), or on another partition than their labels")
+        else:
+            cause = (f"waiting events have ids such as {_example(waiting)}: the label topic's "
+                     "ids differ in form, or come from another field")
+        log.warning(
+            "%d of the last %d delayed labels joined no waiting event (%d such orphan labels in "
+            "all; one had the id %s): %s. Fix: --id-field naming the same id in the events and "
+            "in the labels (ids join by value: 7 and \"7\" are one id), and the label records "
+            "keyed as their events (the same partition)", self._window_orphans,
+            self._window_labels, self.orphans, _example(orphan), cause,
+            extra={"orphan_labels": self._window_orphans, "labels": self._window_labels})
+        self.warnings["orphans"] += 1
 
     # Fields left out of the features -----------------------------------------------------------
 
@@ -229,3 +295,10 @@ class InputWatch:
                     paths[:500], extra={"left_out_fields": len(named)})
         self.warnings["left_out"] += 1
 
+
+def _example(event_id: typing.Any) -> str:
+    """An id as the warning quotes it: its JSON-ish text and type, bounded."""
+    text = repr(event_id)
+    if len(text) > 60:
+        text = text[:60] + "..."
+    return f"{text} ({type(event_id).__name__})"

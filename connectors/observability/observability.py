@@ -323,7 +323,7 @@ class WorkerStatus:
         self.registry: typing.Any = None
         self.registry_outage: str | None = None
         # What the worker could not use (connectors/observability/input_watch.InputWatch, set
-        # by the worker): the fields left out of the features go to /metrics.
+        # by the worker): fields left out and orphan labels go to /metrics.
         self.input_watch: typing.Any = None
         # --max-memory: each part's bound for the partitions owned now, and whether the parts
         # that cannot shrink exceed the ceiling (connectors/worker/memory_budget.py).
@@ -713,6 +713,11 @@ class _Collector:
             for kind in LEFT_OUT_KINDS:
                 left_out.add_metric([kind], counts.get(kind, 0))
             yield left_out
+            yield CounterMetricFamily(
+                "streammargin_orphan_labels",
+                "Delayed labels that joined no waiting event, on every partition this worker "
+                "owned since it started (by partition: streammargin_delayed_labels_total"
+                "{outcome=\"orphan\"}).", value=watch.orphans)
         if status.memory_parts:
             parts = GaugeMetricFamily(
                 "streammargin_memory_budget_bytes",

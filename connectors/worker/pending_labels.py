@@ -5,6 +5,10 @@ waits here, with the prediction it was served, until a record with its id and a 
 (the model then learns it, and the metrics count the prediction), or it expires or is evicted.
 Its state (`to_state`, `from_state`) is part of the task's checkpoint: untrusted bytes, checked
 field by field into `StateError`.
+
+An event and its label join on the id's value, whatever JSON type each topic writes it in
+(`join_key`): an integer id is kept as its decimal text, so that `7` and `"7"` are one id (a
+topic of events may write ids as numbers, its label topic as strings); `"007"` is another.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from streammargin.errors import StateError
 
 __all__ = [
     "PendingLabels",
+    "join_key",
     "pending_entry_bytes",
     "checked_count",
     "ENTRY_BYTES",
@@ -72,6 +77,16 @@ def pending_entry_bytes(value: bytes, x: dict, proba: dict | None = None) -> int
     return size
 
 
+def join_key(event_id: typing.Any) -> typing.Any:
+    """The key an event waits under and its label looks up: an integer id as its decimal
+    text, a string as it is.
+
+    >>> join_key(100004) == join_key("100004"), join_key(7) == join_key("007")
+    (True, False)
+    """
+    return str(event_id) if type(event_id) is int else event_id
+
+
 class PendingSegment(typing.NamedTuple):
     """A segment of the store's incremental checkpoints: its id, and the input offsets of the
     entries it holds (sorted)."""
@@ -122,6 +137,8 @@ class PendingLabels:
         self.evicted = 0
         self.superseded = 0
         self.orphans = 0
+        # The id of the last label that joined nothing (the orphan warning quotes it).
+        self.last_orphan: typing.Any = None
         # Waiting events a restore could not find again on the input topic (`finish_rebuild`).
         self.lost = 0
         # Incremental checkpoints (`checkpoint_state`): the segments written so far, each with
@@ -146,6 +163,7 @@ class PendingLabels:
         if timestamp > self.max_timestamp:
             self.max_timestamp = timestamp
         entries = self.entries
+        event_id = join_key(event_id)
         old = entries.pop(event_id, None)
         if old is not None:
             # The first event can no longer be labelled.
@@ -164,9 +182,10 @@ class PendingLabels:
         """The waiting event of a label record, or None (orphan label, or expired event)."""
         if timestamp > self.max_timestamp:
             self.max_timestamp = timestamp
-        entry = self.entries.pop(event_id, None)
+        entry = self.entries.pop(join_key(event_id), None)
         if entry is None:
             self.orphans += 1
+            self.last_orphan = event_id
             return None
         self.n_bytes -= entry[5]
         if self._too_old(entry, offset):
@@ -286,17 +305,24 @@ class PendingLabels:
             first -= 1
             kept_bytes += size
         timestamps = columns["timestamps"]
+        superseded = 0
         for i in range(first, n):
             x = {_decode_name(name, "feature name"): value
                  for name, value in zip(names[i], values[i])}
             if len(x) != len(names[i]):
                 raise StateError(f"pending labels entry {i} names a feature twice")
             y_pred, p = predictions[i]
-            entries[ids[i]] = (x, int(offsets[i]), int(timestamps[i]), y_pred, p, int(sizes[i]))
+            key = join_key(ids[i])
+            old = entries.pop(key, None)
+            if old is not None:  # (7 and "7" in a store written before ids joined by value)
+                kept_bytes -= old[5]
+                superseded += 1
+            entries[key] = (x, int(offsets[i]), int(timestamps[i]), y_pred, p, int(sizes[i]))
         pending.n_bytes = kept_bytes
         pending.max_timestamp = max_timestamp
         for name, count in counts.items():
             setattr(pending, name, count)
+        pending.superseded += superseded
         pending.evicted += first
         return pending
 
@@ -471,6 +497,7 @@ class PendingLabels:
                 size: int) -> None:
         """The event at `offset` read again (in offset order), with the prediction it had."""
         y_pred, p = self._rebuild.pop(offset)
+        event_id = join_key(event_id)
         old = self.entries.pop(event_id, None)
         if old is not None:  # (two waiting offsets give one id: the input topic changed)
             self.n_bytes -= old[5]

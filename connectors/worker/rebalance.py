@@ -269,6 +269,7 @@ class Rebalancing:
         self._idle_since = None
         self._apply_memory_shares()
         self.status.restored((self.tasks[tp], sizes.get(tp)) for tp in partitions)
+        self.input_watch.adopt(self.tasks[tp] for tp in partitions)
         names = [f"{tp.topic}/{tp.partition}" for tp in partitions]
         replayed = 0
         for tp in partitions:

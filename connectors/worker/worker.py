@@ -247,8 +247,8 @@ class Worker(Rebalancing, Outputs):
         self.client_id = config.client_id or f"streammargin-{socket.gethostname()}-{os.getpid()}"
         self.tasks: dict[typing.Any, PartitionTask] = {}
         self.throughput = Throughput()
-        # What the worker could not use (dead letters by kind, fields left out of the
-        # features), and its warnings: nothing lost in silence.
+        # What the worker could not use (dead letters by kind, orphan labels, fields left out
+        # of the features), and its warnings: nothing lost in silence.
         self.input_watch = InputWatch()
         # The codec's field mapping, whose counts of fields left out the watch reads (None: a
         # codec of one's own).
@@ -360,6 +360,8 @@ class Worker(Rebalancing, Outputs):
             "records_per_s": self.throughput.rates()[0],
             "dead_letters": sum(self.input_watch.dead_letters.values()),
             "dead_letter_reasons": self.input_watch.counts(),
+            # (delayed labels that joined no waiting event, since this worker's start)
+            "orphan_labels": self.input_watch.orphans,
             "fields_left_out": {kind: n for kind, n in self.input_watch.left_out.items() if n},
             "partitions": dict(self._final_metrics),
         }
@@ -765,6 +767,7 @@ class Worker(Rebalancing, Outputs):
             self.status.processed(task, output)
             watch = self.input_watch
             watch.observe(output.processed, output.dead_letters)
+            watch.labels(task)
             if self._mapper is not None:
                 watch.left_out_fields(self._mapper)
             self._send_output(task, output)
