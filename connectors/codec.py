@@ -17,7 +17,8 @@ reason and the class name in its headers, and goes on without touching the model
 
 Labels of a binary model (`multiclass=False`, the default) are true/false, 1/0 or 1/-1,
 normalised to `True`/`False` so that metrics compare them with the predicted labels exactly as
-River does (`_label`). Labels of a multiclass model (`multiclass=True`: a natively multiclass
+River does (`_label`); with `--positive-label VALUE`, any two labels: VALUE is True, any other
+False (`positive_label_of`). Labels of a multiclass model (`multiclass=True`: a natively multiclass
 model, or a binary one wrapped one-vs-rest) are taken as they come: strings (at most
 `MAX_LABEL_CHARS` characters), integers (64-bit) or booleans; a number with a zero fraction
 (`2.0`) is the integer, as JSON does not tell them apart (`_multiclass_label`).
@@ -50,6 +51,7 @@ __all__ = [
     "InvalidLabel",
     "MAX_LABEL_CHARS",
     "label_json",
+    "positive_label_of",
     "label_to_state",
     "label_from_state",
     "install_fast_crc32c",
@@ -116,10 +118,56 @@ def _label(y: typing.Any) -> bool | None:
             return True
         if y == 0 or y == -1:
             return False
+    if type(y) is str and len(y) <= MAX_LABEL_CHARS:
+        raise InvalidLabel(
+            f"unknown label {_short(y)}: a binary model takes true/false, 1/0 or 1/-1. Fix: "
+            f"--positive-label {_option_value(y)} if the topic has two labels (the other one is "
+            "then the negative class), or a multiclass model for more classes (--model "
+            "convexpolytope, or --one-vs-rest)")
     raise InvalidLabel(
         f"unknown label {_short(y)}: a binary model takes true/false, 1/0 or 1/-1; for more "
         "classes run a multiclass model (--model convexpolytope) or --one-vs-rest"
     )
+
+
+def positive_label_of(positive: str) -> typing.Callable[[typing.Any], bool | None]:
+    """The binary label of `--positive-label VALUE` (scikit-learn's `pos_label`): a label
+    equal to VALUE is True, any other label False. Labels compare as their text: a string as
+    it is, an integer (or a number with a zero fraction) as its decimal digits, a boolean as
+    true/false; other values (a fraction, an array, ...) are `InvalidLabel`.
+
+    A boolean label stays what it is (a topic of true/false labels needs no positive label).
+
+    >>> label = positive_label_of("fraud")
+    >>> label("fraud"), label("legit"), label(None), label(True)
+    (True, False, None, True)
+    >>> positive_label_of("2")(2), positive_label_of("2")(1.0)
+    (True, False)
+    """
+    def label(y: typing.Any) -> bool | None:
+        kind = type(y)
+        if kind is str:
+            return y == positive
+        if y is None or kind is bool:
+            return y
+        if kind is float and y.is_integer() and abs(y) < 2.0 ** 63:
+            y, kind = int(y), int
+        if kind is int:
+            return str(y) == positive
+        raise InvalidLabel(f"label {_short(y)} of type {kind.__name__}: a label is a string, an "
+                           f"integer or a boolean (--positive-label {_option_value(positive)} "
+                           "compares their text)")
+
+    return label
+
+
+def _option_value(value: str) -> str:
+    """A value as an option's argument in a reason: quoted for a shell where it must be, cut
+    where long."""
+    value = value if len(value) <= 60 else value[:60] + "..."
+    if value and all(c.isalnum() or c in "-_.:/@+" for c in value):
+        return value
+    return "'" + value.replace("'", "'\\''") + "'"
 
 
 def _multiclass_label(y: typing.Any) -> typing.Any:

@@ -989,3 +989,49 @@ def test_the_c_mapping_gives_the_events_and_dead_letters_of_the_python_one(mappi
 
     assert outcome(in_c, mapping_module._native_module()) == outcome(in_python, None)
 
+
+# --positive-label: a binary model on a topic of any two labels --------------------------------
+
+LABELLED_SCHEMA = {"type": "record", "name": "L", "fields": [
+    {"name": "id", "type": "long"}, {"name": "amount", "type": "double"},
+    {"name": "outcome", "type": ["null", "string"]}]}
+
+
+@pytest.mark.parametrize("value_format", ["json", "envelope", "avro"])
+def test_a_positive_label_makes_any_two_labels_binary_on_every_path(value_format):
+    def codec_and_values(positive):
+        if value_format == "avro":
+            codec = avro_codec(LABELLED_SCHEMA, features=("*",), label_field="outcome",
+                               positive_label=positive)
+            return codec, [wire.frame(1, fastavro_payload(
+                {"id": 7, "amount": 2.5, "outcome": y}, LABELLED_SCHEMA))
+                for y in ("fraud", "legit", None)]
+        if value_format == "envelope":
+            return JSONCodec(mapping=FieldMapping(positive_label=positive)), [
+                json.dumps({"id": 7, "x": {"amount": 2.5}, "y": y}).encode()
+                for y in ("fraud", "legit", None)]
+        return JSONCodec(mapping=FieldMapping(features=("*",), label_field="outcome",
+                                              positive_label=positive)), [
+            json.dumps({"id": 7, "amount": 2.5, "outcome": y}).encode()
+            for y in ("fraud", "legit", None)]
+
+    codec, values = codec_and_values("fraud")
+    assert [codec.decode(value) for value in values] == [
+        (7, {"amount": 2.5}, True), (7, {"amount": 2.5}, False), (7, {"amount": 2.5}, None)]
+    assert codec.decode_label(values[0]) == (7, True)
+    codec, values = codec_and_values(None)
+    with pytest.raises(InvalidLabel) as refused:
+        codec.decode(values[0])
+    # The hint names the option, with the label it met.
+    assert "Fix: --positive-label fraud if the topic has two labels" in str(refused.value)
+    assert dead_letter_kind(str(refused.value)) == "unknown_label"
+
+
+def test_a_positive_label_compares_the_labels_text_and_keeps_booleans():
+    label = FieldMapping(positive_label="2").label_function()
+    assert [label(y) for y in (2, 2.0, "2", 1, "1", None, True, False)] == [
+        True, True, True, False, False, None, True, False]
+    with pytest.raises(InvalidLabel, match="a label is a string, an integer or a boolean"):
+        label(2.5)
+    with pytest.raises(ValueError, match="takes the labels as they come"):
+        FieldMapping(positive_label="a", multiclass=True)

@@ -66,6 +66,9 @@ OPTIONS: list[tuple[str, str, typing.Any, str]] = [
      "input records: json (JSON objects of any shape), or avro, protobuf or json-schema in "
      "Confluent's wire format, their schemas from --schema-registry-url"),
     ("--label-field", "str", "y", "PATH of the label (dotted for nesting: outcome.label)"),
+    ("--positive-label", "str", None,
+     "a binary model on a topic of two labels other than true/false, 1/0: the label VALUE is "
+     "the positive class (true), every other label the negative one (scikit-learn's pos_label)"),
     ("--id-field", "str", "id", "PATH of the id that joins a delayed label to its event"),
     ("--id-from-key", "bool", False, "the record key (UTF-8 text) is the id, not --id-field"),
     ("--features", "str", "x.*",
@@ -353,6 +356,7 @@ def config_from_args(args: argparse.Namespace) -> typing.Any:
         max_record_bytes=args.max_record_bytes,
         value_format=args.value_format,
         label_field=args.label_field,
+        positive_label=args.positive_label or None,
         id_field=args.id_field,
         id_from_key=args.id_from_key,
         features=args.features,

@@ -60,8 +60,9 @@ FIXES = {
     "non_finite": "the producer writes NaN or infinite numbers in a field --features names: "
                   "take it out of --features (a wildcard leaves such values out)",
     "bad_id": "--id-field naming a string or integer field (or --id-from-key)",
-    "unknown_label": "--label-field naming the label; labels other than true/false, 1/0 need a "
-                     "multiclass model (--model convexpolytope, or --one-vs-rest)",
+    "unknown_label": "--label-field naming the label; two labels other than true/false, 1/0 "
+                     "take --positive-label VALUE (the other is the negative class), more "
+                     "classes a multiclass model (--model convexpolytope, or --one-vs-rest)",
     "unjoinable_label": "--id-field naming the id shared by an event and its label",
     "missing_label": "--label-field naming the label of the label topic's records",
     "bad_json": "if a Schema Registry serializer wrote the topic, --value-format avro, protobuf "

@@ -30,8 +30,6 @@ from connectors.codec import (
     MalformedJSON,
     NullRecord,
     OversizedRecord,
-    _label,
-    _multiclass_label,
 )
 from connectors.serializers.mapping import FieldMapping
 
@@ -162,7 +160,7 @@ class JSONCodec:
         self.reads_key = mapping.id_from_key
         #: Whether events may hold category indicators (features of value True).
         self.emits_indicators = mapping.categorical != "drop"
-        self._label = _multiclass_label if multiclass else _label
+        self._label = mapping.label_function()
         # The envelope's typed fields, straight from msgspec: for the default mapping only.
         self._decode_fields = (
             msgspec.json.Decoder(_EventFields).decode

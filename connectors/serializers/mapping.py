@@ -50,6 +50,7 @@ from connectors.codec import (
     _label,
     _multiclass_label,
     _short,
+    positive_label_of,
 )
 
 __all__ = [
@@ -166,6 +167,8 @@ class FieldMapping:
     categorical: str = "onehot"
     hash_buckets: int = 1024
     multiclass: bool = False
+    #: --positive-label: a binary model's labels, any two: this one is True, the other False.
+    positive_label: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "features", parse_paths(self.features))
@@ -184,11 +187,28 @@ class FieldMapping:
         if parse_path(self.label_field) == parse_path(self.id_field) and not self.id_from_key:
             raise ValueError(f"the label field and the id field are the same field "
                              f"{self.label_field!r}")
+        if self.positive_label is not None:
+            if type(self.positive_label) is not str or not self.positive_label:
+                raise ValueError(f"--positive-label must be a label's text, got "
+                                 f"{self.positive_label!r:.60}")
+            if self.multiclass:
+                raise ValueError("--positive-label names the positive class of a binary model: "
+                                 "a multiclass model (--one-vs-rest, or natively multiclass) "
+                                 "takes the labels as they come. Fix: drop --positive-label")
+
+    def label_function(self) -> typing.Callable[[typing.Any], typing.Any]:
+        """A label's value as the model takes it (`connectors.codec`): True/False for a binary
+        model (`positive_label` decides, if given), as it came for a multiclass one."""
+        if self.positive_label is not None:
+            return positive_label_of(self.positive_label)
+        return _multiclass_label if self.multiclass else _label
 
     @property
     def is_default(self) -> bool:
-        """Whether this is the mapping of the envelope `{"id", "x", "y"}` (the defaults)."""
-        return self == FieldMapping(multiclass=self.multiclass)
+        """Whether this is the mapping of the envelope `{"id", "x", "y"}` (the defaults; the
+        labels may be read with a positive label)."""
+        return self == FieldMapping(multiclass=self.multiclass,
+                                    positive_label=self.positive_label)
 
     def mapper(self) -> EventMapper:
         return EventMapper(self)
@@ -257,7 +277,7 @@ class EventMapper:
         self._id_path = ident
         self._selections = tuple(selections)
         self._excluded_at = {at: frozenset(names) for at, names in excluded_at.items()}
-        self._label_of = _multiclass_label if mapping.multiclass else _label
+        self._label_of = mapping.label_function()
         # feature -> category -> the indicator's name, made once (at most _NAME_CACHE_SIZE).
         self._names: dict[str, dict[str, str]] = {}
         self._cached = 0

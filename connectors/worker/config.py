@@ -73,6 +73,8 @@ class WorkerConfig:
     # (confluent-kafka's setting names), the outputs' format, and a topic of labels only.
     value_format: str = "json"
     label_field: str = "y"
+    # A binary model's positive class on a topic of two labels other than true/false, 1/0.
+    positive_label: str | None = None
     id_field: str = "id"
     id_from_key: bool = False
     features: typing.Sequence[str] = ("x.*",)
@@ -302,7 +304,7 @@ class WorkerConfig:
                 label_field=self.label_field, id_field=self.id_field,
                 id_from_key=self.id_from_key, features=tuple(self.features),
                 exclude_features=tuple(self.exclude_features), categorical=self.categorical,
-                hash_buckets=self.hash_buckets),
+                hash_buckets=self.hash_buckets, positive_label=self.positive_label),
             schema_registry_url=self.schema_registry_url,
             schema_registry_config=dict(self.schema_registry_config),
             schema_cache_bytes=self.schema_cache_bytes,

@@ -243,10 +243,11 @@ class TaskSettings:
         if type(self.mapping) is not FieldMapping:
             raise ValueError(f"mapping must be a FieldMapping, got {self.mapping!r:.80}")
         mapping = self.field_mapping()
-        if self.codec != "json" and (self.value_format != "json" or not mapping.is_default):
+        if self.codec != "json" and (self.value_format != "json" or not mapping.is_default
+                                     or mapping.positive_label is not None):
             raise ValueError(f"--codec {self.codec} decodes records itself: --value-format and "
-                             "the field options (--label-field, --features, ...) are for the "
-                             "built-in codec (--codec json)")
+                             "the field options (--label-field, --features, --positive-label, "
+                             "...) are for the built-in codec (--codec json)")
         if self.value_format != "json":
             if not self.schema_registry_url:
                 raise ValueError(f"--value-format {self.value_format} needs "
