@@ -1035,3 +1035,31 @@ def test_a_positive_label_compares_the_labels_text_and_keeps_booleans():
         label(2.5)
     with pytest.raises(ValueError, match="takes the labels as they come"):
         FieldMapping(positive_label="a", multiclass=True)
+
+
+# --features against a topic's latest schema, at start -------------------------------------------
+
+
+@pytest.mark.parametrize(("value_format", "text", "path", "holds"), [
+    ("avro", json.dumps(AVRO_SCHEMA), ("tags",), "an array"),
+    ("avro", json.dumps(AVRO_SCHEMA), ("code",), "a fixed of 3 bytes"),
+    ("avro", json.dumps(AVRO_SCHEMA), ("fee",), None),  # a decimal: a number
+    ("avro", json.dumps(AVRO_SCHEMA), ("merchant", "risk"), None),  # [null, double]
+    ("avro", json.dumps(AVRO_SCHEMA), ("counters",), None),  # a map: an object
+    ("avro", json.dumps(AVRO_SCHEMA), ("nothing",), None),
+    ("avro", json.dumps(FLAT_SCHEMA), ("blob",), "bytes"),
+    ("protobuf", protobuf_messages.PAYMENTS_PROTO_TEXT, ("history",), "a repeated field"),
+    ("protobuf", protobuf_messages.PAYMENTS_PROTO_TEXT, ("counters",), None),  # a map
+    ("protobuf", protobuf_messages.PAYMENTS_PROTO_TEXT, ("merchant", "risk"), None),
+    ("protobuf", protobuf_messages.PAYMENTS_PROTO_TEXT, ("source",), None),  # (Envelope's)
+    ("json-schema", json.dumps({"type": "object", "properties": {
+        "tags": {"type": "array"}, "n": {"type": ["array", "number"]}}}), ("tags",), "an array"),
+    ("json-schema", json.dumps({"type": "object", "properties": {
+        "n": {"type": ["array", "number"]}}}), ("n",), None),
+])
+def test_a_schema_says_which_fields_hold_no_feature(value_format, text, path, holds):
+    from connectors.serializers.registry_codec import _schema_field_kinds
+
+    schema_type = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}[value_format]
+    registered = RegisteredSchema(1, schema_type, text, {})
+    assert _schema_field_kinds(value_format, registered, 1 << 20)(path) == holds

@@ -689,9 +689,10 @@ class _Collector:
             requests = CounterMetricFamily(
                 "streammargin_schema_registry_requests",
                 "HTTP requests to the Schema Registry, by kind (schema: a schema by id, once per "
-                "id while it stays cached; reference; register; probe: while waiting).",
+                "id while it stays cached; reference; register; probe: while waiting; subject: "
+                "a topic's latest schema, at start, against --features).",
                 labels=["kind"])
-            for kind in ("schema", "reference", "register", "probe"):
+            for kind in ("schema", "reference", "register", "probe", "subject"):
                 requests.add_metric([kind], registry.requests.get(kind, 0))
             yield requests
             counts = registry.cache_counts()

@@ -43,6 +43,8 @@ __all__ = [
     "ProtobufReader",
     "parse_file",
     "ProtoFile",
+    "message_at",
+    "holds_no_feature",
     "MAX_DEPTH",
 ]
 
@@ -834,6 +836,16 @@ def message_at(file: ProtoFile, indexes: list[int]) -> Message:
         message = messages[index]
         messages = message.nested
     return message  # type: ignore[return-value]
+
+
+def holds_no_feature(field: Field) -> str | None:
+    """What a field's values are when they are no feature (a repeated field's list, bytes),
+    else None: the check of `--features` against a schema at start."""
+    if field.repeated and not (field.message is not None and field.message.map_entry):
+        return "a repeated field"
+    if field.type == _BYTES:
+        return "bytes"
+    return None
 
 
 class ProtobufReader:

@@ -16,6 +16,7 @@ letter, the worker waits for it (`connectors.worker.worker`).
 
 from __future__ import annotations
 
+import json
 import typing
 
 from connectors.codec import DeadLetter
@@ -138,6 +139,36 @@ class SchemaRegistryCodec:
         reader = self._reader(value)  # type: ignore[arg-type]
         return self.mapper.label(reader.tree(value), key)
 
+    def named_features_refused(self, topic: str) -> str | None:
+        """Why `--features` cannot be read from `topic`'s records, where the latest schema of
+        its subject `<topic>-value` (the serializers' default TopicNameStrategy) says so: the
+        first field that `--features` names itself and that holds no feature (an array, bytes,
+        a fixed), as a cause and a fix. None where the fields can be read, or where no schema
+        says (no such subject, a schema that cannot be read): each record then decides, and a
+        record whose named field holds no feature is a dead letter naming it.
+        `RegistryUnavailable` while the registry does not answer."""
+        named = [path for path, children, _ in self.mapper._selections if not children]
+        if not named:
+            return None
+        subject = f"{topic}-value"
+        try:
+            registered = self.registry.latest(subject)
+            if registered is None or registered.schema_type != self.schema_type:
+                return None
+            holds = _schema_field_kinds(self.value_format, registered,
+                                        self.registry.max_schema_bytes)
+        except (ValueError, RecursionError):  # (a schema the records will refuse, each)
+            return None
+        for path in named:
+            what = holds(path)
+            if what is not None:
+                dotted = ".".join(path)
+                return (f"--features names {dotted}, but the latest schema of subject "
+                        f"{subject} (id {registered.schema_id}) gives it as {what}, which holds "
+                        f"no feature. Fix: take {dotted} out of --features (--features '*' "
+                        "leaves such fields out)")
+        return None
+
     def _parse(self, registered: RegisteredSchema) -> typing.Any:
         """The reader of a schema the registry gave (`ValueError`: refused, see
         `SchemaRegistry.schema`)."""
@@ -159,3 +190,85 @@ class SchemaRegistryCodec:
     def __repr__(self) -> str:
         return (f"SchemaRegistryCodec({self.value_format}, {self.registry.url}, "
                 f"mapping={self.mapping!r})")
+
+
+def _schema_field_kinds(value_format: str, registered: RegisteredSchema,
+                        max_bytes: int) -> typing.Callable[[tuple[str, ...]], str | None]:
+    """`holds(path)`: what the field at `path` of the schema's records is, when that holds no
+    feature ("an array", "bytes", ...), else None (a number, a string, an object, a field the
+    schema does not have). `ValueError` for a schema its parser refuses."""
+    if value_format == "avro":
+        root = avro.parse_schema(registered.text, max_bytes, list(registered.references.values()))
+
+        def avro_holds(path: tuple[str, ...]) -> str | None:
+            node = root
+            for part in path:
+                node = _non_null(node)
+                if node.kind != "record":
+                    return None
+                node = dict(node.fields).get(part)
+                if node is None:
+                    return None
+            node = _non_null(node)
+            if node.kind == "array":
+                return "an array"
+            if node.kind == "bytes" and node.logical != "decimal":
+                return "bytes"
+            if node.kind == "fixed" and node.logical != "decimal":
+                return f"a fixed of {node.size} bytes"
+            return None
+
+        return avro_holds
+    if value_format == "protobuf":
+        from connectors.serializers import protobuf
+
+        file = protobuf.parse_file(registered.text, references=registered.references,
+                                   max_bytes=max_bytes)
+
+        def field_at(message: typing.Any, path: tuple[str, ...]) -> typing.Any:
+            field = None
+            for part in path:
+                if message is None:
+                    return None
+                field = message.by_name.get(part)
+                if field is None:
+                    return None
+                message = None if field.repeated else field.message
+            return field
+
+        def protobuf_holds(path: tuple[str, ...]) -> str | None:
+            # (the schema does not say which of its messages the records are, their message
+            # indexes do: refused only where every top-level message with the path agrees)
+            found = [field_at(message, path) for message in file.messages]
+            kinds = [protobuf.holds_no_feature(field) for field in found if field is not None]
+            if kinds and all(kinds):
+                return kinds[0]
+            return None
+
+        return protobuf_holds
+    schema = json.loads(registered.text)
+
+    def json_schema_holds(path: tuple[str, ...]) -> str | None:
+        node = schema
+        for part in path:
+            properties = node.get("properties") if type(node) is dict else None
+            node = properties.get(part) if type(properties) is dict else None
+            if node is None:
+                return None
+        kinds = node.get("type") if type(node) is dict else None
+        kinds = kinds if type(kinds) is list else [kinds]
+        if "array" in kinds and not {"number", "integer", "boolean", "string", "object"} & set(
+                k for k in kinds if type(k) is str):
+            return "an array"
+        return None
+
+    return json_schema_holds
+
+
+def _non_null(node: avro.Node) -> avro.Node:
+    """T of an Avro union [null, T] (or [T, null]), else the node."""
+    if node.kind == "union":
+        others = [branch for branch in node.branches if branch.kind != "null"]
+        if len(others) == 1:
+            return others[0]
+    return node

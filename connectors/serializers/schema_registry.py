@@ -252,6 +252,24 @@ class SchemaRegistry:
             found[name] = text
         return found
 
+    def latest(self, subject: str) -> RegisteredSchema | None:
+        """The latest schema of `subject` (None: the registry has no such subject), for a check
+        at start; `SchemaRefused` for an answer it cannot read, `RegistryUnavailable` and
+        `RegistryRefused` as `schema`."""
+        path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest"
+        status, body = self._request("GET", path, "subject")
+        if status == 404:
+            return None
+        if status != 200:
+            raise SchemaRefused(f"subject {subject[:100]!r}: the registry answered {status}: "
+                                f"{_error_message(body)}")
+        schema_type, text, references = _schema_fields(body, f"subject {subject[:100]!r}")
+        schema_id = body.get("id")
+        if type(schema_id) is not int:
+            raise SchemaRefused(f"subject {subject[:100]!r}: the registry's answer has no id")
+        return RegisteredSchema(schema_id, schema_type, text,
+                                self._references(references, schema_id, 0, {}))
+
     # Output schemas ---------------------------------------------------------------------------
 
     def register(self, subject: str, text: str, schema_type: str = "AVRO") -> int:

@@ -373,6 +373,7 @@ class Worker(Rebalancing, Outputs):
 
     def _connect(self) -> None:
         config = self.config
+        self._check_named_features()
         settings = client_settings(config, self.client_id)
         check_tls_files(settings)
         transport = self._transport = make_transport(config.transport, settings)
@@ -439,6 +440,23 @@ class Worker(Rebalancing, Outputs):
         # waits, without the GIL: kafka-python's modules, which the first records need (the
         # partitions' type, the errors), load meanwhile if the transport has not loaded them.
         _import_in_background("kafka")
+
+    def _check_named_features(self) -> None:
+        """A field that --features names and that the topic's latest schema gives as no feature
+        (an array, bytes) stops the worker before it connects, in one line: every record would
+        be a dead letter. Where no schema says (plain JSON, no subject <topic>-value, a registry
+        that does not answer yet), each record decides."""
+        check = getattr(self.codec, "named_features_refused", None)
+        if check is None:
+            return
+        for topic in self.config.topics:
+            try:
+                reason = check(topic)
+            except RegistryUnavailable as error:
+                log.debug("--features not checked against the schema of %s: %s", topic, error)
+                return
+            if reason is not None:
+                raise WorkerError(reason)
 
     def _memory_budget(self) -> MemoryBudget | None:
         config = self.config
