@@ -190,6 +190,56 @@ def test_several_schema_versions_share_a_topic_and_each_is_asked_for_once(
     assert predictions_by_offset(bootstrap, cfg.predictions_topic) == run_twin(bootstrap, records)
 
 
+PRICED_SCHEMA = {"type": "record", "name": "Priced", "namespace": "test.decimals", "fields": [
+    {"name": "transaction_id", "type": "string"},
+    # 8 bytes hold 18 digits: every record of this schema was once a dead letter (issue 45)
+    {"name": "price", "type": {"type": "fixed", "name": "Price", "size": 8,
+                               "logicalType": "decimal", "precision": 12, "scale": 3}},
+    {"name": "fee", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10,
+                             "scale": 2}},
+    {"name": "is_fraud", "type": ["null", "boolean"], "default": None},
+]}
+
+
+def test_decimals_on_fixed_and_bytes_are_features_with_their_value(kafka_broker, schema_registry):
+    import statistics
+
+    import streammargin
+
+    bootstrap = kafka_broker.bootstrap_servers
+    name = w.fresh("decimals")
+    create_topics(bootstrap, [name])
+    rng = random.Random(7)
+    records = []
+    for i in range(300):
+        price = decimal.Decimal(rng.randrange(-10 ** 12 + 1, 10 ** 12)).scaleb(-3)
+        fee = decimal.Decimal(rng.randrange(-10 ** 10 + 1, 10 ** 10)).scaleb(-2)
+        records.append({"transaction_id": f"t{i}", "price": price, "fee": fee,
+                        "is_fraud": price > 10 * fee})
+    for i, extreme in enumerate(["999999999.999", "-999999999.999", "0", "-0.001"]):
+        records[i]["price"] = decimal.Decimal(extreme)
+    serialize = avro_serializer(schema_registry.url, PRICED_SCHEMA)
+    values = [serialize(r, context(name)) for r in records]
+    assert values[3][5:16] == b"\x04t3" + b"\xff" * 8  # "t3", then a sign-extended fixed: -1
+    produce_serialized(bootstrap, name, values)
+    cfg = w.config(bootstrap, name, value_format="avro", schema_registry_url=schema_registry.url,
+                   scale=True, **MAPPING)
+    assert Worker(cfg).run()["records"] == 300
+    assert not w.read_all(bootstrap, cfg.dead_letter_topic)
+    ours = predictions_by_offset(bootstrap, cfg.predictions_topic)
+    assert len(ours) == 300
+    # The JSON twin carries each decimal as the float it rounds to: the same predictions.
+    assert ours == run_twin(bootstrap, [{**r, "price": float(r["price"])} for r in records],
+                            scale=True)
+    scaler = streammargin.StandardScaler.from_state(
+        w.saved_tasks(bootstrap, cfg, [0])[0]["scaler"])
+    assert (scaler.counts["price"], scaler.counts["fee"]) == (300, 300)
+    assert scaler.means["price"] == pytest.approx(
+        statistics.fmean(float(r["price"]) for r in records), rel=1e-9)
+    assert scaler.means["fee"] == pytest.approx(
+        statistics.fmean(float(r["fee"]) for r in records), rel=1e-9)
+
+
 def protobuf_payment(classes: dict, record: dict):
     payment = classes["Payment"](
         transaction_id=record["transaction_id"], amount=record["amount"],

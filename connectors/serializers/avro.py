@@ -14,10 +14,30 @@ of 2**62 nulls, and recurse in C on a deeply nested payload of a recursive schem
   decode: a truncation, a varint longer than ten bytes, a length or block count below zero or
   beyond the payload, more array and map items in all than the payload has bytes (which bounds
   the items of zero bytes, nulls and empty records), a union or enum index out of range, invalid
-  UTF-8, nesting deeper than `MAX_DEPTH`, bytes left after the value. Nothing is allocated beyond
-  the payload's size before it is checked: a length is compared with what is left, a block count
-  with the items the payload can hold.
+  UTF-8, a decimal beyond float64, nesting deeper than `MAX_DEPTH`, bytes left after the value.
+  Nothing is allocated beyond the payload's size before it is checked: a length is compared with
+  what is left, a block count with the items the payload can hold. A reason for a value the
+  producer wrote wrong (a decimal beyond float64) names the field and ends with "Fix: ..."; the
+  others are a payload of another schema, or damaged.
 - `AvroEncoder(schema).encode(value)` writes the binary encoding (the worker's Avro outputs).
+
+Decimals, as the specification and Java's reference implementation (`LogicalTypes.Decimal`,
+`Conversions.DecimalConversion`) have them:
+
+- A decimal annotates bytes or fixed; its precision is an integer of at least 1 (a fixed of n
+  bytes holds at most floor(log10(2**(8n-1) - 1)) digits: 2 for 1 byte, 18 for 8, 38 for 16),
+  its scale an integer from 0 (the default) to the precision. Any other is invalid, and the spec
+  says to ignore an invalid logical type: the field is read as its bytes or fixed (not a number),
+  and `parse_schema(..., ignored=[])` gives a line naming the field, why and the fix (the
+  worker logs it once per schema). So is a decimal of more than `MAX_DECIMAL_PRECISION` digits.
+- A value is the two's complement, big-endian, of its unscaled integer, in any number of bytes
+  (a fixed's are sign-extended; none is 0, as fastavro reads it): the float is
+  unscaled * 10**-scale rounded once to the nearest float64, ties to even (Python's int / int,
+  correctly rounded: `float(decimal.Decimal(f"{unscaled}E-{scale}"))` is the same).
+- A value of more digits than the precision is read as it is, as Java's reader does (fastavro,
+  under confluent-kafka's AvroSerializer, writes some: `Decimal(1)` as a decimal(3,3) is 1000
+  units). One beyond float64's range (±1.8e308) is an `AvroDataError`, found before more bytes
+  are converted than the range and the precision take: a 1 MiB decimal costs a `bytes.lstrip`.
 
 The specification followed: https://avro.apache.org/docs/1.12.0/specification/ (binary encoding,
 logical types).
@@ -48,8 +68,10 @@ MAX_DEPTH = 32
 MAX_SCHEMA_DEPTH = 64
 #: A schema with more types than this (fields, branches, items...) is refused.
 MAX_SCHEMA_NODES = 20_000
-#: The largest precision of a decimal (38 is Java's BigDecimal in most systems, 76 some).
-MAX_DECIMAL_PRECISION = 100
+#: The largest precision of a decimal read as a number (PostgreSQL's numeric declares up to
+#: 1000 digits; Spark and Hive 38, BigQuery 76). Beyond it the field is its bytes: 10**scale and
+#: each value's conversion stay bounded, and a float64 holds 308 digits before the point anyway.
+MAX_DECIMAL_PRECISION = 1000
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
@@ -98,6 +120,8 @@ class _Parser:
     def __init__(self) -> None:
         self.named: dict[str, Node] = {}
         self.nodes = 0
+        self.where = "the schema"  # the field being parsed, for the notes
+        self.ignored: list[str] = []  # a line for each logical type read as its underlying type
 
     def parse(self, spec: typing.Any, namespace: str | None, depth: int) -> Node:
         if depth > MAX_SCHEMA_DEPTH:
@@ -154,8 +178,12 @@ class _Parser:
             return node
         if kind in _PRIMITIVES:
             node = _primitive(kind, logical)
-            if logical == "decimal" and kind == "bytes":
-                self._decimal(node, spec)
+            if logical == "decimal":
+                if kind == "bytes":
+                    self._decimal(node, spec)
+                else:  # (the spec's decimal annotates bytes and fixed only)
+                    self._ignore(node, f"a decimal on {kind} is invalid (it annotates bytes or "
+                                 "fixed only)", "a decimal on bytes or fixed, or no logicalType")
             return node
         node = self.named.get(_fullname(kind, namespace)) or self.named.get(kind)
         if node is not None:
@@ -185,6 +213,8 @@ class _Parser:
         if type(fields) is not list:
             raise AvroSchemaError(f"record {node.name}: fields must be a list")
         names = set()
+        where = self.where
+        short = node.name.rpartition(".")[2]  # type: ignore[union-attr]
         for field in fields:
             if type(field) is not dict or type(field.get("name")) is not str:
                 raise AvroSchemaError(f"record {node.name}: a field without a name")
@@ -195,7 +225,9 @@ class _Parser:
             names.add(name)
             if "type" not in field:
                 raise AvroSchemaError(f"record {node.name}: field {name!r} has no type")
+            self.where = f"field {name!r} of record {short}"
             node.fields.append((name, self.parse(field["type"], inner, depth + 1)))
+        self.where = where
         return node
 
     def _named(self, node: Node, spec: dict, namespace: str | None) -> Node:
@@ -218,12 +250,56 @@ class _Parser:
         return node
 
     def _decimal(self, node: Node, spec: dict) -> None:
+        """The decimal of a bytes or fixed `node`, checked as the spec and Java's
+        `LogicalTypes.Decimal.validate` check it; an invalid one is ignored, as the spec says:
+        the node is then its underlying type (and a note says why, and the fix)."""
         precision, scale = spec.get("precision"), spec.get("scale", 0)
-        if (type(precision) is not int or type(scale) is not int
-                or not 1 <= precision <= MAX_DECIMAL_PRECISION or not 0 <= scale <= precision):
-            raise AvroSchemaError(f"decimal: precision must be in [1, {MAX_DECIMAL_PRECISION}] "
-                                  "and scale in [0, precision]")
-        node.precision, node.scale = precision, scale
+        what = f"a decimal({precision!r:.20},{scale!r:.20}) on {_kind(node)}"
+        if type(precision) is not int or precision < 1:
+            why, fix = "its precision must be a positive integer", "a precision of 1 or more"
+        elif type(scale) is not int or not 0 <= scale <= precision:
+            why, fix = "its scale must be an integer from 0 to the precision", (
+                f"a scale from 0 to {precision}")
+        elif node.kind == "fixed" and precision > _fixed_precision(node.size):
+            most = _fixed_precision(node.size)
+            why = f"{node.size} bytes hold at most {most} digits"
+            fixes = [f"a precision of at most {most}"] if most else []
+            if precision <= MAX_DECIMAL_PRECISION:  # (10**precision: cheap)
+                # n bytes hold `precision` digits when 10**precision < 2**(8n - 1)
+                fixes.append(f"a fixed of size {((10 ** precision).bit_length() + 8) // 8}")
+            fix = ", or ".join(fixes) or "a larger fixed"
+        elif precision > MAX_DECIMAL_PRECISION:
+            node.logical = None
+            self.ignored.append(
+                f"{self.where}: {what} has more digits than the {MAX_DECIMAL_PRECISION} this "
+                "reader converts to a float64 (which holds 308), so it is read as its bytes (the "
+                "Avro specification lets a reader keep any logical type's underlying type). Fix: "
+                f"a precision of at most {MAX_DECIMAL_PRECISION}, in the producers' schema")
+            return
+        else:
+            node.precision, node.scale = precision, scale
+            return
+        self._ignore(node, f"{what} is invalid: {why}", fix)
+
+    def _ignore(self, node: Node, why: str, fix: str) -> None:
+        node.logical = None
+        self.ignored.append(f"{self.where}: {why}, so it is read as its {_kind(node)}, as the "
+                            "Avro specification says of an invalid logical type. Fix: "
+                            f"{fix}, in the producers' schema")
+
+
+def _kind(node: Node) -> str:
+    return f"fixed({node.size})" if node.kind == "fixed" else node.kind
+
+
+def _fixed_precision(size: int) -> int:
+    """The digits a fixed of `size` bytes holds: floor(log10(2**(8 size - 1) - 1)), 0 for none
+    (exact up to 418 bytes, beyond which it exceeds MAX_DECIMAL_PRECISION anyway)."""
+    if size < 1:
+        return 0
+    if size > 418:
+        return math.floor((8 * size - 1) * math.log10(2))
+    return len(str((1 << (8 * size - 1)) - 1)) - 1
 
 
 def _fullname(name: str, namespace: str | None) -> str:
@@ -246,19 +322,35 @@ def _spec(text: str | bytes, max_bytes: int) -> typing.Any:
 
 
 def parse_schema(text: str | bytes, max_bytes: int = 1 << 20,
-                 references: typing.Sequence[str] = ()) -> Node:
+                 references: typing.Sequence[str] = (),
+                 ignored: list[str] | None = None) -> Node:
     """The root `Node` of an Avro schema's JSON text, or `AvroSchemaError` (see the module doc).
     `references` are the texts of the schemas it refers to (the registry's references, each
-    defining named types it uses), parsed first; `max_bytes` bounds them all."""
+    defining named types it uses), parsed first; `max_bytes` bounds them all. `ignored`, if
+    given, receives a line for each logical type read as its underlying type (an invalid
+    decimal), naming the field, why, and the fix.
+
+    >>> notes = []
+    >>> node = parse_schema('{"type": "record", "name": "P", "fields": [{"name": "fee", "type":'
+    ...     ' {"type": "fixed", "name": "F", "size": 4, "logicalType": "decimal",'
+    ...     ' "precision": 12, "scale": 2}}]}', ignored=notes)
+    >>> node.fields[0][1].logical is None
+    True
+    >>> notes[0].split(", so")[0]
+    "field 'fee' of record P: a decimal(12,2) on fixed(4) is invalid: 4 bytes hold at most 9 digits"
+    """
     if sum(map(len, references)) + len(text) > max_bytes:
         raise AvroSchemaError(f"the schema and its references are more than {max_bytes} bytes")
     parser = _Parser()
     try:
         for reference in references:
             parser.parse(_spec(reference, max_bytes), None, 0)
-        return parser.parse(_spec(text, max_bytes), None, 0)
+        root = parser.parse(_spec(text, max_bytes), None, 0)
     except RecursionError:
         raise AvroSchemaError("the schema nests types too deeply") from None
+    if ignored is not None:
+        ignored.extend(parser.ignored)
+    return root
 
 
 # Decoding -----------------------------------------------------------------------------------------
@@ -394,22 +486,61 @@ _PRIMITIVE_READERS: dict[str, Reader] = {
 }
 
 
-def _decimal_reader(raw: Reader, node: Node) -> Reader:
-    # A decimal of `precision` digits needs at most this many bytes of two's complement.
-    max_bytes = node.precision * 10 // 24 + 2
-    divisor = 10 ** node.scale
+#: A float64 is below 2**1024: the bits of a decimal's largest magnitude, before its scale.
+_FLOAT64_BITS = 1024
+
+
+def _shortest(data: bytes) -> bytes:
+    """The two's complement `data` without its sign extension (leading 0x00 of a value of zero
+    or more, 0xff of a negative one, but the one its top bit needs): the same value in its
+    shortest form, Java's `BigInteger.toByteArray`. C speed (`lstrip`), however long `data` is."""
+    negative = data[0] >= 0x80
+    rest = data.lstrip(b"\xff" if negative else b"\x00")
+    keep = len(rest) + (not rest or (rest[0] >= 0x80) != negative)
+    return data[len(data) - keep:]
+
+
+def _decimal_reader(raw: Reader, node: Node, where: str = "") -> Reader:
+    """The reader of a decimal (`raw` reads its bytes or fixed): its value, unscaled * 10**-scale,
+    rounded once to the nearest float64 (ties to even: Python's int / int is correctly rounded).
+
+    The bytes are two's complement, big-endian, of any length: sign-extended (a fixed's), or
+    empty (read as 0, as fastavro reads it). A value of more digits than the precision is read as
+    it is, as Java's reader and fastavro do (fastavro writes some: Decimal(1) in decimal(3,3) is
+    1000 units); one beyond float64's range is refused, before converting more bytes than that
+    range and the precision take (`where` names the field in the reason)."""
+    precision, scale = node.precision, node.scale
+    decimal = f"decimal({precision},{scale})"
+    divisor = 10 ** scale
+    limit = 10 ** precision
+    # The shortest bytes of the largest value of `precision` digits, and of the largest unscaled
+    # value that a float64 holds over 10**scale (< 2**1024 * 10**scale, with a byte to spare):
+    # a value whose shortest form is longer is beyond both.
+    precision_bytes = ((limit - 1).bit_length() + 8) // 8
+    max_bytes = max(precision_bytes, (_FLOAT64_BITS + divisor.bit_length()) // 8 + 2)
+
+    def beyond_float64(size: int, beyond_precision: bool) -> typing.NoReturn:
+        if beyond_precision:  # (the producer's fault: its schema says so)
+            raise AvroDataError(
+                f"a {decimal}{where} is {size} bytes long: beyond float64's range (±1.8e308), "
+                f"and beyond the {precision} digits its schema declares. Fix: the producer must "
+                f"write values of at most {precision} digits, as {decimal} says")
+        raise AvroDataError(
+            f"a {decimal}{where} is beyond float64's range (±1.8e308), the type of features. "
+            "Fix: values within ±1.8e308 from the producers (at most 308 digits before the "
+            "point)")
 
     def read(c: _Cursor, depth: int) -> float:
         data = raw(c, depth)
         if len(data) > max_bytes:
-            raise AvroDataError(f"a decimal of {len(data)} bytes: precision {node.precision} "
-                                f"takes at most {max_bytes}")
-        if not data:
-            raise AvroDataError("a decimal of no bytes")
-        value = int.from_bytes(data, "big", signed=True) / divisor
-        if not math.isfinite(value):  # (cannot be, within the precision: kept as a guard)
-            raise AvroDataError("a decimal beyond float64")
-        return value
+            data = _shortest(data)
+            if len(data) > max_bytes:  # (>= precision_bytes: beyond the precision too)
+                beyond_float64(len(data), True)
+        unscaled = int.from_bytes(data, "big", signed=True)
+        try:
+            return unscaled / divisor
+        except OverflowError:
+            beyond_float64(len(data), abs(unscaled) >= limit)
 
     return read
 
@@ -473,14 +604,12 @@ class _Readers:
             holder.append(self._record(node))
             self.built[id(node)] = holder[0]
             return holder[0]
-        if kind in _PRIMITIVE_READERS:
+        if node.logical == "decimal":
+            read = self._decimal(node, "")
+        elif kind in _PRIMITIVE_READERS:
             read = _PRIMITIVE_READERS[kind]
-            if node.logical == "decimal" and kind == "bytes":
-                read = _decimal_reader(read, node)
         elif kind == "fixed":
             read = _fixed_reader(node.size)
-            if node.logical == "decimal":
-                read = _decimal_reader(read, node)
         elif kind == "enum":
             read = _enum_reader(node.symbols)
         elif kind == "array":
@@ -494,8 +623,26 @@ class _Readers:
         self.built[id(node)] = read
         return read
 
+    @staticmethod
+    def _decimal(node: Node, where: str) -> Reader:
+        raw = _bytes if node.kind == "bytes" else _fixed_reader(node.size)
+        return _decimal_reader(raw, node, where)
+
+    def _field(self, node: Node, where: str) -> Reader:
+        """A record field's reader: for a value that the producer can get wrong (a decimal
+        beyond float64), alone or in a union, its own reader, whose reason names the field
+        (`where`)."""
+        if node.kind == "union":
+            if any(_names_its_field(branch) for branch in node.branches):
+                return self._union(node, where)
+        elif node.logical == "decimal":
+            return self._decimal(node, where)
+        return self.reader(node)
+
     def _record(self, node: Node) -> Reader:
-        fields = [(name, self.reader(field)) for name, field in node.fields]
+        record = node.name.rpartition(".")[2]  # type: ignore[union-attr]
+        fields = [(name, self._field(field, f" in field {name!r} of record {record}"))
+                  for name, field in node.fields]
 
         def read(c: _Cursor, depth: int) -> dict:
             if depth >= MAX_DEPTH:
@@ -540,8 +687,9 @@ class _Readers:
 
         return read
 
-    def _union(self, node: Node) -> Reader:
-        branches = [self.reader(branch) for branch in node.branches]
+    def _union(self, node: Node, where: str = "") -> Reader:
+        branches = [self._field(branch, where) if where else self.reader(branch)
+                    for branch in node.branches]
         count = len(branches)
 
         def read(c: _Cursor, depth: int) -> typing.Any:
@@ -551,6 +699,10 @@ class _Readers:
             return branches[index](c, depth)
 
         return read
+
+
+def _names_its_field(node: Node) -> bool:
+    return node.logical == "decimal"
 
 
 class AvroDecoder:

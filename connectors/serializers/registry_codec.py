@@ -10,6 +10,8 @@ What each bad input gets: a wrong magic byte or a short record, `WireFormatError
 schema id, `UnknownSchema`; a schema of another format than `--value-format`, or one its parser
 refuses, `SchemaRefused`; a payload that does not decode with its schema, `UndecodablePayload`;
 then the mapping's own (a field that is not a feature, a bad label, ...). All are dead letters.
+An Avro schema's invalid decimal is read as its bytes or fixed, as the spec says: one WARNING
+per schema names the field, why and the fix (`avro.parse_schema`'s `ignored`).
 A registry that cannot be reached raises `RegistryUnavailable` out of `decode`: not a dead
 letter, the worker waits for it (`connectors.worker.worker`).
 """
@@ -17,6 +19,7 @@ letter, the worker waits for it (`connectors.worker.worker`).
 from __future__ import annotations
 
 import json
+import logging
 import typing
 
 from connectors.codec import DeadLetter
@@ -33,6 +36,8 @@ __all__ = ["SchemaRegistryCodec", "UndecodablePayload", "REGISTRY_FORMATS"]
 
 #: --value-format -> the registry's schemaType.
 REGISTRY_FORMATS = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}
+
+log = logging.getLogger("streammargin.kafka")
 
 
 class UndecodablePayload(DeadLetter):
@@ -178,8 +183,12 @@ class SchemaRegistryCodec:
                 f"{self.schema_type}: check --value-format (the record was written by a "
                 f"{registered.schema_type.lower()} serializer)")
         if self.value_format == "avro":
+            ignored: list[str] = []
             schema = avro.parse_schema(registered.text, self.registry.max_schema_bytes,
-                                       list(registered.references.values()))
+                                       list(registered.references.values()), ignored)
+            for note in ignored:  # (once per schema: the registry caches the reader)
+                log.warning("Avro schema %d: %s", registered.schema_id, note,
+                            extra={"schema_id": registered.schema_id})
             return _AvroReader(registered.schema_id, schema, self.mapper)
         if self.value_format == "protobuf":
             from connectors.serializers import protobuf
