@@ -486,6 +486,10 @@ def test_the_codec_names_each_bad_input():
         (wire.frame(9, b""), UnknownSchema, "unknown schema id 9"),
         (good[:-1], DeadLetter, "truncated"),
         (good + b"\x00", DeadLetter, "1 bytes after the value"),
+        # a value the producer wrote wrong: named, with the fix (not a format's)
+        (good.replace(b"\x02c", b"\x02\xe9"), DeadLetter,
+         r"a string in field 'category' of record M is not UTF-8 \(b'\\xe9'\)\. Fix: the "
+         "producer must encode its strings as UTF-8"),
     ]:
         with pytest.raises(error, match=reason):
             codec.decode(value)

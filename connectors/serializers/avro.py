@@ -17,8 +17,8 @@ of 2**62 nulls, and recurse in C on a deeply nested payload of a recursive schem
   UTF-8, a decimal beyond float64, nesting deeper than `MAX_DEPTH`, bytes left after the value.
   Nothing is allocated beyond the payload's size before it is checked: a length is compared with
   what is left, a block count with the items the payload can hold. A reason for a value the
-  producer wrote wrong (a decimal beyond float64) names the field and ends with "Fix: ..."; the
-  others are a payload of another schema, or damaged.
+  producer wrote wrong (a string not UTF-8, a decimal beyond float64) names the field and ends
+  with "Fix: ..."; the others are a payload of another schema, or damaged.
 - `AvroEncoder(schema).encode(value)` writes the binary encoding (the worker's Avro outputs).
 
 Decimals, as the specification and Java's reference implementation (`LogicalTypes.Decimal`,
@@ -470,19 +470,32 @@ def _bytes(c: _Cursor, depth: int) -> bytes:
     return c.data[pos:pos + length]
 
 
-def _string(c: _Cursor, depth: int) -> str:
-    length = _read_length(c)
-    pos = c.pos
-    c.pos = pos + length
-    try:
-        return c.data[pos:pos + length].decode()
-    except UnicodeDecodeError:
-        raise AvroDataError("a string that is not UTF-8") from None
+def _not_utf8(what: str, data: bytes) -> AvroDataError:
+    return AvroDataError(
+        f"{what} is not UTF-8 ({data[:24]!r}{'...' if len(data) > 24 else ''}). Fix: the "
+        "producer must encode its strings as UTF-8, as Avro requires (or declare the field bytes)")
 
+
+def _string_reader(what: str) -> Reader:
+    """The reader of a string; `what` names it when it is not UTF-8."""
+
+    def read(c: _Cursor, depth: int) -> str:
+        length = _read_length(c)
+        pos = c.pos
+        c.pos = pos + length
+        try:
+            return c.data[pos:pos + length].decode()
+        except UnicodeDecodeError:
+            raise _not_utf8(what, c.data[pos:pos + length]) from None
+
+    return read
+
+
+_string = _string_reader("a map key")  # (a string field's reader names its field)
 
 _PRIMITIVE_READERS: dict[str, Reader] = {
     "null": _null, "boolean": _boolean, "int": _int, "long": _long, "float": _float,
-    "double": _double, "bytes": _bytes, "string": _string,
+    "double": _double, "bytes": _bytes, "string": _string_reader("a string"),
 }
 
 
@@ -630,13 +643,15 @@ class _Readers:
 
     def _field(self, node: Node, where: str) -> Reader:
         """A record field's reader: for a value that the producer can get wrong (a decimal
-        beyond float64), alone or in a union, its own reader, whose reason names the field
-        (`where`)."""
+        beyond float64, a string not UTF-8), alone or in a union, its own reader, whose reason
+        names the field (`where`)."""
         if node.kind == "union":
             if any(_names_its_field(branch) for branch in node.branches):
                 return self._union(node, where)
         elif node.logical == "decimal":
             return self._decimal(node, where)
+        elif node.kind == "string":
+            return _string_reader(f"a string{where}")
         return self.reader(node)
 
     def _record(self, node: Node) -> Reader:
@@ -702,7 +717,7 @@ class _Readers:
 
 
 def _names_its_field(node: Node) -> bool:
-    return node.logical == "decimal"
+    return node.kind == "string" or node.logical == "decimal"
 
 
 class AvroDecoder:
