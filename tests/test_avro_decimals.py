@@ -333,7 +333,7 @@ def test_a_megabyte_decimal_is_refused_before_any_conversion_naming_the_fix():
         "float64's range (±1.8e308), and beyond the 12 digits its schema declares. Fix: the "
         "producer must write values of at most 12 digits, as decimal(12,3) says")
     # The dead letter's reason carries the fix, which the first-contact WARNING then quotes
-    # (connectors/observability/first_contact.py: a reason's own "Fix:" wins).
+    # (connectors/observability/input_watch.py: a reason's own "Fix:" wins).
     codec = avro_codec(schema, id_field="id", label_field="y", features=("*",))
     with pytest.raises(DeadLetter, match="Fix: the producer must write values of at most 12"):
         codec.decode(wire.frame(1, payload))
@@ -343,7 +343,7 @@ def test_a_megabyte_decimal_is_refused_before_any_conversion_naming_the_fix():
 def test_the_first_contact_warning_gives_the_producers_fix_not_the_format(caplog):
     # Issue 45: a payload that decodes under the right format but holds a bad value was told
     # "Fix: --value-format matching the producers' serializer". The reason's own fix wins.
-    from connectors.observability.first_contact import FirstContact
+    from connectors.observability.input_watch import InputWatch
     from connectors.worker.task import dead_letter_headers
 
     schema = record_schema(("price", decimal_type(None, 12, 3)))
@@ -356,7 +356,7 @@ def test_the_first_contact_warning_gives_the_producers_fix_not_the_format(caplog
     headers = dead_letter_headers("t", 0, 1, "g", "VALUE_CONVERTER", "c",
                                   f"connectors.serializers.registry_codec."
                                   f"{type(refused.value).__name__}", str(refused.value))
-    contact = FirstContact(first_records=10)
+    contact = InputWatch(first_records=10)
     with caplog.at_level("WARNING"):
         contact.observe(10, [type("R", (), {"headers": headers})()] * 10)
     [warning] = [r.getMessage() for r in caplog.records if "dead-letter topic" in r.getMessage()]
