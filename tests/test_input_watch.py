@@ -178,3 +178,10 @@ def test_fields_left_out_are_named_once_each_with_the_option_that_silences_them(
         "without them): m.v (NaN, an infinity or a number beyond float64). To silence this: "
         "--exclude-features m.v"]
     assert watch.left_out == {"array": 11, "bytes": 11, "long_string": 1, "non_finite": 1}
+
+
+def test_the_call_that_ends_the_first_records_warns_once_as_first_contact(caplog):
+    watch = InputWatch(first_records=10)
+    with caplog.at_level("WARNING"):
+        watch.observe(10, [dead("bad JSON: x")] * 10)
+    assert len(warnings_of(caplog)) == 1 and watch.warnings == {"first_contact": 1}

@@ -158,7 +158,7 @@ class InputWatch:
         for kind, count in seen.items():
             before = self._current[kind]
             self._current[kind] = before + count
-            if early and self.records < self.first_records:
+            if early:
                 continue  # first contact decides first (below, or at `check`)
             if before == 0 and self._previous[kind] == 0:
                 self._warn(kind, now, "started", count)
