@@ -84,7 +84,9 @@ class AutoClassifier(base.MiniBatchClassifier):
     Memory: the CPM's bound, `max_ovr_classes` x the bound of each binary member (its
     one-vs-rest bound), the labels, the scores, and (when max_ovr_classes > 2) the records kept
     until the third label: `replay.MAX_BYTES` = 100 x (16 + 256 x (16 + 128 + 1)) bytes, 3.5 MiB
-    (`streammargin.memory.memory_bound`: 147.7 MiB at the defaults).
+    (`streammargin.memory.memory_bound`: 147.7 MiB at the defaults). Having seen k classes,
+    the CPM's k polytopes and the binary members in the form k gives them (k = 2: each alone,
+    with the records kept, 13.6 MiB at the defaults; `memory_bound(model, classes=k)`).
 
     Parameters
     ----------
@@ -444,17 +446,38 @@ class AutoClassifier(base.MiniBatchClassifier):
 
     # Memory -------------------------------------------------------------------------------------
 
-    def _memory_bound(self, params: dict | None = None) -> int:
+    def _memory_bound(self, params: dict | None = None, classes: int | None = None) -> int:
         """`streammargin.memory.memory_bound`: the members' bounds (the binary members' as
         one-vs-rest over `max_ovr_classes`) plus the labels, the scores and the records kept
         for the switch to one-vs-rest (`replay.MAX_BYTES`, when max_ovr_classes > 2).
         Binary mode and one-vs-rest never hold their largest at once, but the bound adds them:
-        simple, and 2.5% more at the defaults (147.7 MiB)."""
+        simple, and 2.5% more at the defaults (147.7 MiB). Given the `classes` it holds (at
+        least 2), the members in the form those classes give them (`_mode`): two classes, the
+        CPM's two polytopes and each binary member alone (13.6 MiB at the defaults)."""
         chosen = {**self._get_params(), **(params or {})}
         return _bound(
             int(chosen["max_classes"]), int(chosen["max_ovr_classes"]),
-            int(chosen["max_features"]),
+            int(chosen["max_features"]), classes,
         )
+
+    @property
+    def _classes_held(self) -> int:
+        """How many classes the model holds (`streammargin.memory.held_classes`)."""
+        return len(self._labels)
+
+    def _stored_names(self, params: dict | None = None, classes: int | None = None) -> int:
+        """`streammargin.memory.stored_names`: the members', as `_memory_bound` counts them
+        (each member keeps its own names; a binary member's one-vs-rest members too)."""
+        from streammargin import memory
+
+        chosen = {**self._get_params(), **(params or {})}
+        max_classes, max_ovr = int(chosen["max_classes"]), int(chosen["max_ovr_classes"])
+        one = memory.stored_names(ALMAClassifier, {"max_features": int(chosen["max_features"])})
+        if classes is None:  # the ceiling: one-vs-rest over max_ovr_classes
+            return one * (1 + len(BINARY_MEMBERS) * max_ovr)
+        held = memory.classes_charged(max_classes, classes)
+        members = 1 if held <= 2 else held if held <= max_ovr else 0
+        return one * (1 + len(BINARY_MEMBERS) * members)
 
     def _memory_size(self) -> int:
         from streammargin import memory
@@ -692,23 +715,35 @@ def _first_is_positive(label: typing.Any) -> bool:
         return True
 
 
-def _bound(max_classes: int, max_ovr_classes: int, max_features: int) -> int:
+def _bound(max_classes: int, max_ovr_classes: int, max_features: int,
+           classes: int | None = None) -> int:
     """The CPM's bound and the binary members' one-vs-rest bounds at these params, plus
-    max_classes labels, the scores and the records kept for the switch to one-vs-rest."""
+    max_classes labels, the scores and the records kept for the switch to one-vs-rest; given
+    the `classes` held (None: the ceiling), the CPM at that many and the binary members in the
+    form they have then (alone with the records kept, one-vs-rest, or dropped)."""
     from streammargin import memory
 
-    total = memory.STATE_OVERHEAD + max_classes * (memory.MAX_LABEL_BYTES + 1) + 8 * 2 * len(
+    held = max_classes if classes is None else memory.classes_charged(max_classes, classes)
+    total = memory.STATE_OVERHEAD + held * (memory.MAX_LABEL_BYTES + 1) + 8 * 2 * len(
         PORTFOLIO
     )
-    if max_ovr_classes > 2:  # (with 2, the third label retires the binary members)
+    binary = classes is not None and held <= 2  # (the ceiling adds every form, see above)
+    if max_ovr_classes > 2 and (classes is None or binary):
+        # (with 2, the third label retires the binary members; past the switch, none is kept)
         total += replay.MAX_BYTES
-    classes = state.registered_models()
+    registered = state.registered_models()
     total += memory.memory_bound(
-        ConvexPolytopeClassifier, {"max_features": max_features, "max_classes": max_classes}
+        ConvexPolytopeClassifier, {"max_features": max_features, "max_classes": held}
     ) - memory.STATE_OVERHEAD
+    if classes is not None and held > max_ovr_classes:
+        return total  # (the binary members retired: the CPM serves alone)
     for name in BINARY_MEMBERS:
+        member = {"max_features": max_features}
+        if binary:
+            total += memory.memory_bound(registered[name], member) - memory.STATE_OVERHEAD
+            continue
         # one-vs-rest over max_ovr_classes bounds the binary model too (max_ovr_classes >= 2)
         total += OneVsRestClassifier._class_bound(
-            classes[name], {"max_features": max_features}, max_ovr_classes
+            registered[name], member, max_ovr_classes if classes is None else held
         ) - memory.STATE_OVERHEAD
     return total

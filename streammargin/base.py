@@ -891,6 +891,11 @@ class MulticlassMarginClassifier(FeatureSpaceClassifier):
         return list(self._labels)
 
     @property
+    def _classes_held(self) -> int:
+        """How many classes the model holds (`streammargin.memory.held_classes`)."""
+        return len(self._labels)
+
+    @property
     def _scored_labels(self) -> list:
         """The labels of the raw scores (`decision_one`): every class, or in binary mode the
         positive one."""

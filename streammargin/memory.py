@@ -32,7 +32,15 @@ vectors' bytes while the process holds the matrix (counted here).
 `memory_bound(cls)` gives each model's figure at its defaults (docs/models.md has the
 table). A Python process holds more per stored name than its JSON (the str object, a list slot and
 a dict entry: about 120 bytes plus the name's length), which the worker's RSS shows
-(`benchmarks/memory_ceiling.py`).
+(`benchmarks/memory_ceiling.py`); `stored_names` counts those names.
+
+A multiclass model's arrays grow by the class (the CPM's polytopes, one-vs-rest's members,
+`AutoClassifier`'s members and their form), so what it can hold depends on the classes it has
+seen: `memory_bound(model, classes=k)` is its bound given that it holds k classes (at least 2,
+at most its `max_classes`), the ceiling it stays under until a further class comes, and
+`held_classes(model)` the k it holds now (None for a binary model, whose bound does not depend
+on them). The Kafka worker charges each model that (`connectors/worker/memory_budget.py`): a
+stream of two classes is charged two, not `max_classes`.
 
 `from_state` refuses, with `StateError` and before it allocates anything, a state whose
 parameters imply a bound above `max_bytes` (default `DEFAULT_MAX_STATE_BYTES`, 1 GiB): a
@@ -59,9 +67,12 @@ __all__ = [
     "MAX_LABEL_BYTES",
     "STATE_OVERHEAD",
     "check_state_bound",
+    "classes_charged",
+    "held_classes",
     "int_param",
     "memory_bound",
     "memory_size",
+    "stored_names",
 ]
 
 # The largest bound `from_state` accepts unless told otherwise.
@@ -110,10 +121,14 @@ def _class_and_params(model_or_class: typing.Any, params: dict | None) -> tuple[
     return cls, full
 
 
-def memory_bound(model_or_class: typing.Any, params: dict | None = None) -> int:
+def memory_bound(model_or_class: typing.Any, params: dict | None = None,
+                 classes: int | None = None) -> int:
     """The most bytes a model of these parameters can hold, whatever it learns (see the module's
     docstring). `model_or_class`: a model (its own params, updated with `params`) or a class (its
-    defaults, updated with `params`). Raises `ValueError` for parameters the formula cannot read.
+    defaults, updated with `params`). `classes`: the classes a multiclass model holds (at least 2
+    are counted, at most its `max_classes`): its bound until a further class comes; None, its
+    ceiling. A binary model's bound does not depend on it. Raises `ValueError` for parameters the
+    formula cannot read.
 
     >>> import streammargin
     >>> from streammargin.memory import memory_bound
@@ -125,20 +140,33 @@ def memory_bound(model_or_class: typing.Any, params: dict | None = None) -> int:
     >>> memory_bound(model) == memory_bound(model, {"budget": 100})
     True
 
+    One-vs-rest holds a member per class: two classes seen, two members' bounds.
+
+    >>> ovr = streammargin.OneVsRestClassifier(streammargin.ALMAClassifier(), max_classes=100)
+    >>> round(memory_bound(ovr) / 2**20), round(memory_bound(ovr, classes=2) / 2**20, 1)
+    (856, 17.1)
+
     """
+    if classes is not None and classes < 0:
+        raise ValueError(f"classes must be >= 0, got {classes}")
     own = getattr(model_or_class, "_memory_bound", None)
     if own is not None:  # a wrapper: its bound is made of its members' bounds
         if isinstance(model_or_class, type) and getattr(own, "__self__", None) is None:
             # a class whose bound is a method of its models: a model of its defaults and `params`
             # (a classmethod, e.g. MPUClassifier's, takes the params itself)
             try:
-                return model_or_class(**(params or {}))._memory_bound()
+                model_or_class = model_or_class(**(params or {}))
             except TypeError as error:  # e.g. a wrapper without the model it wraps
                 raise ValueError(f"{model_or_class.__name__}: {error}") from None
+            params, own = None, model_or_class._memory_bound
+        if classes is not None and getattr(model_or_class, "_multiclass", False):
+            return own(params, classes=classes)
         return own(params)
     cls, params = _class_and_params(model_or_class, params)
     max_features = int_param(params, "max_features", minimum=1)
     n_exact = max_features - hashed_columns(max_features)
+    if classes is not None and cls._max_labels(params) > 0:  # a natively multiclass model
+        params["max_classes"] = classes_charged(int_param(params, "max_classes", 2), classes)
     labels = cls._max_labels(params) * (MAX_LABEL_BYTES + 1)
     return (
         cls._max_array_bytes(params)
@@ -146,6 +174,62 @@ def memory_bound(model_or_class: typing.Any, params: dict | None = None) -> int:
         + labels
         + STATE_OVERHEAD
     )
+
+
+def stored_names(model_or_class: typing.Any, params: dict | None = None,
+                 classes: int | None = None) -> int:
+    """The most feature names a model of these parameters stores by name, over its feature
+    spaces (a wrapper's members each keep theirs): n_exact a feature space, given the `classes`
+    a multiclass model holds as in `memory_bound`. `memory_bound` counts each as its JSON; a
+    Python process holds each as a str object and a dict and a list entry besides (the Kafka
+    worker's `NAME_OBJECT_BYTES`).
+
+    >>> import streammargin
+    >>> stored_names(streammargin.ALMAClassifier)
+    57344
+    >>> ovr = streammargin.OneVsRestClassifier(streammargin.ALMAClassifier(max_features=1024))
+    >>> stored_names(ovr, classes=3), stored_names(ovr)
+    (2688, 89600)
+
+    """
+    if isinstance(model_or_class, type) and hasattr(model_or_class, "_memory_bound"):
+        # (a wrapper, or a name of several forms such as MPUClassifier: a model of the params)
+        try:
+            model_or_class = model_or_class(**(params or {}))
+        except TypeError as error:
+            raise ValueError(f"{model_or_class.__name__}: {error}") from None
+        params = None
+    own = getattr(model_or_class, "_stored_names", None)
+    if own is not None:  # a wrapper: its members' names
+        return own(params, classes=classes)
+    cls, params = _class_and_params(model_or_class, params)
+    max_features = int_param(params, "max_features", minimum=1)
+    return max_features - hashed_columns(max_features)
+
+
+def classes_charged(max_classes: int, classes: int) -> int:
+    """The classes a bound counts for a model that holds `classes` of at most `max_classes`: at
+    least 2 (a binary stream has two), at most `max_classes`."""
+    return min(max_classes, max(2, classes))
+
+
+def held_classes(model: typing.Any) -> int | None:
+    """How many classes a multiclass model holds now (what `memory_bound(model, classes=...)`
+    takes); None for a binary model. Read from the model's own label list: no copy.
+
+    >>> import streammargin
+    >>> cpm = streammargin.ConvexPolytopeClassifier()
+    >>> held_classes(cpm), held_classes(streammargin.ALMAClassifier())
+    (0, None)
+    >>> cpm.learn_one({"a": 1.0}, "cat"); cpm.learn_one({"a": -1.0}, "dog")
+    >>> held_classes(cpm)
+    2
+
+    """
+    if not getattr(model, "_multiclass", False):
+        return None
+    held = getattr(model, "_classes_held", None)
+    return held if isinstance(held, int) else None
 
 
 def check_state_bound(cls: type, params: typing.Any, max_bytes: int) -> None:

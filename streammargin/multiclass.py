@@ -41,7 +41,8 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
     before any learning.
 
     Memory: at most `max_classes` members, each within the wrapped model's own bound, so the
-    bound is `max_classes` x the member's bound (plus one label per class). A label beyond
+    bound is `max_classes` x the member's bound (plus one label per class); having seen k
+    classes, k members (`streammargin.memory.memory_bound(model, classes=k)`). A label beyond
     `max_classes` classes raises `streammargin.InvalidInput` and leaves the model as it was, so a
     stream with unexpected labels (a misrouted topic, an id in the label field) cannot grow it
     without limit.
@@ -283,13 +284,33 @@ class OneVsRestClassifier(base.Wrapper, base.MiniBatchClassifier):
             max_classes * (member + memory.MAX_LABEL_BYTES + 1) + memory.STATE_OVERHEAD
         )
 
-    def _memory_bound(self, params: dict | None = None) -> int:
-        """`streammargin.memory.memory_bound` of this model (its params updated with `params`)."""
+    def _memory_bound(self, params: dict | None = None, classes: int | None = None) -> int:
+        """`streammargin.memory.memory_bound` of this model (its params updated with `params`):
+        `max_classes` members, or given the `classes` it holds that many (at least 2)."""
+        from streammargin import memory
+
         chosen = {"classifier": self.classifier, "max_classes": self.max_classes, **(params or {})}
         classifier = chosen["classifier"]
-        return self._class_bound(
-            type(classifier), classifier._get_params(), int(chosen["max_classes"])
-        )
+        members = int(chosen["max_classes"])
+        if classes is not None:
+            members = memory.classes_charged(members, classes)
+        return self._class_bound(type(classifier), classifier._get_params(), members)
+
+    @property
+    def _classes_held(self) -> int:
+        """How many classes the model holds (`streammargin.memory.held_classes`)."""
+        return len(self.classifiers)
+
+    def _stored_names(self, params: dict | None = None, classes: int | None = None) -> int:
+        """`streammargin.memory.stored_names`: each member's, as `_memory_bound` counts them."""
+        from streammargin import memory
+
+        chosen = {"classifier": self.classifier, "max_classes": self.max_classes, **(params or {})}
+        classifier = chosen["classifier"]
+        members = int(chosen["max_classes"])
+        if classes is not None:
+            members = memory.classes_charged(members, classes)
+        return members * memory.stored_names(type(classifier), classifier._get_params())
 
     def _memory_size(self) -> int:
         """`streammargin.memory.memory_size`: the members' sizes and the labels' JSON."""

@@ -523,3 +523,98 @@ def test_max_features_must_be_a_positive_integer(cls):
 
 def test_hashed_columns_are_an_eighth():
     assert [hashed_columns(m) for m in (1, 7, 8, 64, 2**16)] == [1, 1, 1, 8, 8192]
+
+
+# Given the classes a model holds ------------------------------------------------------------------
+
+
+def _multiclass_models():
+    return [
+        streammargin.OneVsRestClassifier(streammargin.ALMAClassifier(max_features=16),
+                                         max_classes=9),
+        streammargin.ConvexPolytopeClassifier(max_features=16, max_classes=9, window=8),
+        streammargin.AutoClassifier(max_classes=9, max_ovr_classes=4, max_features=16),
+    ]
+
+
+@SMALL
+@given(labels=st.lists(st.integers(0, 8), min_size=1, max_size=60), seed=st.integers(0, 99))
+def test_a_multiclass_model_stays_within_its_bound_at_the_classes_it_holds(labels, seed):
+    # Held to the bound of the classes it holds after every record (arrays and names at most
+    # what it counts; names in every feature space at most `stored_names`), and that bound
+    # never above the ceiling nor below the bound of fewer classes.
+    rng = np.random.default_rng(seed)
+    for model in _multiclass_models():
+        held = []
+        for i, label in enumerate(labels):
+            x = {f"f{j}": float(v) for j, v in enumerate(rng.normal(size=3))}
+            x[f"id{seed}-{i}"] = 1.0  # a new name every record: the names reach their bound
+            model.learn_one(x, f"class-{label}")
+            k = memory.held_classes(model)
+            assert k == len(set(labels[: i + 1]))
+            bound = memory.memory_bound(model, classes=k)
+            assert memory.memory_size(model) <= bound - memory.STATE_OVERHEAD
+            assert len(state.dumps(model.to_state())) <= bound
+            assert _names(model) <= memory.stored_names(model, classes=k)
+            held.append(bound)
+        ceiling = memory.memory_bound(model)
+        assert all(b <= ceiling for b in held)
+        assert memory.stored_names(model, classes=k) <= memory.stored_names(model)
+        if not isinstance(model, streammargin.AutoClassifier):  # (its binary members retire)
+            assert held == sorted(held)
+
+
+def _names(model) -> int:
+    """The names a model stores by name, over its feature spaces."""
+    if isinstance(model, streammargin.OneVsRestClassifier):
+        return sum(map(_names, model.classifiers.values()))
+    if isinstance(model, streammargin.AutoClassifier):
+        return sum(_names(m) for m in model.members.values() if m is not None)
+    return len(model._features.names)
+
+
+def test_the_bound_at_some_classes_counts_at_least_two_and_at_most_max_classes():
+    ovr = streammargin.OneVsRestClassifier(streammargin.ALMAClassifier(), max_classes=100)
+    member = memory.memory_bound(streammargin.ALMAClassifier) - memory.STATE_OVERHEAD
+    one = member + memory.MAX_LABEL_BYTES + 1
+    # 0 or 1 class held: charged 2 (a binary stream has two); 3 held: 3; beyond: the ceiling
+    assert [memory.memory_bound(ovr, classes=k) - memory.STATE_OVERHEAD
+            for k in (0, 1, 2, 3)] == [2 * one, 2 * one, 2 * one, 3 * one]
+    assert memory.memory_bound(ovr, classes=500) == memory.memory_bound(ovr) == (
+        100 * one + memory.STATE_OVERHEAD)
+    assert memory.stored_names(ovr, classes=3) == 3 * 57_344
+    cpm = streammargin.ConvexPolytopeClassifier()
+    assert memory.memory_bound(cpm, classes=3) == memory.memory_bound(cpm, {"max_classes": 3})
+    assert memory.memory_bound(cpm, classes=0) == memory.memory_bound(cpm, {"max_classes": 2})
+    # A binary model's bound does not depend on the classes; it holds none
+    alma = streammargin.ALMAClassifier()
+    assert memory.memory_bound(alma, classes=7) == memory.memory_bound(alma)
+    assert memory.held_classes(alma) is None
+    assert memory.held_classes(streammargin.ConvexPolytopeClassifier(polytopes="one")) is None
+    with pytest.raises(ValueError, match="classes"):
+        memory.memory_bound(ovr, classes=-1)
+
+
+def test_an_auto_classifier_at_two_classes_is_charged_its_binary_members_and_records_kept():
+    from streammargin import replay
+
+    auto = streammargin.AutoClassifier()  # defaults: 2048 features, 100 classes, 10 one-vs-rest
+    overhead = memory.STATE_OVERHEAD
+    cpm = memory.memory_bound(streammargin.ConvexPolytopeClassifier, {"max_classes": 2})
+    alma = memory.memory_bound(streammargin.ALMAClassifier, {"max_features": 2048})
+    svm = memory.memory_bound(streammargin.BudgetSVMClassifier, {"max_features": 2048})
+    labels_and_scores = 2 * (memory.MAX_LABEL_BYTES + 1) + 48
+    assert memory.memory_bound(auto, classes=2) == (
+        cpm + alma + svm - 2 * overhead + labels_and_scores + replay.MAX_BYTES)
+    # 3 classes: one-vs-rest members of 3 classes, the records kept freed at the switch
+    ovr = sum(memory.memory_bound(streammargin.OneVsRestClassifier(cls(max_features=2048)),
+                                  classes=3) - overhead
+              for cls in (streammargin.ALMAClassifier, streammargin.BudgetSVMClassifier))
+    cpm3 = memory.memory_bound(streammargin.ConvexPolytopeClassifier, {"max_classes": 3})
+    assert memory.memory_bound(auto, classes=3) == cpm3 + ovr + 3 * 257 + 48
+    # Beyond max_ovr_classes the CPM serves alone
+    cpm11 = memory.memory_bound(streammargin.ConvexPolytopeClassifier, {"max_classes": 11})
+    assert memory.memory_bound(auto, classes=11) == cpm11 + 11 * 257 + 48
+    assert memory.stored_names(auto, classes=11) == 1792
+    assert memory.stored_names(auto, classes=2) == 3 * 1792
+    assert memory.stored_names(auto, classes=4) == (1 + 2 * 4) * 1792
