@@ -16,10 +16,11 @@ pod"), worker-wide, for `n` assigned input partitions:
     outputs      the outputs not acknowledged yet: at most checkpoint_every records' worth, since a
                  checkpoint waits for every output before it (a broker slow to acknowledge blocks
                  the worker there, and its fetching with it): checkpoint_every x OUTPUT_BYTES
-    models       n x (the model's ceiling (`streammargin.memory.memory_bound`) x MODEL_COPIES,
-                 and with --scale the scaler's, `streammargin.scaler.memory_bound`); under
+    models       n x (the model's ceiling (`streammargin.memory.memory_bound`) + its names'
+                 objects (`streammargin.memory.stored_names` x NAME_OBJECT_BYTES), and with
+                 --scale the scaler's, `streammargin.scaler.memory_bound`); under
                  --model-scope topic, min(n, TOPIC_SCOPE_MODELS x topics) of them, since a
-                 topic's tasks share one model
+                 topic's tasks share one model; + n x TASK_BYTES, each task's own objects
     exchange     --model-scope topic: the models an exchange holds (`exchange_memory_bound`,
                  for the partitions of the topic the worker does not own; none without a
                  peer, but a delta ledger kept from peers it had)
@@ -47,8 +48,8 @@ import dataclasses
 import re
 import typing
 
-__all__ = ["MemoryBudget", "MemoryBudgetError", "parse_size", "format_size", "PROCESS_BYTES",
-           "MIN_PENDING_BYTES", "DEFAULT_MAX_MEMORY"]
+__all__ = ["MemoryBudget", "MemoryBudgetError", "ModelCeiling", "model_ceiling", "parse_size",
+           "format_size", "PROCESS_BYTES", "MIN_PENDING_BYTES", "DEFAULT_MAX_MEMORY"]
 
 # The worker's RSS before its first record on the compiled modules: 61-64 MiB on kafka-python
 # (benchmarks/worker_rss.py), 77 MiB on librdkafka with --scale; its allocator's arenas then
@@ -72,10 +73,18 @@ POLL_COPIES = 3
 # An output waiting for its acknowledgement: the record in its batch and the send's future.
 OUTPUT_BYTES = 1 << 10
 # A model at its ceiling in a process, against `memory_bound` (the bytes of its arrays and of its
-# names' JSON): each stored name is a str object and a dict entry, ~120 B beyond its JSON. ALMA
-# at its ceiling with names of 126 characters held 15.4 MiB against a bound of 8.6 (tracemalloc,
-# the worker's task, metrics included); with names of 6, 8.2 MiB.
-MODEL_COPIES = 2
+# names' JSON): each stored name is a str object and a dict and a list entry, ~120 B beyond its
+# JSON. ALMA at its ceiling with names of 126 characters held 15.2 MiB against a bound of 8.6
+# (57,344 names: 122 B each beyond it; tracemalloc, the worker's task, metrics included); with
+# names of 6, 8.2 MiB. Twice the bound was charged before: right for ALMA, whose bound is mostly
+# names, twice what the models whose arrays make their bound hold (an AutoClassifier of two
+# classes held 27.5 MiB against a bound of 31.0 and 5,376 names; the CPM of 3 classes 33.2 MiB
+# against 32.7).
+NAME_OBJECT_BYTES = 160
+# A task's own objects beside its model: its metrics (the rolling window's outcomes, the drift
+# detector), its codec's and feature spaces' caches: 60-80 KiB measured (ALMA of 16 features,
+# 400 and 3,000 records).
+TASK_BYTES = 96 << 10
 # --model-scope topic: the models (and scalers) of one topic a worker holds at once. Its tasks
 # share one; a task restored brings its checkpoint's, mixed into the shared one at once
 # (`ModelScope.join`): the shared model, the restored one and their mix.
@@ -156,6 +165,14 @@ def format_size(n: float) -> str:
     return f"{n / (1 << 20):.0f} MiB"
 
 
+class ModelCeiling(typing.NamedTuple):
+    """What a model can hold: its bound (`streammargin.memory.memory_bound`) and the names its
+    feature spaces store by name (`streammargin.memory.stored_names`)."""
+
+    bound: int
+    names: int
+
+
 class MemoryBudgetError(ValueError):
     """The parts that cannot shrink take the whole ceiling: the cause, then the fix."""
 
@@ -172,12 +189,12 @@ class MemoryBudget:
     process: int
     fetch: int
     outputs: int
-    model: int  # one partition's model (and scaler) in the process
-    state: int  # one partition's model (and scaler) as a checkpoint's state
-    exchange_model: int  # --model-scope topic: one exchanged model's ceiling (0: partition scope)
+    ceiling: ModelCeiling  # one partition's model: its bound and its names
     exchange_kind: str
     schema_cache: int
     label_store_bytes: int  # one partition's cap (--label-store-bytes)
+    scaler: int = 0  # --scale: the scaler in the process (`streammargin.scaler.memory_bound`)
+    scaler_state: int = 0  # and as a checkpoint's state
     auto: bool = False  # --max-memory auto (the default)
     shared_topics: int = 0  # --model-scope topic: the input topics (0: partition scope)
     # Topic scope on kafka-python: the fetch buffers of one partition (its responses' stretch
@@ -188,6 +205,21 @@ class MemoryBudget:
     # --model-exchange delta: whether the worker keeps a ledger (`ModelScope.has_ledger`: from
     # its first peer on); without a peer and without one, an exchange holds nothing.
     exchange_ledger: bool = True
+
+    @property
+    def model(self) -> int:
+        """One partition's model (and scaler) in the process: its bound, its names' objects."""
+        return (self.ceiling.bound + NAME_OBJECT_BYTES * self.ceiling.names + self.scaler)
+
+    @property
+    def state(self) -> int:
+        """One partition's model (and scaler) as a checkpoint's state."""
+        return self.ceiling.bound + self.scaler_state
+
+    @property
+    def exchange_model(self) -> int:
+        """--model-scope topic: one exchanged model's ceiling (0: partition scope)."""
+        return self.ceiling.bound if self.shared_topics else 0
 
     def exchange(self, topic_partitions: int, n: int = 1) -> int:
         """The models an exchange holds at once, on a topic of this many partitions of which
@@ -211,9 +243,8 @@ class MemoryBudget:
         """The models (and scalers) of `n` partitions' tasks: one each, or under topic scope
         TOPIC_SCOPE_MODELS per topic at most."""
         n = max(1, n)
-        if self.shared_topics:
-            n = min(n, TOPIC_SCOPE_MODELS * self.shared_topics)
-        return n * self.model
+        models = min(n, TOPIC_SCOPE_MODELS * self.shared_topics) if self.shared_topics else n
+        return models * self.model + n * TASK_BYTES
 
     def states(self, n: int) -> int:
         """Every partition's checkpointed state, the one being encoded ENCODING_STATES times
@@ -319,7 +350,14 @@ def fetch_bytes(max_memory: int | str | None, transport: str) -> int:
     return max(MIN_FETCH_BYTES, min(default, whole_mib))
 
 
-def budget_of(config: typing.Any, model_bound: int, numba: bool,
+def model_ceiling(model: typing.Any) -> ModelCeiling:
+    """A model's `ModelCeiling`."""
+    from streammargin.memory import memory_bound, stored_names
+
+    return ModelCeiling(memory_bound(model), stored_names(model))
+
+
+def budget_of(config: typing.Any, ceiling: ModelCeiling, numba: bool,
               exchange_kind: str = "mix") -> MemoryBudget:
     """The budget of a `WorkerConfig` (its max_memory set, or auto) with a model of this
     ceiling (`exchange_kind`: the resolved --model-exchange of topic scope)."""
@@ -350,12 +388,12 @@ def budget_of(config: typing.Any, model_bound: int, numba: bool,
                  + (LIBRDKAFKA_BYTES if config.transport == "librdkafka" else 0)),
         fetch=fetched + record_objects,
         outputs=config.checkpoint_every * OUTPUT_BYTES,
-        model=MODEL_COPIES * model_bound + scaler,
-        state=model_bound + scaler_state,
-        exchange_model=model_bound if config.model_scope == "topic" else 0,
+        ceiling=ceiling,
         exchange_kind=exchange_kind,
         schema_cache=schema_cache,
         label_store_bytes=config.label_store_bytes,
+        scaler=scaler,
+        scaler_state=scaler_state,
         auto=auto,
         shared_topics=len(config.topics) if config.model_scope == "topic" else 0,
         fetch_partition=fetch_partition,

@@ -463,15 +463,14 @@ class Worker(Rebalancing, Outputs):
         if config.max_memory is None:
             return None
         from streammargin.jit import aot
-        from streammargin.memory import memory_bound
 
         # The models run on numba's JIT where the compiled modules are off or not built.
         numba = not (aot.enabled() and aot.built())
         exchange = "mix"
         if config.model_scope == "topic":
             exchange = resolved_exchange(config.model_exchange, self.settings)
-        budget = memory_budget.budget_of(config, memory_bound(self.settings.build_model()),
-                                         numba, exchange)
+        budget = memory_budget.budget_of(
+            config, memory_budget.model_ceiling(self.settings.build_model()), numba, exchange)
         budget.check_start()
         return budget
 
