@@ -58,6 +58,15 @@ def test_the_parts_never_exceed_the_ceiling_unless_it_is_overcommitted(max_memor
     assert plan.pending_share(n + 1) <= plan.pending_share(n)
 
 
+def test_a_round_holds_every_state_and_one_being_encoded_or_the_producers_copies():
+    # Hand-computed, states of 10 MiB: one partition, its state and 1.5 more while it is
+    # encoded; from two on, every state and the producer's copy of each, sent before any is
+    # acknowledged (CheckpointStore.write).
+    plan = budget(4 << 30, bound=10 * MiB)
+    assert plan.state == 10 * MiB
+    assert [plan.states(n) for n in (1, 2, 12)] == [25 * MiB, 40 * MiB, 240 * MiB]
+
+
 def test_the_shares_shrink_as_partitions_come_and_a_store_evicts_its_oldest_counted():
     plan = budget(1 << 30)
     assert plan.pending_share(1) == 256 * MiB  # (--label-store-bytes caps one partition's)
