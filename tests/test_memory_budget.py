@@ -303,17 +303,183 @@ def _metrics(status) -> str:
 def test_the_default_gives_way_to_a_model_of_a_larger_ceiling_and_a_given_size_does_not():
     from connectors.worker.worker import Worker
 
-    # A one-vs-rest ALMA of 100 classes has 100 model ceilings: more than 1 GiB on one partition.
-    auto = Worker(WorkerConfig(topics=["t"], one_vs_rest=True)).memory
+    # An ALMA of 2**22 features: a bound of 550 MiB, names' objects 560 MiB, more than 1 GiB.
+    params = {"max_features": 1 << 22}
+    auto = Worker(WorkerConfig(topics=["t"], params=params)).memory
     assert auto.auto and auto.max_memory > 1 << 30
     assert not auto.overcommitted(1) and auto.max_memory % MiB == 0
     assert "--max-memory auto, " in auto.describe(1)
     with pytest.raises(MemoryBudgetError, match="below what the worker needs"):
-        Worker(WorkerConfig(topics=["t"], one_vs_rest=True, max_memory=1 << 30))
+        Worker(WorkerConfig(topics=["t"], params=params, max_memory=1 << 30))
     plain = Worker(WorkerConfig(topics=["t"])).memory
     assert plain.max_memory == memory_budget.DEFAULT_MAX_MEMORY
     with pytest.raises(ValueError, match="bytes, auto or None"):
         WorkerConfig(topics=["t"], max_memory="lots")
+
+
+# The classes a model holds ------------------------------------------------------------------------
+
+
+def test_a_multiclass_model_is_charged_two_classes_at_start_not_max_classes():
+    from connectors.worker.worker import Worker
+    from streammargin.memory import memory_bound
+
+    # --one-vs-rest ALMA, --max-classes 100: two members, not 100 (856 MiB), the default 1 GiB
+    # holds it, and the start's check passes at 1 GiB where it needed 4.6 GiB.
+    plan = Worker(WorkerConfig(topics=["t"], one_vs_rest=True)).memory
+    member = memory_bound(streammargin_alma()) - STATE_OVERHEAD
+    assert plan.ceiling == (2 * (member + 257) + STATE_OVERHEAD, 2 * 57_344, 2)
+    assert plan.max_memory == memory_budget.DEFAULT_MAX_MEMORY
+    Worker(WorkerConfig(topics=["t"], one_vs_rest=True, max_memory=1 << 30)).memory.check_start()
+    auto = Worker(WorkerConfig(topics=["t"], model="auto")).memory
+    assert auto.ceiling.classes == 2 and not auto.overcommitted(2)
+
+
+def streammargin_alma():
+    import streammargin
+
+    return streammargin.ALMAClassifier()
+
+
+STATE_OVERHEAD = 16 * 1024
+
+
+def test_the_budget_grows_with_the_classes_each_model_holds():
+    # Hand-computed: fresh models of bound 10 MiB and 1,000 names at 2 classes; one model holds
+    # 5 classes (bound 25 MiB, 2,500 names), the other 2. Models: each its bound + 160 B a name
+    # + 96 KiB; states: each bound, + 1.5 x the largest or the sum again, the more.
+    fresh = ModelCeiling(10 * MiB, 1_000, 2)
+    grown = ModelCeiling(25 * MiB, 2_500, 5)
+    plan = budget(2 << 30, label_store_bytes=1 << 30)  # (the stores' cap out of the way)
+    plan = dataclasses.replace(plan, ceiling=fresh)
+    task = memory_budget.TASK_BYTES
+    assert plan.models(2) == 2 * (10 * MiB + 160 * 1_000 + task)
+    # (2 states, and the round's producer copies of both: more than 1.5 x one being encoded)
+    assert plan.states(2) == 2 * (2 * 10 * MiB)
+    held = plan.holding([grown])
+    assert held.models(2) == (25 * MiB + 160 * 2_500) + (10 * MiB + 160 * 1_000) + 2 * task
+    # (25 + 10, and 1.5 x 25 being encoded: more than the copies of 35)
+    assert held.states(2) == int(25 * MiB + 10 * MiB + 1.5 * 25 * MiB)
+    assert held.fixed(2) - plan.fixed(2) == 15 * MiB + 160 * 1_500 + int(32.5 * MiB)
+    # What the models take comes out of the stores, evenly: (fixed grows by 47.7 MiB) / 1.1 / 2
+    grow = held.fixed(2) - plan.fixed(2)
+    assert plan.pending_share(2) - held.pending_share(2) in (
+        int(grow / 1.1 / 2), int(grow / 1.1 / 2) + 1)
+    assert held.classes == 5 and plan.classes == 2
+    assert "the models charged up to 5 classes" in held.describe(2)
+    # Topic scope: one shared model, its three copies at most, and the exchange at its bound
+    topic = dataclasses.replace(plan, shared_topics=1, exchange_kind="mix")
+    assert topic.holding([grown]).models(12) == 3 * (25 * MiB + 160 * 2_500) + 12 * task
+    assert topic.holding([grown]).exchange(12, 4) == (2 * 8 + 2) * 25 * MiB
+    assert topic.exchange(12, 4) == (2 * 8 + 2) * 10 * MiB
+
+
+def test_under_the_default_the_ceiling_gives_way_to_one_partition_of_the_classes_held():
+    from connectors.worker.worker import Worker
+    import streammargin
+
+    plan = Worker(WorkerConfig(topics=["t"], one_vs_rest=True)).memory
+    model = streammargin.OneVsRestClassifier(streammargin.ALMAClassifier(), max_classes=100)
+    for label in range(60):
+        model.learn_one({"a": 1.0}, label)
+    sixty = plan.holding([memory_budget.model_ceiling(model)])
+    assert sixty.ceiling.classes == 2 and sixty.held[0].classes == 60
+    assert sixty.max_memory > 1 << 30 and not sixty.overcommitted(1)
+    assert sixty.max_memory == -(-dataclasses.replace(sixty, max_memory=1 << 30).needed(1)
+                                 >> 20) << 20
+    given = dataclasses.replace(plan, auto=False).holding([memory_budget.model_ceiling(model)])
+    assert given.max_memory == 1 << 30 and given.overcommitted(1)
+
+
+def _ovr_worker(max_memory, partitions: int, labels, **options):
+    """A worker of --one-vs-rest ALMA owning `partitions` tasks (no broker), each having learnt
+    records of these labels."""
+    import json
+
+    from connectors.worker.task import PartitionTask
+    from connectors.worker.worker import Worker
+
+    worker = Worker(WorkerConfig(topics=["t"], one_vs_rest=True, max_memory=max_memory,
+                                 **options))
+    for p in range(partitions):
+        task = PartitionTask.new("t", p, worker.settings)
+        task.process([_Record("t", p, i, None, json.dumps(
+            {"id": f"e{i}", "x": {"a": float(i % 3)}, "y": label}).encode())
+            for i, label in enumerate(labels)])
+        worker.tasks[(("t", p))] = task
+    return worker
+
+
+def test_a_two_class_stream_under_one_vs_rest_is_charged_two_classes(caplog):
+    # Issue 45: "fraud"/"legit" with --one-vs-rest on 2 partitions started with an ERROR (7211
+    # MiB needed) and 1 MiB stores. Charged two classes: no ERROR, each store its full share.
+    worker = _ovr_worker("auto", 2, ["fraud", "legit"] * 5, scale=True)
+    with caplog.at_level(logging.INFO, logger="connectors.worker"):
+        assert worker._apply_memory_shares()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    plan = worker.memory.holding([memory_budget.model_ceiling(t.model)
+                                  for t in worker.tasks.values()])
+    share = min(plan.pending_share(2), 256 * MiB)
+    assert share > 200 * MiB
+    assert all(t.pending.max_bytes == share for t in worker.tasks.values())
+    assert not worker.status.memory_overcommitted
+    assert plan.classes == 2 and plan.max_memory == 1 << 30
+    assert worker.status.memory_parts["models"] == plan.models(2) < 128 * MiB
+    assert not worker._charge_classes()  # (nothing met since)
+
+
+def test_a_new_class_grows_the_budget_and_every_partition_is_checkpointed_with_it(caplog):
+    import json
+
+    worker = _ovr_worker(1 << 30, 4, ["a", "b"])
+    worker._apply_memory_shares()
+    before = next(iter(worker.tasks.values())).pending.max_bytes
+    assert not worker._charge_classes()
+    task = worker.tasks[("t", 3)]
+    task.process([_Record("t", 3, 100, None, json.dumps(
+        {"id": "c", "x": {"a": 1.0}, "y": "c"}).encode())])
+    with caplog.at_level(logging.INFO, logger="connectors.worker"):
+        assert worker._charge_classes()  # (the loop checkpoints every partition in this turn)
+    after = {t.pending.max_bytes for t in worker.tasks.values()}
+    ceiling = memory_budget.model_ceiling(task.model)
+    assert ceiling.classes == 3 and len(after) == 1 and after.pop() < before
+    # The share is a function of the owned partitions and their models' classes: what a restore
+    # of these tasks computes (another worker, the same models)
+    again = _ovr_worker(1 << 30, 4, ["a", "b"])
+    again.tasks[("t", 3)] = task
+    again._apply_memory_shares()
+    assert {t.pending.max_bytes for t in again.tasks.values()} == {
+        worker.tasks[("t", 0)].pending.max_bytes}
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "the models charged up to 3 classes" in lines[0], lines
+    assert not worker._charge_classes()  # (once per change)
+
+
+def test_classes_that_exhaust_the_ceiling_are_one_error_naming_every_fix(caplog):
+    worker = _ovr_worker(1 << 30, 2, [f"c{i}" for i in range(15)])
+    with caplog.at_level(logging.INFO, logger="connectors.worker"):
+        worker._apply_memory_shares()
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, errors
+    error = errors[0]
+    assert error.startswith("memory: 2 partitions need ") and "models of up to 15 classes" in error
+    fix = error.split("Fix: ", 1)[1]
+    assert "raise --max-memory above " in fix and "--param max_features=" in fix
+    assert "at most 1 partition a worker (more workers in the group)" in fix
+    k = int(fix.split("--max-classes ", 1)[1].split()[0])
+    assert 2 < k < 15
+    # What each fix says is enough is: k classes fit, k + 1 do not.
+    plan = worker.memory
+    models = [t.model for t in worker.tasks.values()]
+
+    def capped(classes):
+        return plan.holding(memory_budget.model_ceiling(m, classes) for m in models)
+
+    assert not capped(k).overcommitted(2) and capped(k + 1).overcommitted(2)
+    need = parse_size(fix.split("raise --max-memory above ", 1)[1].split(",")[0].replace(" ", ""))
+    assert not dataclasses.replace(capped(15), max_memory=need + MiB).overcommitted(2)
+    assert worker.status.memory_overcommitted
+    assert {t.pending.max_bytes for t in worker.tasks.values()} == {memory_budget.MIN_SHARE_BYTES}
 
 
 @pytest.mark.kafka
@@ -338,3 +504,46 @@ def test_a_topic_scope_worker_owning_every_partition_is_charged_one_topics_model
     parts = worker.status.memory_parts
     assert parts["models"] == 3 * worker.memory.model + 4 * memory_budget.TASK_BYTES
     assert parts["exchange"] == 0
+
+
+@pytest.mark.kafka
+def test_a_class_met_mid_stream_moves_the_shares_at_a_checkpoint_a_restore_repeats(
+        kafka_broker, caplog):
+    # Two classes, then a third from record 300: the stores' share shrinks in the turn that
+    # met it, with a checkpoint of every partition, and a worker restoring those checkpoints
+    # sets the same share.
+    import test_kafka_worker as w
+
+    from connectors.kafka.broker import create_topics
+    from connectors.worker.worker import Worker
+
+    bootstrap = kafka_broker.bootstrap_servers
+    name = w.fresh("memory-classes")
+    create_topics(bootstrap, [name], partitions=2)
+    items = []
+    for i in range(3000):
+        labels = ["a", "b"] if i < 300 else ["a", "b", "c"]
+        y = None if i % 3 else labels[i // 3 % len(labels)]  # (two in three wait, unlabelled)
+        items.append((i % 2, w.event(i, {"f": float(i % 7), "g": 1.0}, y)))
+    w.produce(bootstrap, name, items)
+    options = dict(one_vs_rest=True, max_memory=1 << 30, checkpoint_every=100_000,
+                   checkpoint_interval=None, max_poll_records=100)
+    worker = Worker(w.config(bootstrap, name, **options))
+    with caplog.at_level(logging.INFO, logger="connectors.worker"):
+        summary = worker.run()
+    assert summary["records"] == 3000
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("memory:")]
+    assert "charged up to 2 classes" in lines[0] and "charged up to 3 classes" in lines[-1], lines
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # (no round is due before the exit's but those of the class: one per partition's model,
+    # as kafka-python fetched them, each of the partitions that had records)
+    assert 2 <= len(worker.checkpoint_log) <= 3, worker.checkpoint_log
+    shares = worker.status.memory_parts
+    two = Worker(w.config(bootstrap, name, **options)).memory
+    assert shares["pending"] < 2 * min(two.pending_share(2), 256 * MiB)
+    for partition in (0, 1):
+        labels = summary["partitions"][f"{name}/{partition}"]["labels"]
+        assert labels["evicted"] == 0 and labels["pending"] == 1000
+    again = Worker(w.config(bootstrap, name, **options))
+    assert again.run()["records"] == 0
+    assert again.status.memory_parts == shares

@@ -16,14 +16,18 @@ pod"), worker-wide, for `n` assigned input partitions:
     outputs      the outputs not acknowledged yet: at most checkpoint_every records' worth, since a
                  checkpoint waits for every output before it (a broker slow to acknowledge blocks
                  the worker there, and its fetching with it): checkpoint_every x OUTPUT_BYTES
-    models       n x (the model's ceiling (`streammargin.memory.memory_bound`) + its names'
+    models       each owned partition's model: its ceiling given the classes it holds
+                 (`streammargin.memory.memory_bound(model, classes=k)`, k at least 2 and at
+                 most its max_classes; a binary model's does not depend on k) + its names'
                  objects (`streammargin.memory.stored_names` x NAME_OBJECT_BYTES), and with
-                 --scale the scaler's, `streammargin.scaler.memory_bound`); under
-                 --model-scope topic, min(n, TOPIC_SCOPE_MODELS x topics) of them, since a
-                 topic's tasks share one model; + n x TASK_BYTES, each task's own objects
+                 --scale the scaler's, `streammargin.scaler.memory_bound`; under
+                 --model-scope topic, min(n, TOPIC_SCOPE_MODELS x topics) of the largest
+                 shared model, since a topic's tasks share one; + n x TASK_BYTES, each task's
+                 own objects
     exchange     --model-scope topic: the models an exchange holds (`exchange_memory_bound`,
                  for the partitions of the topic the worker does not own; none without a
-                 peer, but a delta ledger kept from peers it had)
+                 peer, but a delta ledger kept from peers it had), each at the shared model's
+                 bound at the classes it holds, as the models' term
     schema cache the Schema Registry's schemas (--schema-cache-bytes x SCHEMA_PARSED_FACTOR)
     allocator    1/8 of the ceiling (ALLOCATOR_SHARE): what no term bounds on its own, memory
                  Python's allocator keeps once freed (an arena goes back only once all of it is
@@ -33,15 +37,22 @@ pod"), worker-wide, for `n` assigned input partitions:
     checkpoints  a checkpoint of every partition holds what changed in its store and the
                  segments' offsets, a restore the predictions of the waiting events
                  (CHECKPOINT_FACTOR of the store), and its model's and scaler's state (each up
-                 to its state's ceiling); beside them, the one being encoded ENCODING_STATES
-                 times over, or once all are encoded the producer's copies of them
-                 (CHECKPOINT_SEND_COPIES), whichever is more
+                 to its state's bound, at the classes the model holds); beside them, the
+                 largest being encoded ENCODING_STATES times over, or once all are encoded the
+                 producer's copies of them (CHECKPOINT_SEND_COPIES), whichever is more
 
 `fixed` is every part but the pending store: if it leaves less than MIN_PENDING_BYTES at start
-(one partition), the worker exits 2 (`MemoryBudgetError`: the cause, then the fix). When an
-assignment takes it past the ceiling later (more partitions, more model ceilings), the worker
-says so in one ERROR line, counts it (`streammargin_memory_overcommitted`) and goes on with
-the least pending store; it never exceeds the ceiling silently.
+(one partition, a fresh model of two classes), the worker exits 2 (`MemoryBudgetError`: the
+cause, then the fix). The classes a model holds come from the model itself (its label list;
+a restored checkpoint's model brings its own), read once per poll: when a model meets a class
+that moves the models' term, the budget grows, the stores' shares shrink, and every partition
+is checkpointed in the same turn (`Worker._charge_classes`), so that a share only changes where
+a replay starts: a replay restores the classes with the models and the same shares with them
+(a share is a function of the owned partitions and of their models' classes). When an
+assignment or the classes take the fixed parts past the ceiling (more partitions, more
+classes), the worker says so in one ERROR line naming every fix (`overcommit_fixes`), counts it
+(`streammargin_memory_overcommitted`) and goes on with the least pending store; it never
+exceeds the ceiling silently.
 """
 
 from __future__ import annotations
@@ -50,8 +61,9 @@ import dataclasses
 import re
 import typing
 
-__all__ = ["MemoryBudget", "MemoryBudgetError", "ModelCeiling", "model_ceiling", "parse_size",
-           "format_size", "PROCESS_BYTES", "MIN_PENDING_BYTES", "DEFAULT_MAX_MEMORY"]
+__all__ = ["MemoryBudget", "MemoryBudgetError", "ModelCeiling", "model_ceiling",
+           "overcommit_fixes", "parse_size", "format_size", "PROCESS_BYTES", "MIN_PENDING_BYTES",
+           "DEFAULT_MAX_MEMORY"]
 
 # The worker's RSS before its first record on the compiled modules: 61-64 MiB on kafka-python
 # (benchmarks/worker_rss.py), 77 MiB on librdkafka with --scale; its allocator's arenas then
@@ -175,10 +187,12 @@ def format_size(n: float) -> str:
 
 class ModelCeiling(typing.NamedTuple):
     """What a model can hold: its bound (`streammargin.memory.memory_bound`) and the names its
-    feature spaces store by name (`streammargin.memory.stored_names`)."""
+    feature spaces store by name (`streammargin.memory.stored_names`), given the classes it
+    holds (`classes`, the count charged: None for a binary model)."""
 
     bound: int
     names: int
+    classes: int | None = None
 
 
 class MemoryBudgetError(ValueError):
@@ -197,7 +211,7 @@ class MemoryBudget:
     process: int
     fetch: int
     outputs: int
-    ceiling: ModelCeiling  # one partition's model: its bound and its names
+    ceiling: ModelCeiling  # a fresh model of one partition (two classes if multiclass)
     exchange_kind: str
     schema_cache: int
     label_store_bytes: int  # one partition's cap (--label-store-bytes)
@@ -213,21 +227,60 @@ class MemoryBudget:
     # --model-exchange delta: whether the worker keeps a ledger (`ModelScope.has_ledger`: from
     # its first peer on); without a peer and without one, an exchange holds nothing.
     exchange_ledger: bool = True
+    # The owned models' ceilings at the classes each holds (`model_ceiling`): one per owned
+    # partition, or under topic scope one per shared model; a partition beyond them is charged
+    # `ceiling`, a fresh model's.
+    held: tuple[ModelCeiling, ...] = ()
 
     @property
     def model(self) -> int:
-        """One partition's model (and scaler) in the process: its bound, its names' objects."""
-        return (self.ceiling.bound + NAME_OBJECT_BYTES * self.ceiling.names + self.scaler)
+        """A fresh model (and scaler) in the process: its bound, its names' objects."""
+        return self.in_process(self.ceiling)
 
     @property
     def state(self) -> int:
-        """One partition's model (and scaler) as a checkpoint's state."""
-        return self.ceiling.bound + self.scaler_state
+        """A fresh model (and scaler) as a checkpoint's state."""
+        return self.state_of(self.ceiling)
 
     @property
     def exchange_model(self) -> int:
-        """--model-scope topic: one exchanged model's ceiling (0: partition scope)."""
-        return self.ceiling.bound if self.shared_topics else 0
+        """--model-scope topic: one exchanged model's bound, the largest shared model's (0:
+        partition scope)."""
+        return self.largest().bound if self.shared_topics else 0
+
+    def in_process(self, model: ModelCeiling) -> int:
+        """A model of this ceiling (and the scaler) in the process."""
+        return model.bound + NAME_OBJECT_BYTES * model.names + self.scaler
+
+    def state_of(self, model: ModelCeiling) -> int:
+        """A model of this ceiling (and the scaler) as a checkpoint's state."""
+        return model.bound + self.scaler_state
+
+    def charged(self, n: int) -> list[ModelCeiling]:
+        """The models of `n` partitions: those held, then fresh ones."""
+        held = list(self.held[:n])
+        return held + [self.ceiling] * (max(1, n) - len(held))
+
+    def largest(self) -> ModelCeiling:
+        """The largest model held (a fresh one's ceiling if none is larger)."""
+        return max((self.ceiling, *self.held), key=lambda model: model.bound)
+
+    @property
+    def classes(self) -> int | None:
+        """The most classes a model held is charged (None: binary models)."""
+        counts = [m.classes for m in (self.ceiling, *self.held) if m.classes is not None]
+        return max(counts) if counts else None
+
+    def holding(self, held: typing.Iterable[ModelCeiling]) -> MemoryBudget:
+        """This budget with the owned models at these ceilings; under --max-memory auto the
+        ceiling gives way to one partition of the largest of them, as it does at start."""
+        budget = dataclasses.replace(self, held=tuple(held))
+        if budget.auto:
+            one = dataclasses.replace(budget, held=(budget.largest(),),
+                                      max_memory=DEFAULT_MAX_MEMORY)
+            need = one.needed(1) if one.overcommitted(1) else DEFAULT_MAX_MEMORY
+            budget = dataclasses.replace(budget, max_memory=-(-need >> 20) << 20)
+        return budget
 
     def exchange(self, topic_partitions: int, n: int = 1) -> int:
         """The models an exchange holds at once, on a topic of this many partitions of which
@@ -248,19 +301,26 @@ class MemoryBudget:
         return min(self.fetch, max(1, n) * self.fetch_partition + self.fetch_objects)
 
     def models(self, n: int) -> int:
-        """The models (and scalers) of `n` partitions' tasks: one each, or under topic scope
-        TOPIC_SCOPE_MODELS per topic at most."""
+        """The models (and scalers) of `n` partitions' tasks: one each at the classes it holds,
+        or under topic scope TOPIC_SCOPE_MODELS per topic at most, of the largest."""
         n = max(1, n)
-        models = min(n, TOPIC_SCOPE_MODELS * self.shared_topics) if self.shared_topics else n
-        return models * self.model + n * TASK_BYTES
+        if self.shared_topics:
+            models = min(n, TOPIC_SCOPE_MODELS * self.shared_topics)
+            return models * self.in_process(self.largest()) + n * TASK_BYTES
+        return sum(map(self.in_process, self.charged(n))) + n * TASK_BYTES
 
     def states(self, n: int) -> int:
-        """Every partition's checkpointed state, and beside them in a round the one being
+        """Every partition's checkpointed state, and beside them in a round the largest being
         encoded ENCODING_STATES times over or, once they are encoded, the producer's copies of
         them all (CHECKPOINT_SEND_COPIES)."""
         n = max(1, n)
-        return int(n * self.state + max(ENCODING_STATES - 1, CHECKPOINT_SEND_COPIES * n)
-                   * self.state)
+        if self.shared_topics:
+            states = [self.state_of(self.largest())] * n
+        else:
+            states = list(map(self.state_of, self.charged(n)))
+        total = sum(states)
+        return int(total + max((ENCODING_STATES - 1) * max(states),
+                               CHECKPOINT_SEND_COPIES * total))
 
     def fixed(self, n: int, topic_partitions: int | None = None) -> int:
         """Every part but the pending stores and their checkpoints' share."""
@@ -318,9 +378,11 @@ class MemoryBudget:
         listed = ", ".join(f"{name} {format_size(v)}" for v, name in parts[:5])
         share = format_size(self.pending_share(n, topic_partitions))
         given = "auto, " if self.auto else ""
+        classes = self.classes
+        held = "" if classes is None else f"; the models charged up to {classes} classes"
         return (f"memory: --max-memory {given}{format_size(self.max_memory)} at {max(1, n)} "
                 f"partition{'s' if n != 1 else ''}: {listed} (each partition's pending store "
-                f"{share}; docs/operations.md, \"Sizing a pod\")")
+                f"{share}{held}; docs/operations.md, \"Sizing a pod\")")
 
     def check_start(self) -> None:
         """`MemoryBudgetError` if the ceiling cannot hold the worker on one partition."""
@@ -361,11 +423,47 @@ def fetch_bytes(max_memory: int | str | None, transport: str) -> int:
     return max(MIN_FETCH_BYTES, min(default, whole_mib))
 
 
-def model_ceiling(model: typing.Any) -> ModelCeiling:
-    """A model's `ModelCeiling`."""
-    from streammargin.memory import memory_bound, stored_names
+def model_ceiling(model: typing.Any, classes: int | None = None) -> ModelCeiling:
+    """A model's `ModelCeiling` given the classes it holds (`streammargin.memory.held_classes`,
+    or `classes` where given; a fresh multiclass model is charged two, a binary model its bound,
+    which does not depend on them)."""
+    from streammargin.memory import (classes_charged, held_classes, memory_bound,
+                                     stored_names)
 
-    return ModelCeiling(memory_bound(model), stored_names(model))
+    held = held_classes(model)
+    if held is None:
+        return ModelCeiling(memory_bound(model), stored_names(model))
+    if classes is not None:
+        held = classes
+    charged = classes_charged(getattr(model, "max_classes", held), held)
+    return ModelCeiling(memory_bound(model, classes=held),
+                        stored_names(model, classes=held), charged)
+
+
+def overcommit_fixes(budget: MemoryBudget, n: int, topic_partitions: int | None,
+                     capped: typing.Callable[[int], tuple[ModelCeiling, ...]] | None = None,
+                     class_option: str = "--max-classes {}") -> list[str]:
+    """What fixes an overcommitted budget of `n` partitions, each as the option to give: a
+    ceiling that holds them; where the models' classes are the cause (`capped(k)`: the models
+    held, each capped at k classes), the most classes that fit, as `class_option` formats
+    them; the most partitions a worker that fit; a model of a lower ceiling."""
+    fixes = [f"raise --max-memory above {format_size(budget.needed(n, topic_partitions))}"]
+    classes = budget.classes
+    if capped is not None and classes is not None and classes > 2:
+        for k in range(classes - 1, 1, -1):
+            if not budget.holding(capped(k)).overcommitted(n, topic_partitions):
+                fixes.append(f"{class_option.format(k)} (a record of a further class "
+                             "becomes a dead letter)")
+                break
+    largest = sorted(budget.held, key=lambda model: -budget.in_process(model))
+    for m in range(max(1, n) - 1, 0, -1):
+        fewer = budget.holding(largest[:m]) if not budget.shared_topics else budget
+        if not fewer.overcommitted(m, topic_partitions):
+            fixes.append(f"at most {m} partition{'s' if m != 1 else ''} a worker (more workers "
+                         "in the group)")
+            break
+    fixes.append("a model of a lower ceiling (--param max_features=...)")
+    return fixes
 
 
 def budget_of(config: typing.Any, ceiling: ModelCeiling, numba: bool,

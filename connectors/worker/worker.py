@@ -87,6 +87,7 @@ from connectors.worker.outputs import Outputs
 from connectors.worker.profiling import rss_bytes
 from connectors.worker.rebalance import Rebalancing, _Callbacks
 from connectors.worker.task import OutputRecords, PartitionTask
+from streammargin.memory import held_classes
 
 __all__ = ["WorkerConfig", "Worker", "WorkerError", "client_settings", "connection_settings",
            "BAD_CHECKPOINT_POLICIES", "UNDECODABLE_POLICIES", "PROCESSING_GUARANTEES",
@@ -224,7 +225,10 @@ class Worker(Rebalancing, Outputs):
         # --max-memory: the shares of the ceiling (MemoryBudgetError, a ValueError, if the
         # parts that cannot shrink take it all on one partition).
         self.memory = self._memory_budget()
-        self._memory_at: tuple[int, int] | None = None  # (partitions, pending share) last set
+        # (partitions, pending share, overcommitted) last set, and the classes of the owned
+        # models then (`_charge_classes`)
+        self._memory_at: tuple[int, int, bool] | None = None
+        self._charged_classes: tuple = ()
         # One Schema Registry client and one codec for every task: the client's cache serves
         # them all (a schema is asked for once per id and process).
         self.registry = config.make_registry()
@@ -474,14 +478,16 @@ class Worker(Rebalancing, Outputs):
         budget.check_start()
         return budget
 
-    def _apply_memory_shares(self) -> None:
+    def _apply_memory_shares(self) -> bool:
         """--max-memory: each partition's pending store takes its share of what the fixed parts
-        leave, for the partitions owned now (the oldest events beyond it are evicted, counted);
-        a new share is logged in one line, an overcommitted ceiling in one ERROR line."""
+        leave, for the partitions owned now and the classes their models hold (the oldest
+        events beyond it are evicted, counted); a new share is logged in one line, an
+        overcommitted ceiling in one ERROR line naming every fix. Returns whether the share
+        changed."""
         budget = self.memory
         n = len(self.tasks)
         if budget is None or n == 0:
-            return
+            return False
         topic_partitions = None
         if self.config.model_scope == "topic":
             try:
@@ -491,27 +497,65 @@ class Worker(Rebalancing, Outputs):
                 topic_partitions = None
             if self.model_scope is not None and not self.model_scope.has_ledger:
                 budget = dataclasses.replace(budget, exchange_ledger=False)
+        models = self._owned_models()
+        self._charged_classes = self._classes_of(models)
+        budget = budget.holding(memory_budget.model_ceiling(model) for model in models
+                                if held_classes(model) is not None)
         share = min(budget.pending_share(n, topic_partitions), self.settings.label_store_bytes)
         for task in self.tasks.values():
             task.pending.resize(share)
         over = budget.overcommitted(n, topic_partitions)
         self.status.memory_budget(budget.parts(n, topic_partitions), over)
-        if self._memory_at == (n, share):
-            return
-        self._memory_at = (n, share)
+        moved = self._memory_at is None or self._memory_at[1] != share
+        if self._memory_at == (n, share, over):
+            return moved
+        self._memory_at = (n, share, over)
         if over:
-            fixed = budget.fixed(n, topic_partitions)
+            fixes = memory_budget.overcommit_fixes(
+                budget, n, topic_partitions,
+                lambda k: tuple(memory_budget.model_ceiling(model, min(k, held_classes(model)))
+                                for model in models if held_classes(model) is not None),
+                "--max-classes {}" if self.settings.one_vs_rest else "--param max_classes={}")
+            classes = budget.classes
+            held = (f"{n} model ceilings of {memory_budget.format_size(budget.model)}"
+                    if classes is None else
+                    f"models of up to {classes} classes: "
+                    f"{memory_budget.format_size(budget.models(n))}")
             log.error("memory: %d partitions need %s of --max-memory %s before any event waits "
-                      "for its label (%d model ceilings of %s): the pending stores go on with "
-                      "%s each, and the process may exceed the ceiling. Fix: raise --max-memory "
-                      "above %s, or run more workers in the group", n,
-                      memory_budget.format_size(fixed),
-                      memory_budget.format_size(budget.max_memory),
-                      budget.models(n) // max(1, budget.model),
-                      memory_budget.format_size(budget.model), memory_budget.format_size(share),
-                      memory_budget.format_size(budget.needed(n, topic_partitions)))
+                      "for its label (%s): the pending stores go on with %s each, and the "
+                      "process may exceed the ceiling. Fix: %s", n,
+                      memory_budget.format_size(budget.fixed(n, topic_partitions)),
+                      memory_budget.format_size(budget.max_memory), held,
+                      memory_budget.format_size(share), ", ".join(fixes[:-1]) + ", or "
+                      + fixes[-1])
         else:
             log.info("%s", budget.describe(n, topic_partitions))
+        return moved
+
+    def _owned_models(self) -> list:
+        """The models of the owned partitions, each once (under topic scope a topic's tasks
+        share one)."""
+        models = {id(task.model): task.model for task in self.tasks.values()}
+        return list(models.values())
+
+    @staticmethod
+    def _classes_of(models: list) -> tuple:
+        """The classes each model holds (`streammargin.memory.held_classes`: a len of its own
+        label list), what the budget last charged."""
+        return tuple(held_classes(model) for model in models)
+
+    def _charge_classes(self) -> bool:
+        """Once a poll: whether a model met a class since the budget was last set (a
+        multiclass model's label list grew, or a topic's mix brought classes in); if so the
+        budget is set again (`_apply_memory_shares`). Returns True when the stores' share
+        changed in partition scope: every partition is then checkpointed in the same turn, so
+        that a share only changes where a replay would start (the restore charges the classes
+        its models bring, the same share)."""
+        if self.memory is None or not self.settings.multiclass or not self.tasks:
+            return False
+        if self._classes_of(self._owned_models()) == self._charged_classes:
+            return False
+        return self._apply_memory_shares() and self.model_scope is None
 
     def _model_exchange(self, transport: Transport) -> ModelScope:
         """The model exchange of --model-scope topic, on a checkpoint store of the model topic
@@ -645,6 +689,8 @@ class Worker(Rebalancing, Outputs):
             if next_checkpoint is not None and now >= next_checkpoint:
                 due = list(self.tasks.values())
                 next_checkpoint = now + config.checkpoint_interval  # type: ignore[operator]
+            if self._charge_classes():  # (new shares start at a checkpoint of every partition)
+                due = list(self.tasks.values())
             if due and not stop.is_set():
                 self._checkpoint(due, sync_commit=True)
             if next_metrics is not None and now >= next_metrics:
