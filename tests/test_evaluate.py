@@ -10,7 +10,8 @@ import pytest
 from river import compose, datasets, evaluate, linear_model, metrics, multiclass, preprocessing
 
 import streammargin
-from connectors import cli, evaluation
+from connectors import cli
+from connectors.evaluate import readers, records, runner, sources
 
 
 @pytest.mark.parametrize("delay", [0, 25])
@@ -21,7 +22,7 @@ def test_accuracy_equals_rivers_progressive_val_score(delay):
             "river pa": preprocessing.StandardScaler() | linear_model.PAClassifier(),
         }
 
-    results = evaluation.evaluate(make_models(), lambda: datasets.Phishing(), delay=delay)
+    results = runner.evaluate(make_models(), lambda: datasets.Phishing(), delay=delay)
     for result, model in zip(results, make_models().values()):
         expected = evaluate.progressive_val_score(
             datasets.Phishing(), model, metrics.Accuracy(), delay=delay
@@ -44,7 +45,7 @@ def test_multiclass_accuracy_and_macro_f1_equal_rivers(delay):
             | multiclass.OneVsRestClassifier(linear_model.LogisticRegression()),
         }
 
-    results = evaluation.evaluate(
+    results = runner.evaluate(
         make_models(), lambda: datasets.ImageSegments(), delay=delay, multiclass=True
     )
     for result, model in zip(results, make_models().values()):
@@ -60,7 +61,7 @@ def test_multiclass_accuracy_and_macro_f1_equal_rivers(delay):
 
 def test_the_progress_reaches_the_last_record_at_a_sane_rate():
     calls = []
-    evaluation.evaluate(
+    runner.evaluate(
         {"alma": streammargin.ALMAClassifier()},
         lambda: datasets.Phishing(),
         on_progress=lambda name, done, seconds: calls.append((done, seconds)),
@@ -93,8 +94,8 @@ def write_files(tmp_path):
 
 def test_file_sources_read_the_same_stream(tmp_path):
     rows, csv_path, jsonl_path = write_files(tmp_path)
-    from_csv = list(evaluation.iter_csv(csv_path, "label"))
-    from_jsonl = list(evaluation.iter_jsonl(jsonl_path, "y"))
+    from_csv = list(readers.iter_csv(csv_path, "label"))
+    from_jsonl = list(readers.iter_jsonl(jsonl_path, "y"))
     assert from_csv == from_jsonl == rows
 
 
@@ -165,7 +166,7 @@ def test_a_bad_json_line_is_named_by_file_and_line_and_skipped(tmp_path, capsys)
 
     # The run is the run on the file without those lines.
     good = [row for i, row in enumerate(rows) if i not in (1, 5, 9, 12)]
-    result, = evaluation.evaluate(
+    result, = runner.evaluate(
         {"alma": preprocessing.StandardScaler() | streammargin.ALMAClassifier()}, lambda: good
     )
     assert f"{result.accuracy:.4f}" in captured.out
@@ -197,8 +198,8 @@ def test_bad_records_of_every_kind_are_set_aside(tmp_path):
         "\n"              # 7: blank line: nothing
         "2,1,yes\n"       # 8: good, a string label
     )
-    source = evaluation.source_from_args(csv_path=str(path), target="label")
-    found = evaluation.survey(source)
+    source = sources.source_from_args(csv_path=str(path), target="label")
+    found = sources.survey(source)
     assert (found.n_records, found.n_good, found.n_bad) == (6, 3, 3)
     assert [bad.where for bad in found.bad] == [f"{path}:3", f"{path}:4", f"{path}:5"]
     assert list(source.records()) == [
@@ -247,7 +248,7 @@ def test_one_hot_encodes_a_text_column_with_rivers_encoder(tmp_path, capsys):
     assert code == 0
     accuracy = float(re.search(r"^alma +400 +([\d.]+)", out, re.M).group(1))
     # The same pipeline by hand, through progressive_val_score.
-    source = evaluation.source_from_args(csv_path=str(path), target="bought")
+    source = sources.source_from_args(csv_path=str(path), target="bought")
     model = (
         (compose.Discard("country") | preprocessing.StandardScaler())
         + (compose.Select("country") | preprocessing.OneHotEncoder())
@@ -270,7 +271,7 @@ def test_unknown_one_hot_columns_are_refused(tmp_path, capsys):
 def test_a_few_text_values_in_a_numeric_column_are_bad_records(tmp_path):
     path = tmp_path / "typos.csv"
     path.write_text("a,label\n" + "".join(f"{i},true\n" for i in range(20)) + "n/a,false\n")
-    found = evaluation.survey(evaluation.source_from_args(csv_path=str(path), target="label"))
+    found = sources.survey(sources.source_from_args(csv_path=str(path), target="label"))
     assert not found.text_columns
     assert found.n_bad == 1 and found.bad[0].where == f"{path}:22"
 
@@ -318,7 +319,7 @@ class FailsAfter(linear_model.LogisticRegression):
 
 
 def test_evaluate_keeps_the_figures_of_a_model_that_fails():
-    first, second = evaluation.evaluate(
+    first, second = runner.evaluate(
         {"fails": FailsAfter(), "alma": streammargin.ALMAClassifier()}, lambda: datasets.Phishing()
     )
     assert first.error == "RuntimeError: boom" and first.n == 101  # its prediction was scored
@@ -330,8 +331,8 @@ def test_numpy_labels_are_plain_classes_and_bad_labels_bad_records():
     import numpy as np
 
     empty = frozenset()
-    assert evaluation.check_record("r", {"a": 1.0}, np.int64(3), empty, empty) == ({"a": 1.0}, 3)
-    assert evaluation.check_record("r", {"a": 1.0}, np.bool_(True), empty, empty)[1] is True
+    assert records.check_record("r", {"a": 1.0}, np.int64(3), empty, empty) == ({"a": 1.0}, 3)
+    assert records.check_record("r", {"a": 1.0}, np.bool_(True), empty, empty)[1] is True
     for label in (np.float64("nan"), [1], {"c": 1}, None, "  "):
-        bad = evaluation.check_record("r", {"a": 1.0}, label, empty, empty)
-        assert isinstance(bad, evaluation.BadRecord) and "label" in bad.reason
+        bad = records.check_record("r", {"a": 1.0}, label, empty, empty)
+        assert isinstance(bad, records.BadRecord) and "label" in bad.reason

@@ -28,7 +28,8 @@ import logging
 import math
 import typing
 
-from connectors import evaluation, models
+from connectors import models
+from connectors.evaluate import records, runner, sources
 from connectors.cli import terminal
 from connectors.cli.errors import EXIT_FAILURE, CommandError
 
@@ -108,7 +109,7 @@ def build(
 
     import streammargin
 
-    name, kwargs = evaluation.parse_call(spec)
+    name, kwargs = records.parse_call(spec)
     if name == "river" or name.startswith("river."):
         model = river_estimator(name, kwargs)
     else:
@@ -146,21 +147,21 @@ def _check_numbers(args: argparse.Namespace) -> None:
                            "choose one of them per column")
 
 
-def _source(args: argparse.Namespace) -> evaluation.Source:
+def _source(args: argparse.Namespace) -> sources.Source:
     n = args.n
     if args.dataset and n is None:
         from river.datasets import synth
 
         try:
-            name, _ = evaluation.parse_call(args.dataset)
+            name, _ = records.parse_call(args.dataset)
         except ValueError:
             name = None
         n = 10_000 if name and hasattr(synth, name) else None
     try:
-        source = evaluation.source_from_args(
+        source = sources.source_from_args(
             dataset=args.dataset, csv_path=args.csv, jsonl_path=args.jsonl, target=args.target, n=n
         )
-    except evaluation.SourceError as error:
+    except records.SourceError as error:
         text = str(error)
         if "no such file" in text:
             fix = "check the path"
@@ -182,8 +183,8 @@ def _source(args: argparse.Namespace) -> evaluation.Source:
     return source
 
 
-def _survey(args: argparse.Namespace, source: evaluation.Source) -> evaluation.Survey:
-    found = evaluation.survey(
+def _survey(args: argparse.Namespace, source: sources.Source) -> sources.Survey:
+    found = sources.survey(
         source, args.one_hot, args.drop, stop_at_bad=args.on_bad_record == "stop"
     )
     if args.on_bad_record == "stop" and found.bad:
@@ -216,7 +217,7 @@ def _survey(args: argparse.Namespace, source: evaluation.Source) -> evaluation.S
                 )
     if found.too_many_labels:
         raise CommandError(
-            f"{source.name}: more than {evaluation.MAX_LABELS:,} distinct labels",
+            f"{source.name}: more than {sources.MAX_LABELS:,} distinct labels",
             "is --target the label column? (a class label, not an id or a measurement)",
         )
     if not found.n_good:
@@ -266,11 +267,11 @@ def run(args: argparse.Namespace) -> int:
             rate = done / seconds if seconds >= terminal.MIN_SECONDS else math.nan
             lines[name].update(done, rate=rate)
 
-    def on_result(result: evaluation.Result) -> None:
+    def on_result(result: runner.Result) -> None:
         fields = "failed" if result.error else ""
         lines[result.name].close(result.n, fields=fields, rate=result.rate)
 
-    results = evaluation.evaluate(
+    results = runner.evaluate(
         built,
         lambda: source.records(args.one_hot, args.drop),
         delay=args.delay,
@@ -310,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  ... and {found.n_bad - len(shown):,} more")
     if args.plot:
         title = f"rolling accuracy ({args.rolling}) on {source.name}"
-        evaluation.plot(results, args.plot, title=title)
+        runner.plot(results, args.plot, title=title)
         print(f"plot: {args.plot}")
     return EXIT_FAILURE if failed else 0
 

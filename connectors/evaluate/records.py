@@ -1,0 +1,153 @@
+"""Records as `streammargin evaluate` reads them: a row's (where, x, y, problem), the checks a
+record passes before a model sees it, and the `BadRecord` it is otherwise.
+
+Every record is checked as the Kafka worker checks an event before a model sees it (features are
+finite real numbers, or categories for the columns to one-hot encode; the label is a str, number
+or bool): a bad record is set aside with its place (`file:line`) and reason, and skipped, as the
+worker dead-letters it.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+import typing
+
+from streammargin.errors import InvalidInput
+from streammargin.features import validate_value
+
+__all__ = ["BadRecord", "Row", "SourceError", "Stream", "check_record", "good_records",
+           "parse_call", "parse_cell", "parse_label"]
+
+Stream = typing.Iterable[tuple[dict, typing.Any]]
+
+
+class SourceError(ValueError):
+    """A source that cannot be read as a whole (no such file or dataset, no label column, ...)."""
+
+
+def parse_call(text: str) -> tuple[str, dict[str, typing.Any]]:
+    """'SEA(seed=42, variant=1)' -> ('SEA', {'seed': 42, 'variant': 1}); 'a.b.C' -> ('a.b.C', {}).
+
+    Only keyword arguments with literal values: nothing is evaluated.
+    """
+    usage = f"cannot read {text!r}: expected Name or Name(key=value, ...) with literal values"
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        raise ValueError(usage) from None
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        return ast.unparse(node), {}
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, (ast.Name, ast.Attribute))
+        and not node.args
+        and all(k.arg for k in node.keywords)
+    ):
+        raise ValueError(usage)
+    kwargs = {}
+    for keyword in node.keywords:
+        try:
+            kwargs[keyword.arg] = ast.literal_eval(keyword.value)
+        except ValueError:
+            raise ValueError(usage) from None
+    return ast.unparse(node.func), kwargs
+
+
+def parse_label(value: typing.Any) -> typing.Any:
+    """Labels read from text files: true/false and numbers become bool/int, others stay as is."""
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("true", "false"):
+            return lowered == "true"
+        try:
+            number = float(value)
+        except ValueError:
+            return value.strip()
+        if not math.isfinite(number):
+            return value.strip()  # "nan", "inf": text, not numbers
+        return int(number) if number.is_integer() else number
+    return value
+
+
+def parse_cell(value: str) -> typing.Any:
+    try:
+        number = float(value)
+    except ValueError:
+        return value  # text: a category, or a bad value the record check names
+    return number
+
+
+# Records ----------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class BadRecord:
+    """A record set aside: where it is (`file:line`, or `Dataset record i`) and why.
+
+    `text_feature` names the feature when the reason is a text value where a number belongs.
+    """
+
+    where: str
+    reason: str
+    text_feature: typing.Any = None
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.reason}"
+
+
+# One record as read: (where, x, y, problem); x and y are None when `problem` says why.
+Row = tuple[str, typing.Any, typing.Any, typing.Optional[str]]
+
+
+def check_record(
+    where: str, x: typing.Any, y: typing.Any, one_hot: frozenset, drop: frozenset
+) -> tuple[dict, typing.Any] | BadRecord:
+    """The record's (x, y) as a model gets them, or the `BadRecord` it is.
+
+    Features must be finite real numbers (bool counts as 0/1), the worker's rule; those of
+    `one_hot` are categories (str, int, bool or finite float), those of `drop` go. The label
+    must be a str, int, bool or finite float.
+    """
+    if hasattr(y, "dtype") and hasattr(y, "item") and getattr(y, "ndim", None) == 0:
+        y = y.item()  # a numpy scalar (scikit-learn data): the plain value
+    if y is None or (isinstance(y, str) and not y.strip()):
+        return BadRecord(where, "no label")
+    if not (isinstance(y, (str, int)) or (isinstance(y, float) and math.isfinite(y))):
+        return BadRecord(where, f"label {y!r:.60} is not a class: expected a str, number or bool")
+    if not isinstance(x, dict):
+        return BadRecord(where, f"features must be an object, got {type(x).__name__}")
+    features = {}
+    for name, value in x.items():
+        if name in drop:
+            continue
+        if name in one_hot:
+            if isinstance(value, (str, int)) or (isinstance(value, float) and math.isfinite(value)):
+                features[name] = value
+                continue
+            return BadRecord(
+                where,
+                f"feature {name!r} has value {value!r:.60}: expected a category (str or number)",
+            )
+        try:
+            validate_value(name, value)
+        except InvalidInput as error:
+            return BadRecord(where, str(error), name if isinstance(value, str) else None)
+        features[name] = value
+    return features, y
+
+
+def checked_records(rows: typing.Iterable[Row], one_hot: frozenset, drop: frozenset):
+    for where, x, y, problem in rows:
+        if problem is not None:
+            yield BadRecord(where, problem)
+        else:
+            yield check_record(where, x, y, one_hot, drop)
+
+
+def good_records(rows: typing.Iterable[Row], one_hot: frozenset, drop: frozenset) -> Stream:
+    for checked in checked_records(rows, one_hot, drop):
+        if not isinstance(checked, BadRecord):
+            yield checked
+
