@@ -252,7 +252,8 @@ def test_river_agrees_where_it_measures_the_same():
         raw = [rng.random() + (1.0 if c == p else 0.0) for c in labels]
         probas.append({c: v / sum(raw) for c, v in zip(labels, raw)})
         pairs.append((y, p))
-    kappa, f1, accuracy = river_metrics.CohenKappa(), river_metrics.MacroF1(), river_metrics.Accuracy()
+    kappa, f1 = river_metrics.CohenKappa(), river_metrics.MacroF1()
+    accuracy = river_metrics.Accuracy()
     loss = river_metrics.CrossEntropy()
     rolling = utils.Rolling(river_metrics.CohenKappa, window_size=width)
     measures = Measures(width, ClassIndex())

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import datetime as dt
 import math
 import typing
 
 from streammargin.errors import InvalidInput
 from streammargin.features import validate_value
 
-__all__ = ["BadRecord", "Row", "SourceError", "Stream", "check_record", "good_records",
-           "parse_call", "parse_cell", "parse_label"]
+__all__ = ["BadRecord", "Row", "SourceError", "Stream", "check_record", "check_timed",
+           "checked_records", "good_records", "parse_call", "parse_cell", "parse_label",
+           "parse_moment"]
 
 Stream = typing.Iterable[tuple[dict, typing.Any]]
 
@@ -101,6 +103,9 @@ class BadRecord:
 Row = tuple[str, typing.Any, typing.Any, typing.Optional[str]]
 
 
+_PLAIN_LABELS = frozenset((str, int, bool))
+
+
 def check_record(
     where: str, x: typing.Any, y: typing.Any, one_hot: frozenset, drop: frozenset
 ) -> tuple[dict, typing.Any] | BadRecord:
@@ -110,14 +115,29 @@ def check_record(
     `one_hot` are categories (str, int, bool or finite float), those of `drop` go. The label
     must be a str, int, bool or finite float.
     """
-    if hasattr(y, "dtype") and hasattr(y, "item") and getattr(y, "ndim", None) == 0:
-        y = y.item()  # a numpy scalar (scikit-learn data): the plain value
-    if y is None or (isinstance(y, str) and not y.strip()):
+    if type(y) not in _PLAIN_LABELS:
+        if hasattr(y, "dtype") and hasattr(y, "item") and getattr(y, "ndim", None) == 0:
+            y = y.item()  # a numpy scalar (scikit-learn data): the plain value
+        if y is None:
+            return BadRecord(where, "no label")
+        if not (isinstance(y, (str, int)) or (isinstance(y, float) and math.isfinite(y))):
+            return BadRecord(
+                where, f"label {y!r:.60} is not a class: expected a str, number or bool"
+            )
+    if isinstance(y, str) and not y.strip():
         return BadRecord(where, "no label")
-    if not (isinstance(y, (str, int)) or (isinstance(y, float) and math.isfinite(y))):
-        return BadRecord(where, f"label {y!r:.60} is not a class: expected a str, number or bool")
     if not isinstance(x, dict):
         return BadRecord(where, f"features must be an object, got {type(x).__name__}")
+    if (not one_hot or one_hot.isdisjoint(x)) and (not drop or drop.isdisjoint(x)):
+        # The common case: every value a number, their sum finite (a NaN or an infinity makes
+        # it NaN or infinite; a str, None or a list raise TypeError): one pass in C.
+        try:
+            total = sum(x.values())
+        except (TypeError, OverflowError):
+            pass
+        else:
+            if type(total) in (float, int) and total - total == 0:
+                return x, y
     features = {}
     for name, value in x.items():
         if name in drop:
@@ -138,16 +158,69 @@ def check_record(
     return features, y
 
 
-def checked_records(rows: typing.Iterable[Row], one_hot: frozenset, drop: frozenset):
+def parse_moment(value: typing.Any) -> float:
+    """A record's time as seconds: a number as it is (seconds since the epoch, or any unit the
+    delay shares), a text number likewise, an ISO 8601 date and time as seconds since the epoch
+    (UTC where it has no zone). `ValueError` for anything else.
+
+    >>> parse_moment(1700000000), parse_moment("2024-01-01T00:30:00Z"), parse_moment("12.5")
+    (1700000000.0, 1704069000.0, 12.5)
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        try:
+            seconds = float(value)
+        except ValueError:
+            try:
+                moment = dt.datetime.fromisoformat(value.strip())
+            except ValueError:
+                raise ValueError(
+                    f"{value!r:.40} is neither a number nor an ISO 8601 date"
+                ) from None
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=dt.timezone.utc)
+            seconds = moment.timestamp()
+    else:
+        raise ValueError(f"{value!r:.40} is neither a number nor an ISO 8601 date")
+    if not math.isfinite(seconds):
+        raise ValueError(f"{value!r:.40} is not a finite time")
+    return seconds
+
+
+def check_timed(
+    where: str, x: typing.Any, y: typing.Any, one_hot: frozenset, drop: frozenset,
+    moment: typing.Any,
+) -> tuple[dict, typing.Any, float | None] | BadRecord:
+    """`check_record`, and with a `moment` column its time (`parse_moment`), the column taken
+    out of the features: (x, y, seconds or None) or the `BadRecord`."""
+    seconds = None
+    if moment is not None and isinstance(x, dict):
+        if moment not in x:
+            return BadRecord(where, f"no {moment!r} (the --moment column)")
+        x = dict(x)
+        try:
+            seconds = parse_moment(x.pop(moment))
+        except ValueError as error:
+            return BadRecord(where, f"--moment {moment}: {error}")
+    checked = check_record(where, x, y, one_hot, drop)
+    if isinstance(checked, BadRecord):
+        return checked
+    return checked[0], checked[1], seconds
+
+
+def checked_records(rows: typing.Iterable[Row], one_hot: frozenset, drop: frozenset,
+                    moment: typing.Any = None):
+    """`check_timed` of each row: a `BadRecord` or (x, y, seconds or None)."""
     for where, x, y, problem in rows:
         if problem is not None:
             yield BadRecord(where, problem)
         else:
-            yield check_record(where, x, y, one_hot, drop)
+            yield check_timed(where, x, y, one_hot, drop, moment)
 
 
 def good_records(rows: typing.Iterable[Row], one_hot: frozenset, drop: frozenset) -> Stream:
+    """(x, y) of the rows' good records, in order."""
     for checked in checked_records(rows, one_hot, drop):
         if not isinstance(checked, BadRecord):
-            yield checked
-
+            yield checked[0], checked[1]

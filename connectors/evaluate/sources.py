@@ -1,36 +1,39 @@
-"""The streams `streammargin evaluate` runs on (`Source`: a River dataset or generator, a CSV or a
-JSON-lines file) and `survey`, one read of a source first: its good and bad records, its classes,
-and its text columns (a column whose values are mostly text is a category the user must one-hot
-encode or drop, not a pile of bad records).
+"""The streams `streammargin evaluate` runs on (`Source`: a River dataset or generator; a CSV,
+JSON-lines, ARFF or libsvm file, plain or gzip) and `survey`, one read of a source first: its
+good and bad records, its classes, and its text columns (a column whose values are mostly text
+is a category the user must one-hot encode or drop, not a pile of bad records).
 """
 
 from __future__ import annotations
 
-import csv
+import collections
 import dataclasses
 import itertools
 import pathlib
 import typing
 
-from connectors.evaluate.readers import csv_rows, jsonl_rows
+from connectors.evaluate import arff
+from connectors.evaluate.readers import csv_header, csv_rows, jsonl_rows, libsvm_rows
 from connectors.evaluate.records import (
     BadRecord,
     Row,
     SourceError,
-    Stream,
-    check_record,
-    good_records,
+    check_timed,
+    checked_records,
     parse_call,
 )
 
-__all__ = ["MAX_BAD_EXAMPLES", "MAX_LABELS", "MAX_TRACKED_COLUMNS", "Source", "Survey",
-           "TextColumn", "is_binary_coded", "river_dataset", "source_from_args", "survey"]
+__all__ = ["FILE_KINDS", "MAX_BAD_EXAMPLES", "MAX_LABELS", "MAX_TRACKED_COLUMNS", "Source",
+           "Survey", "TextColumn", "dataset_source", "file_source", "is_binary_coded",
+           "river_dataset", "source_from_args", "survey"]
 
 #: Most distinct labels a survey tracks (more: the target is probably not a label column).
 MAX_LABELS = 10_000
 #: Most columns whose text values a survey counts, and bad records it keeps as examples.
 MAX_TRACKED_COLUMNS = 10_000
 MAX_BAD_EXAMPLES = 20
+#: The file formats, as the command's options name them.
+FILE_KINDS = ("csv", "jsonl", "arff", "libsvm")
 
 
 def river_dataset(name: str, kwargs: dict) -> typing.Any:
@@ -49,20 +52,83 @@ def river_dataset(name: str, kwargs: dict) -> typing.Any:
 
 @dataclasses.dataclass
 class Source:
-    """A stream of records: `rows()` gives a fresh iterator of `Row`s, at most `n` of them."""
+    """A stream of records: `rows()` gives a fresh iterator of `Row`s, at most `n` of them.
+
+    `columns`: a CSV file's header or an ARFF file's attributes (None: not known before the
+    records); `classes`: the declared classes, in order (an ARFF header's); `categorical`: the
+    features declared as categories (an ARFF file's nominal attributes), one-hot encoded;
+    `text_candidates`: the only features that may hold text (None: any may).
+    """
 
     name: str
     rows_of: typing.Callable[[], typing.Iterator[Row]]
     n: int | None = None
-    columns: list | None = None  # a CSV file's header
+    columns: list | None = None
+    kind: str = "dataset"
+    classes: list = dataclasses.field(default_factory=list)
+    categorical: list = dataclasses.field(default_factory=list)
+    text_candidates: list | None = None
 
     def rows(self) -> typing.Iterator[Row]:
         rows = self.rows_of()
         return itertools.islice(rows, self.n) if self.n else rows
 
-    def records(self, one_hot: typing.Iterable = (), drop: typing.Iterable = ()) -> Stream:
+    def records(self, one_hot: typing.Iterable = (), drop: typing.Iterable = ()) -> (
+            typing.Iterator[tuple[dict, typing.Any]]):
         """(x, y) of the good records, in order (bad ones skipped)."""
-        return good_records(self.rows(), frozenset(one_hot), frozenset(drop))
+        for checked in self.checked(one_hot, drop):
+            if not isinstance(checked, BadRecord):
+                yield checked[0], checked[1]
+
+    def checked(self, one_hot: typing.Iterable = (), drop: typing.Iterable = (),
+                moment: typing.Any = None) -> typing.Iterator[BadRecord | tuple]:
+        """Every record in order: a `BadRecord`, or (x, y, seconds) (`records.check_timed`)."""
+        return checked_records(self.rows(), frozenset(one_hot), frozenset(drop), moment)
+
+
+def dataset_source(spec: str, n: int | None = None) -> Source:
+    """A River dataset or generator, 'Name' or 'Name(key=value, ...)'."""
+    try:
+        name, kwargs = parse_call(spec)
+    except ValueError as error:
+        raise SourceError(str(error)) from None
+    river_dataset(name, kwargs)  # fail early on a bad name
+
+    def dataset_rows() -> typing.Iterator[Row]:
+        for i, (x, y) in enumerate(river_dataset(name, kwargs), 1):
+            yield f"{name} record {i}", x, y, None
+
+    return Source(spec, dataset_rows, n)
+
+
+def file_source(kind: str, path: str | pathlib.Path, target: str | None = None,
+                n: int | None = None) -> Source:
+    """A file of `kind` (`FILE_KINDS`); `target` names the label column of a CSV or JSON-lines
+    file (required) and of an ARFF file (its last attribute by default); a libsvm line's label
+    is its first token."""
+    if kind not in FILE_KINDS:
+        raise ValueError(f"unknown file kind {kind!r}")
+    if kind in ("csv", "jsonl") and not target:
+        raise SourceError("a file source needs --target, the label column")
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise SourceError(f"no such file: {path}")
+    if kind == "libsvm":
+        return Source(str(path), lambda: libsvm_rows(path), n, kind=kind, text_candidates=[])
+    if kind == "arff":
+        header = arff.read_header(path, target)
+        strings = [a.name for i, a in enumerate(header.attributes)
+                   if i != header.target and (a.kind == arff.STRING
+                                              or (a.kind == arff.DATE and a.date_format is None))]
+        name = header.class_attribute.name
+        return Source(str(path), lambda: arff.arff_rows(path, name), n, header.names, kind,
+                      header.classes, header.nominal_features, strings)
+    if kind == "csv":
+        header = csv_header(path)
+        if target not in header:
+            raise SourceError(f"{path}: no column {target!r} (columns: {', '.join(header)})")
+        return Source(str(path), lambda: csv_rows(path, target), n, header, kind)
+    return Source(str(path), lambda: jsonl_rows(path, target), n, kind=kind)
 
 
 def source_from_args(
@@ -71,40 +137,20 @@ def source_from_args(
     jsonl_path: str | None = None,
     target: str | None = None,
     n: int | None = None,
+    arff_path: str | None = None,
+    libsvm_path: str | None = None,
 ) -> Source:
-    """The chosen stream; `SourceError` for a bad name, file or label column."""
-    chosen = [s for s in (dataset, csv_path, jsonl_path) if s]
+    """The one chosen stream; `SourceError` for a bad name, file or label column."""
+    chosen = [(kind, s) for kind, s in (("dataset", dataset), ("csv", csv_path),
+                                        ("jsonl", jsonl_path), ("arff", arff_path),
+                                        ("libsvm", libsvm_path)) if s]
     if len(chosen) != 1:
-        raise SourceError(
-            "choose exactly one of a dataset/generator, a CSV file, a JSON-lines file"
-        )
-    if dataset:
-        try:
-            name, kwargs = parse_call(dataset)
-        except ValueError as error:
-            raise SourceError(str(error)) from None
-        river_dataset(name, kwargs)  # fail early on a bad name
-
-        def dataset_rows() -> typing.Iterator[Row]:
-            for i, (x, y) in enumerate(river_dataset(name, kwargs), 1):
-                yield f"{name} record {i}", x, y, None
-
-        return Source(dataset, dataset_rows, n)
-    if not target:
-        raise SourceError("a file source needs --target, the label column")
-    path = pathlib.Path(csv_path or jsonl_path)  # type: ignore[arg-type]
-    if not path.is_file():
-        raise SourceError(f"no such file: {path}")
-    if csv_path:
-        try:
-            with open(path, newline="", encoding="utf-8-sig", errors="replace") as file:
-                header = [name.strip() for name in next(csv.reader(file), [])]
-        except csv.Error as error:
-            raise SourceError(f"{path}:1: unreadable header: {error}") from None
-        if target not in header:
-            raise SourceError(f"{path}: no column {target!r} (columns: {', '.join(header)})")
-        return Source(str(path), lambda: csv_rows(path, target), n, header)
-    return Source(str(path), lambda: jsonl_rows(path, target), n)
+        raise SourceError("choose exactly one of a dataset/generator, a CSV, JSON-lines, ARFF "
+                          "or libsvm file")
+    kind, spec = chosen[0]
+    if kind == "dataset":
+        return dataset_source(spec, n)
+    return file_source(kind, spec, target, n)
 
 
 # Survey -----------------------------------------------------------------------------------------
@@ -156,6 +202,7 @@ def survey(
     one_hot: typing.Iterable = (),
     drop: typing.Iterable = (),
     stop_at_bad: bool = False,
+    moment: typing.Any = None,
 ) -> Survey:
     """Read `source` once: count its good and bad records, its classes, and find its text columns.
 
@@ -163,39 +210,48 @@ def survey(
     only for a text value in such a column are not counted as bad (the caller must one-hot
     encode or drop the column). Memory stays bounded: at most `MAX_LABELS` labels,
     `MAX_TRACKED_COLUMNS` columns and `MAX_BAD_EXAMPLES` bad records (per text column too) are
-    kept. With `stop_at_bad`, the read stops at the first bad record.
+    kept. With `stop_at_bad`, the read stops at the first bad record. The `moment` column
+    (`--moment`) is no feature: it is checked as a time.
     """
     one_hot, drop = frozenset(one_hot), frozenset(drop)
+    skipped = one_hot | drop | ({moment} if moment is not None else set())
     found = Survey()
-    values: dict = {}  # column -> [values, text values, first text value, where]
+    # Values per column (for the columns that may hold text), and text values: [count, first,
+    # where]. Presence is counted in C (Counter.update) while the columns are few.
+    present: collections.Counter = collections.Counter()
+    texts: dict = {}
+    candidates = None if source.text_candidates is None else frozenset(source.text_candidates)
     bad: list[tuple[int, BadRecord]] = []  # (record number, bad record): the first ones
     # Records bad for a text value, per feature: whether they count depends on the whole column.
     text_bad: dict = {}  # feature -> [count, [(record number, bad record), ...]]
     for number, (where, x, y, problem) in enumerate(source.rows()):
         found.n_records += 1
-        if problem is None and isinstance(x, dict):
-            for name, value in x.items():
-                if name in one_hot or name in drop:
-                    continue
-                counts = values.get(name)
-                if counts is None:
-                    if len(values) >= MAX_TRACKED_COLUMNS:
-                        continue
-                    counts = values[name] = [0, 0, None, None]
-                counts[0] += 1
-                if isinstance(value, str):
-                    counts[1] += 1
-                    if counts[2] is None:
-                        counts[2], counts[3] = value, where
+        if problem is None and isinstance(x, dict) and candidates != frozenset():
+            if candidates is not None:
+                names = [name for name in candidates if name in x]
+            elif len(present) < MAX_TRACKED_COLUMNS:
+                names = x.keys()  # type: ignore[assignment]  (a dict: its values counted)
+            else:
+                names = [name for name in x if name in present]
+            present.update(names)
+            if str in map(type, x.values()):
+                for name in names:
+                    value = x[name]
+                    if isinstance(value, str) and name not in skipped:
+                        entry = texts.get(name)
+                        if entry is None:
+                            texts[name] = [1, value, where]
+                        else:
+                            entry[0] += 1
         checked = (
             BadRecord(where, problem) if problem is not None
-            else check_record(where, x, y, one_hot, drop)
+            else check_timed(where, x, y, one_hot, drop, moment)
         )
         if isinstance(checked, BadRecord):
             if stop_at_bad:
                 found.n_bad, found.bad = 1, [checked]
                 return found
-            if checked.text_feature is not None and checked.text_feature in values:
+            if checked.text_feature is not None and checked.text_feature in texts:
                 entry = text_bad.setdefault(checked.text_feature, [0, []])
                 entry[0] += 1
                 if len(entry[1]) < MAX_BAD_EXAMPLES:
@@ -205,7 +261,7 @@ def survey(
                 if len(bad) < MAX_BAD_EXAMPLES:
                     bad.append((number, checked))
             continue
-        x, y = checked
+        x, y = checked[0], checked[1]
         found.n_good += 1
         if len(found.features) < MAX_TRACKED_COLUMNS:
             found.features.update(x)
@@ -215,7 +271,8 @@ def survey(
             found.labels[y] = 1
         else:
             found.too_many_labels = True
-    for name, (n_values, n_text, example, where) in values.items():
+    for name, (n_text, example, where) in texts.items():
+        n_values = present[name]
         if n_text * 2 > n_values:
             found.text_columns.append(TextColumn(name, n_text, n_values, example, where))
     textual = {column.name for column in found.text_columns}
@@ -225,4 +282,3 @@ def survey(
             bad.extend(examples)
     found.bad = [record for _, record in sorted(bad, key=lambda pair: pair[0])][:MAX_BAD_EXAMPLES]
     return found
-
