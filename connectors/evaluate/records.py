@@ -58,19 +58,38 @@ def parse_call(text: str) -> tuple[str, dict[str, typing.Any]]:
 
 
 def parse_label(value: typing.Any) -> typing.Any:
-    """Labels read from text files: true/false and numbers become bool/int, others stay as is."""
+    """Labels read from text files: true/false and numbers become bool/int, others stay as is.
+
+    >>> [parse_label(text) for text in ("1", " +1", "-1.0", "TRUE", "b", "nan")]
+    [1, 1, -1, True, 'b', 'nan']
+    """
     if isinstance(value, str):
-        lowered = value.strip().lower()
-        if lowered in ("true", "false"):
-            return lowered == "true"
-        try:
-            number = float(value)
-        except ValueError:
-            return value.strip()
-        if not math.isfinite(number):
-            return value.strip()  # "nan", "inf": text, not numbers
-        return int(number) if number.is_integer() else number
+        found = _LABELS.get(value)
+        if found is not None:
+            return found[0]
+        label = _parse_label(value)
+        if len(_LABELS) < _MAX_CACHED_LABELS:
+            _LABELS[value] = (label,)
+        return label
     return value
+
+
+# A stream's labels are few and repeat: each text is parsed once (a bounded cache).
+_LABELS: dict[str, tuple] = {}
+_MAX_CACHED_LABELS = 4096
+
+
+def _parse_label(value: str) -> typing.Any:
+    lowered = value.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        number = float(value)
+    except ValueError:
+        return value.strip()
+    if not math.isfinite(number):
+        return value.strip()  # "nan", "inf": text, not numbers
+    return int(number) if number.is_integer() else number
 
 
 def parse_cell(value: str) -> typing.Any:
@@ -212,6 +231,14 @@ def check_timed(
 def checked_records(rows: typing.Iterable[Row], one_hot: frozenset, drop: frozenset,
                     moment: typing.Any = None):
     """`check_timed` of each row: a `BadRecord` or (x, y, seconds or None)."""
+    if moment is None:
+        for where, x, y, problem in rows:
+            if problem is not None:
+                yield BadRecord(where, problem)
+                continue
+            checked = check_record(where, x, y, one_hot, drop)
+            yield checked if type(checked) is BadRecord else (*checked, None)
+        return
     for where, x, y, problem in rows:
         if problem is not None:
             yield BadRecord(where, problem)
