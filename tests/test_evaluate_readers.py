@@ -275,3 +275,22 @@ def test_hostile_lines_are_rows_or_bad_rows_never_an_exception(tmp_path, kind, n
         first = rows[0]
         assert first[3] is None  # the valid first line stays valid whatever follows
     json.dumps([str(bad) for bad in survey.bad])
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(labels=st.lists(st.sampled_from(["1", "0", "-1", "yes", "no", "", " 2 "]), max_size=60),
+       crlf=st.booleans(), last_newline=st.booleans(), after=st.integers(0, 70),
+       chunk=st.sampled_from([7, 64, 1 << 20]))
+def test_the_fast_label_census_counts_what_the_csv_reader_reads(tmp_path, monkeypatch, labels,
+                                                                  crlf, last_newline, after, chunk):
+    monkeypatch.setattr(readers, "_CHUNK_BYTES", chunk)
+    end = "\r\n" if crlf else "\n"
+    lines = ["a,b,y"] + [f"{i},{i % 3},{label}" for i, label in enumerate(labels)]
+    text = end.join(lines) + (end if last_newline else "")
+    path = tmp_path / "census.csv"
+    path.write_text(text, newline="")
+    fast = readers.csv_label_counts(path, "y", after, 100)
+    slow = readers.count_labels(
+        ((line, y) for line, y in readers.csv_labels(path, "y") if y != ""), after, 100)
+    assert fast == slow

@@ -276,10 +276,8 @@ class Measures:
         self.positive = positive  # the positive class of a binary stream (AUC), or None
         self.total = _Counts()
         self.n_windows = 0
-        self._true: list[int] = []
-        self._pred: list[int] = []
-        self._p_true: list[float] = []  # probability of the true label (NaN: none given)
-        self._score: list[float] = []  # probability of the positive class (binary streams)
+        # The open window's (y_true, y_pred, proba): one append a record, the loop's own.
+        self.answers: list[tuple] = []
         self._last_seen = 0  # the no-change classifier's prediction (MOA starts at class 0)
         # The majority classifiers: cumulative true-label counts and their argmax, and the
         # last `window` true labels with their counts.
@@ -291,30 +289,20 @@ class Measures:
         self._faded = _Faded(fading) if fading is not None else None
 
     def __len__(self) -> int:
-        """Records in the open window."""
-        return len(self._true)
+        """Records in the open window (predictions of None included)."""
+        return len(self.answers)
 
     def add(self, y_true: typing.Any, y_pred: typing.Any, proba: dict | None) -> None:
         """Score one prediction: `y_pred` from `predict_one` (None: not scored, as River's
         progressive validation), `proba` from `predict_proba_one` (empty or None: no log loss
         or AUC for this record)."""
-        if y_pred is None:
-            return
-        of = self.classes.of
-        self._true.append(of(y_true))
-        self._pred.append(of(y_pred))
-        if proba:
-            self._p_true.append(proba.get(y_true, 0.0))
-            if self.positive is not None:
-                self._score.append(proba.get(self.positive, 0.0))
-        else:
-            self._p_true.append(math.nan)
-            if self.positive is not None:
-                self._score.append(math.nan)
+        self.answers.append((y_true, y_pred, proba))
 
     def close_window(self) -> WindowRow:
         """The row of the window open so far (possibly of no record), and a new window."""
-        trues, preds = self._true, self._pred
+        answers = [answer for answer in self.answers if answer[1] is not None]
+        self.answers.clear()
+        trues, preds = self._indices(answers)
         n_classes = len(self.classes)
         counts = _Counts(n_classes)
         counts.n = len(trues)
@@ -335,7 +323,8 @@ class Measures:
             self._last_seen = trues[-1]
             no_change = unchanged.tolist()
             right_cumulative, counts.majority = self._majorities(trues, n_classes)
-            p_true = np.array(self._p_true)
+            p_true = np.array([proba.get(y, 0.0) if proba else math.nan
+                               for y, _, proba in answers])
             given = ~np.isnan(p_true)
             counts.n_loss = int(given.sum())
             if counts.n_loss:
@@ -350,7 +339,9 @@ class Measures:
         self.total.add(counts)
         cumulative = self.total.measures()
         if self.positive is not None:
-            scores = np.array(self._score)
+            positive_class = self.positive
+            scores = np.array([proba.get(positive_class, 0.0) if proba else math.nan
+                               for _, _, proba in answers])
             given = ~np.isnan(scores)
             positive = np.array([self.classes.labels[i] == self.positive for i in trues], bool)
             window_measures["auc"] = auc(scores[given], positive[given]) if len(scores) else None
@@ -362,8 +353,20 @@ class Measures:
         self.n_windows += 1
         row = WindowRow(self.n_windows, self.total.n, counts.n, cumulative, window_measures,
                         faded)
-        self._true, self._pred, self._p_true, self._score = [], [], [], []
         return row
+
+    def _indices(self, answers: list[tuple]) -> tuple[list[int], list[int]]:
+        """The class indices of the answers' true labels and predictions."""
+        get = self.classes.index.get
+        trues = [get(y) for y, _, _ in answers]
+        preds = [get(y) for _, y, _ in answers]
+        if None in trues or None in preds:  # labels not seen before: indexed in order
+            of = self.classes.of
+            trues, preds = [], []
+            for y, predicted, _ in answers:
+                trues.append(of(y))
+                preds.append(of(predicted))
+        return trues, preds
 
     def _majorities(self, trues: list[int], n_classes: int) -> tuple[int, int]:
         """How often the cumulative and the windowed majority classifiers were right on

@@ -19,9 +19,11 @@ reason; gzip data that stops making sense ends the file with one.
 
 from __future__ import annotations
 
+import collections
 import csv
 import gzip
 import json
+import operator
 import pathlib
 import typing
 import zlib
@@ -35,8 +37,10 @@ from connectors.evaluate.records import (
     parse_label,
 )
 
-__all__ = ["MAX_COLUMNS", "MAX_LINE_BYTES", "MAX_RECORD_FEATURES", "csv_header", "csv_rows",
-           "iter_csv", "iter_jsonl", "jsonl_rows", "libsvm_rows", "lines", "open_binary"]
+__all__ = ["MAX_COLUMNS", "MAX_LINE_BYTES", "MAX_RECORD_FEATURES", "count_labels",
+           "csv_header", "csv_label_counts", "csv_labels", "csv_rows", "iter_csv", "iter_jsonl",
+           "jsonl_rows", "libsvm_label_counts", "libsvm_labels", "libsvm_rows", "lines",
+           "open_binary"]
 
 #: The longest line read (a longer one is a bad row, skipped without being held).
 MAX_LINE_BYTES = 1 << 20
@@ -62,26 +66,36 @@ def lines(path: str | pathlib.Path, problems: list) -> typing.Iterator[tuple[int
     cannot be read (which ends the file)."""
     with open_binary(path) as file:
         readline = file.readline
+        limit = MAX_LINE_BYTES
         number = 0
         while True:
             number += 1
             try:
-                line = readline(MAX_LINE_BYTES + 1)
+                line = readline(limit + 1)
             except _READ_ERRORS as error:
                 problems.append((number, f"unreadable data, the file ends here: {error}"))
                 return
             if not line:
                 return
-            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
-                try:
-                    while line and not line.endswith(b"\n"):
-                        line = readline(MAX_LINE_BYTES)
-                except _READ_ERRORS as error:
-                    problems.append((number, f"unreadable data, the file ends here: {error}"))
+            if len(line) > limit and not line.endswith(b"\n"):
+                if not _skip_rest(readline, line, number, problems):
                     return
-                problems.append((number, f"line longer than {MAX_LINE_BYTES:,} bytes"))
                 continue
             yield number, line
+
+
+def _skip_rest(readline: typing.Callable[[int], bytes], line: bytes, number: int,
+               problems: list) -> bool:
+    """Read over the rest of an overlong line, a piece at a time, and note it in `problems`;
+    False when the file cannot be read further."""
+    try:
+        while line and not line.endswith(b"\n"):
+            line = readline(MAX_LINE_BYTES)
+    except _READ_ERRORS as error:
+        problems.append((number, f"unreadable data, the file ends here: {error}"))
+        return False
+    problems.append((number, f"line longer than {MAX_LINE_BYTES:,} bytes"))
+    return True
 
 
 # CSV ------------------------------------------------------------------------------------------
@@ -89,25 +103,41 @@ def lines(path: str | pathlib.Path, problems: list) -> typing.Iterator[tuple[int
 
 class _Lines:
     """A file's lines as text for `csv.reader` (UTF-8, bad bytes replaced, a byte-order mark
-    dropped), with the line numbers a reader cannot give once lines are skipped."""
+    dropped; bounded as `lines` bounds them), with the line numbers a reader cannot give once
+    lines are skipped. Iterating it is iterating one generator (no call of ours a line)."""
 
     def __init__(self, path: str | pathlib.Path):
         self.problems: list = []
         self.number = 0  # the file's line number of the last line handed out
-        self._lines = lines(path, self.problems)
-        self._first = True
+        self._texts = self._read(path)
 
-    def __iter__(self) -> _Lines:
-        return self
+    def __iter__(self) -> typing.Iterator[str]:
+        return self._texts
 
-    def __next__(self) -> str:
-        number, line = next(self._lines)
-        self.number = number
-        text = line.decode("utf-8", "replace")
-        if self._first:
-            text = text.removeprefix("\ufeff")
-            self._first = False
-        return text
+    def _read(self, path: str | pathlib.Path) -> typing.Iterator[str]:
+        problems = self.problems
+        with open_binary(path) as file:
+            readline = file.readline
+            limit = MAX_LINE_BYTES
+            number = 0
+            while True:
+                number += 1
+                try:
+                    line = readline(limit + 1)
+                except _READ_ERRORS as error:
+                    problems.append((number, f"unreadable data, the file ends here: {error}"))
+                    return
+                if not line:
+                    return
+                if len(line) > limit and not line.endswith(b"\n"):
+                    if not _skip_rest(readline, line, number, problems):
+                        return
+                    continue
+                self.number = number
+                if number == 1:
+                    yield line.decode("utf-8", "replace").removeprefix("\ufeff")
+                else:
+                    yield line.decode("utf-8", "replace")
 
 
 def csv_header(path: str | pathlib.Path) -> list[str]:
@@ -180,6 +210,117 @@ def csv_rows(path: str | pathlib.Path, target: str) -> typing.Iterator[Row]:
         yield f"{path}:{line}", x, parse_label(label), None
     for number, reason in problems:
         yield f"{path}:{number}", None, None, reason
+
+
+def csv_labels(path: str | pathlib.Path, target: str) -> typing.Iterator[tuple[int, typing.Any]]:
+    """(line, label) of each CSV row of the header's width (`csv_rows`' labels, without
+    reading the features)."""
+    header = csv_header(path)
+    position = header.index(target)
+    width = len(header)
+    source = _Lines(path)
+    reader = csv.reader(source)
+    next(reader)
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error:
+            continue
+        if len(cells) == width:
+            yield source.number, parse_label(cells[position])
+
+
+# A line's last field, after its last comma (a CRLF's CR kept: parse_label strips it): mapped
+# over a chunk's lines in C (no Python call a line).
+_LAST_FIELD = operator.methodcaller("rpartition", b",")
+_THIRD = operator.itemgetter(2)
+_CHUNK_BYTES = 1 << 20
+
+
+def count_labels(pairs: typing.Iterable[tuple[int, typing.Any]], after_line: int,
+                 max_labels: int) -> tuple[int, dict, bool]:
+    """(rows, label -> count, more labels than `max_labels`) of the (line, label) `pairs` past
+    `after_line`: a survey's census of the records it does not check whole."""
+    rows = 0
+    counts: dict = {}
+    too_many = False
+    for line, label in pairs:
+        if line <= after_line:
+            continue
+        rows += 1
+        if label in counts:
+            counts[label] += 1
+        elif len(counts) < max_labels:
+            counts[label] = 1
+        else:
+            too_many = True
+    return rows, counts, too_many
+
+
+def csv_label_counts(path: str | pathlib.Path, target: str, after_line: int,
+                     max_labels: int) -> tuple[int, dict, bool]:
+    """`count_labels` of a CSV file's rows past `after_line`. Where the label is the last
+    column and no quote appears, chunks of the file are cut into their lines' last fields in C
+    (each line split at its last comma) and counted (`collections.Counter`): a tenth of the cost
+    of reading the rows; otherwise, or at the first quote, `csv_labels`."""
+    header = csv_header(path)
+    if len(header) < 2 or header.index(target) != len(header) - 1:
+        return count_labels(csv_labels(path, target), after_line, max_labels)
+    texts: collections.Counter = collections.Counter()
+    skip = max(after_line, 1)  # lines of the file to pass first (the header at least)
+    with open_binary(path) as file:
+        carry = b""
+        while True:
+            try:
+                chunk = file.read(_CHUNK_BYTES)
+            except _READ_ERRORS:
+                break  # the rows' read reports it, with its line
+            data = carry + chunk if carry else chunk
+            if not chunk:
+                if data.strip():
+                    data += b"\n"  # a last line without its newline
+                else:
+                    break
+            if b'"' in data:
+                return count_labels(csv_labels(path, target), after_line, max_labels)
+            start = 0
+            while skip and start < len(data):
+                newline = data.find(b"\n", start)
+                if newline < 0:
+                    break
+                start = newline + 1
+                skip -= 1
+            cut = data.rfind(b"\n") + 1
+            body = data[start:cut] if cut > start else b""
+            carry = data[max(cut, start):]
+            if len(carry) > MAX_LINE_BYTES:  # an overlong line: not a row (the read says so)
+                carry = b""
+                skip += 1
+            if body:
+                texts.update(map(_THIRD, map(_LAST_FIELD, body[:-1].split(b"\n"))))
+            if len(texts) > 4 * max_labels:
+                break  # (bounded memory: far more labels than a class column has)
+            if not chunk:
+                break
+    texts.pop(b"", None)  # blank lines
+    pairs = ((text.decode("utf-8", "replace"), count) for text, count in texts.items())
+    rows = 0
+    counts: dict = {}
+    too_many = len(texts) > 4 * max_labels
+    for text, count in pairs:
+        label = parse_label(text)
+        if label == "":
+            continue  # (a row without its label: a bad row, no class)
+        rows += count
+        if label in counts:
+            counts[label] += count
+        elif len(counts) < max_labels:
+            counts[label] = count
+        else:
+            too_many = True
+    return rows, counts, too_many
 
 
 # JSON lines -----------------------------------------------------------------------------------
@@ -272,6 +413,21 @@ def libsvm_rows(path: str | pathlib.Path) -> typing.Iterator[Row]:
         yield where, x, parse_label(label), None
     for skipped, reason in problems:
         yield f"{path}:{skipped}", None, None, reason
+
+
+def libsvm_labels(path: str | pathlib.Path) -> typing.Iterator[tuple[int, typing.Any]]:
+    """(line, label) of each libsvm line (`libsvm_rows`' labels, without the features)."""
+    for number, raw in lines(path, []):
+        first = raw.split(None, 1)[:1]
+        if first and not first[0].startswith(b"#") and b"," not in first[0] \
+                and b":" not in first[0]:
+            yield number, parse_label(first[0].split(b"#", 1)[0].decode("utf-8", "replace"))
+
+
+def libsvm_label_counts(path: str | pathlib.Path, after_line: int,
+                        max_labels: int) -> tuple[int, dict, bool]:
+    """`count_labels` of a libsvm file's lines past `after_line`."""
+    return count_labels(libsvm_labels(path), after_line, max_labels)
 
 
 def _libsvm_problem(pairs: list[bytes]) -> str:

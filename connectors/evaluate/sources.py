@@ -13,7 +13,14 @@ import pathlib
 import typing
 
 from connectors.evaluate import arff
-from connectors.evaluate.readers import csv_header, csv_rows, jsonl_rows, libsvm_rows
+from connectors.evaluate.readers import (
+    csv_header,
+    csv_label_counts,
+    csv_rows,
+    jsonl_rows,
+    libsvm_label_counts,
+    libsvm_rows,
+)
 from connectors.evaluate.records import (
     BadRecord,
     Row,
@@ -23,7 +30,8 @@ from connectors.evaluate.records import (
     parse_call,
 )
 
-__all__ = ["FILE_KINDS", "MAX_BAD_EXAMPLES", "MAX_LABELS", "MAX_TRACKED_COLUMNS", "Source",
+__all__ = ["FILE_KINDS", "MAX_BAD_EXAMPLES", "MAX_LABELS", "MAX_TRACKED_COLUMNS",
+           "SURVEY_RECORDS", "Source",
            "Survey", "TextColumn", "dataset_source", "file_source", "is_binary_coded",
            "river_dataset", "source_from_args", "survey"]
 
@@ -32,6 +40,9 @@ MAX_LABELS = 10_000
 #: Most columns whose text values a survey counts, and bad records it keeps as examples.
 MAX_TRACKED_COLUMNS = 10_000
 MAX_BAD_EXAMPLES = 20
+#: Records a survey checks whole (text columns, bad records); past them, where the format has a
+#: cheaper read of the labels (CSV, libsvm), only the labels are read.
+SURVEY_RECORDS = 10_000
 #: The file formats, as the command's options name them.
 FILE_KINDS = ("csv", "jsonl", "arff", "libsvm")
 
@@ -57,7 +68,9 @@ class Source:
     `columns`: a CSV file's header or an ARFF file's attributes (None: not known before the
     records); `classes`: the declared classes, in order (an ARFF header's); `categorical`: the
     features declared as categories (an ARFF file's nominal attributes), one-hot encoded;
-    `text_candidates`: the only features that may hold text (None: any may).
+    `text_candidates`: the only features that may hold text (None: any may); `label_scan(after
+    line, most labels)`: a cheaper census of the rows past a line, (rows, label -> count, more
+    labels than that), for the survey past its first records.
     """
 
     name: str
@@ -68,6 +81,7 @@ class Source:
     classes: list = dataclasses.field(default_factory=list)
     categorical: list = dataclasses.field(default_factory=list)
     text_candidates: list | None = None
+    label_scan: typing.Callable[[int, int], tuple[int, dict, bool]] | None = None
 
     def rows(self) -> typing.Iterator[Row]:
         rows = self.rows_of()
@@ -114,7 +128,8 @@ def file_source(kind: str, path: str | pathlib.Path, target: str | None = None,
     if not path.is_file():
         raise SourceError(f"no such file: {path}")
     if kind == "libsvm":
-        return Source(str(path), lambda: libsvm_rows(path), n, kind=kind, text_candidates=[])
+        return Source(str(path), lambda: libsvm_rows(path), n, kind=kind, text_candidates=[],
+                      label_scan=lambda after, most: libsvm_label_counts(path, after, most))
     if kind == "arff":
         header = arff.read_header(path, target)
         strings = [a.name for i, a in enumerate(header.attributes)
@@ -127,7 +142,9 @@ def file_source(kind: str, path: str | pathlib.Path, target: str | None = None,
         header = csv_header(path)
         if target not in header:
             raise SourceError(f"{path}: no column {target!r} (columns: {', '.join(header)})")
-        return Source(str(path), lambda: csv_rows(path, target), n, header, kind)
+        return Source(str(path), lambda: csv_rows(path, target), n, header, kind,
+                      label_scan=lambda after, most: csv_label_counts(path, target, after,
+                                                                      most))
     return Source(str(path), lambda: jsonl_rows(path, target), n, kind=kind)
 
 
@@ -179,6 +196,9 @@ class Survey:
     too_many_labels: bool = False
     features: set = dataclasses.field(default_factory=set)  # names seen (first MAX_TRACKED_COLUMNS)
     text_columns: list[TextColumn] = dataclasses.field(default_factory=list)
+    # False when only the first `SURVEY_RECORDS` were checked whole (the labels of the rest
+    # read): n_good and n_bad are those of the first records, n_records counts every row.
+    complete: bool = True
 
     @property
     def binary(self) -> bool:
@@ -203,6 +223,7 @@ def survey(
     drop: typing.Iterable = (),
     stop_at_bad: bool = False,
     moment: typing.Any = None,
+    records: int = SURVEY_RECORDS,
 ) -> Survey:
     """Read `source` once: count its good and bad records, its classes, and find its text columns.
 
@@ -211,7 +232,8 @@ def survey(
     encode or drop the column). Memory stays bounded: at most `MAX_LABELS` labels,
     `MAX_TRACKED_COLUMNS` columns and `MAX_BAD_EXAMPLES` bad records (per text column too) are
     kept. With `stop_at_bad`, the read stops at the first bad record. The `moment` column
-    (`--moment`) is no feature: it is checked as a time.
+    (`--moment`) is no feature: it is checked as a time. Past the first `records` records of a
+    source with a `label_scan` (and no `n`), only the labels are read (`Survey.complete`).
     """
     one_hot, drop = frozenset(one_hot), frozenset(drop)
     skipped = one_hot | drop | ({moment} if moment is not None else set())
@@ -224,7 +246,12 @@ def survey(
     bad: list[tuple[int, BadRecord]] = []  # (record number, bad record): the first ones
     # Records bad for a text value, per feature: whether they count depends on the whole column.
     text_bad: dict = {}  # feature -> [count, [(record number, bad record), ...]]
-    for number, (where, x, y, problem) in enumerate(source.rows()):
+    rows = source.rows()
+    scan = source.label_scan is not None and not source.n
+    if scan:
+        rows = itertools.islice(rows, records)
+    where = ""
+    for number, (where, x, y, problem) in enumerate(rows):
         found.n_records += 1
         if problem is None and isinstance(x, dict) and candidates != frozenset():
             if candidates is not None:
@@ -271,6 +298,20 @@ def survey(
             found.labels[y] = 1
         else:
             found.too_many_labels = True
+    if scan and found.n_records == records:  # more may follow: their labels
+        found.complete = False
+        last = int(where.rsplit(":", 1)[1])
+        rows, counts, too_many = source.label_scan(last, MAX_LABELS)  # type: ignore[misc]
+        found.n_records += rows
+        labels = found.labels
+        for y, count in counts.items():
+            if y in labels:
+                labels[y] += count
+            elif len(labels) < MAX_LABELS:
+                labels[y] = count
+            else:
+                too_many = True
+        found.too_many_labels = found.too_many_labels or too_many
     for name, (n_text, example, where) in texts.items():
         n_values = present[name]
         if n_text * 2 > n_values:
