@@ -15,7 +15,10 @@ from hypothesis import strategies as st
 from river import metrics as river_metrics
 from river import utils
 
+from connectors.evaluate import metrics as metrics_module
 from connectors.evaluate.metrics import ClassIndex, Measures, auc
+
+VECTORIZED = metrics_module.MAX_VECTORIZED_COUNTS
 
 
 def run(pairs, window, classes=(), fading=None, positive=None, probas=None):
@@ -185,9 +188,19 @@ labelled_streams = st.integers(2, 5).flatmap(
 
 
 @settings(max_examples=150, deadline=None)
-@given(labelled_streams)
-def test_the_same_numbers_as_moas_evaluators(case):
-    n_classes, pairs, width = case
+@given(labelled_streams, st.booleans())
+def test_the_same_numbers_as_moas_evaluators(case, vectorized):
+    if vectorized:
+        compare_with_moa(*case)
+        return
+    metrics_module.MAX_VECTORIZED_COUNTS = 0  # the majorities record by record (many classes)
+    try:
+        compare_with_moa(*case)
+    finally:
+        metrics_module.MAX_VECTORIZED_COUNTS = VECTORIZED
+
+
+def compare_with_moa(n_classes, pairs, width):
     basic = MoaEvaluator(n_classes)
     windowed = MoaEvaluator(n_classes, width)
     measures = Measures(width, ClassIndex(range(n_classes)))

@@ -49,6 +49,7 @@ to the lowest index, so the order is part of the definition.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import typing
@@ -64,6 +65,8 @@ FADED_MEASURES = ("accuracy", "kappa", "kappa_m", "kappa_t")
 #: Measures where smaller is better (the ranks use it).
 SMALLER_IS_BETTER = frozenset({"log_loss"})
 LOG_LOSS_CLIP = 1e-15
+# The most entries of the (records x classes) counts `_majorities` builds in numpy (16 MiB).
+MAX_VECTORIZED_COUNTS = 1 << 21
 #: The most classes a stream may have (a survey refuses more labels than this first).
 MAX_CLASSES = 20_000
 
@@ -282,10 +285,8 @@ class Measures:
         # The majority classifiers: cumulative true-label counts and their argmax, and the
         # last `window` true labels with their counts.
         self._seen: list[int] = []
-        self._majority = 0
-        self._recent: list[int] = []
+        self._recent: collections.deque = collections.deque(maxlen=window)
         self._recent_counts: list[int] = []
-        self._recent_at = 0
         self._faded = _Faded(fading) if fading is not None else None
 
     def __len__(self) -> int:
@@ -371,13 +372,42 @@ class Measures:
     def _majorities(self, trues: list[int], n_classes: int) -> tuple[int, int]:
         """How often the cumulative and the windowed majority classifiers were right on
         `trues`, as MOA's evaluators count it: each record's own label counted first, the lowest
-        index winning a tie."""
+        index winning a tie. With few classes, counts of every class at every record in numpy
+        (np.argmax takes the first maximum: the lowest index); else record by record."""
         seen = self._seen
         seen.extend([0] * (n_classes - len(seen)))
-        recent_counts = self._recent_counts
-        recent_counts.extend([0] * (n_classes - len(recent_counts)))
-        recent, at, width = self._recent, self._recent_at, self.window
-        majority = self._majority
+        recent = self._recent
+        if n_classes * (len(recent) + len(trues)) > MAX_VECTORIZED_COUNTS:
+            return self._majorities_one_by_one(trues, n_classes)
+        t = np.array(trues, np.int64)
+        m = len(t)
+        onehot = np.zeros((m, n_classes), np.int64)
+        onehot[np.arange(m), t] = 1
+        counts = np.cumsum(onehot, axis=0)
+        counts += np.array(seen, np.int64)
+        right_cumulative = int((np.argmax(counts, axis=1) == t).sum())
+        self._seen = counts[-1].tolist()
+        # The window: the last `window` labels up to each record, over the labels kept from
+        # before this block and the block's.
+        labels = np.concatenate([np.array(recent, np.int64), t])
+        every = np.zeros((len(labels) + 1, n_classes), np.int64)
+        every[np.arange(1, len(labels) + 1), labels] = 1
+        np.cumsum(every, axis=0, out=every)  # every[k]: the counts of labels[:k]
+        ends = np.arange(len(recent), len(labels)) + 1
+        window_counts = every[ends] - every[np.maximum(ends - self.window, 0)]
+        right_window = int((np.argmax(window_counts, axis=1) == t).sum())
+        recent.extend(trues)
+        return right_cumulative, right_window
+
+    def _majorities_one_by_one(self, trues: list[int], n_classes: int) -> tuple[int, int]:
+        """`_majorities` record by record (many classes): the cumulative argmax kept as counts
+        only grow; the window's rescanned when the class it names loses a label."""
+        seen = self._seen
+        majority = int(np.argmax(seen)) if any(seen) else 0
+        recent, width = self._recent, self.window
+        recent_counts = [0] * n_classes
+        for label in recent:
+            recent_counts[label] += 1
         right_cumulative = right_window = 0
         window_best = None  # the windowed argmax, rescanned when its count may have dropped
         for t in trues:
@@ -387,15 +417,12 @@ class Measures:
             if count > best or (count == best and t < majority):
                 majority = t
             right_cumulative += majority == t
-            if len(recent) < width:
-                recent.append(t)
-            else:
-                forgotten = recent[at]
-                recent[at] = t
-                at = at + 1 if at + 1 < width else 0
+            if len(recent) == width:
+                forgotten = recent[0]
                 recent_counts[forgotten] -= 1
                 if forgotten == window_best:
                     window_best = None
+            recent.append(t)  # (a deque of `width`: the oldest label goes)
             recent_counts[t] += 1
             if window_best is None:
                 window_best = max(range(n_classes), key=lambda i: (recent_counts[i], -i))
@@ -404,5 +431,4 @@ class Measures:
                 if count > best or (count == best and t < window_best):
                     window_best = t
             right_window += window_best == t
-        self._majority, self._recent_at = majority, at
         return right_cumulative, right_window
