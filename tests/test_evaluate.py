@@ -485,3 +485,20 @@ def test_bad_metric_and_no_stream_are_refused(capsys):
     assert "--metric f2: no such measure" in capsys.readouterr().err
     assert cli.main(["evaluate", "--model", "alma"]) == 2
     assert "no stream to evaluate on" in capsys.readouterr().err
+
+
+class FailingALMA(streammargin.ALMAClassifier):
+    def learn_one(self, x, y):
+        self.seen = getattr(self, "seen", 0) + 1
+        if self.seen > 100:
+            raise RuntimeError("boom")
+        super().learn_one(x, y)
+
+
+def test_a_scaled_model_that_fails_to_learn_keeps_its_last_prediction():
+    data = list(datasets.Phishing())
+    result, = runner.evaluate({"alma": runner.Scaled(FailingALMA())}, lambda: data)
+    assert result.error == "RuntimeError: boom" and result.n == 101
+    model = preprocessing.StandardScaler() | streammargin.ALMAClassifier()
+    expected = evaluate.progressive_val_score(data[:101], model, metrics.Accuracy())
+    assert result.accuracy == expected.get()
