@@ -361,10 +361,13 @@ def _sparse(text: str, n: int, attributes: list[Attribute], omitted: dict) -> di
     their first value; a str: what is wrong."""
     found: dict = {}
     if text.strip():
-        try:
-            entries = split_values(text)
-        except ValueError as error:
-            return str(error)
+        if "'" in text or '"' in text:
+            try:
+                entries = split_values(text)
+            except ValueError as error:
+                return str(error)
+        else:  # the common line: no quote to read character by character
+            entries = [(entry.strip(), False) for entry in text.split(",")]
         for entry, quoted in entries:
             if quoted:
                 return f"{entry!r:.40} is not 'index value'"
