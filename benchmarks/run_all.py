@@ -19,6 +19,8 @@ BENCHMARKS = [
     ("kernel_models.py", [], ["--quick"]),
     ("cpm_sbp.py", [], ["--quick"]),
     ("model_selection.py", [], ["--quick"]),
+    ("evaluate_throughput.py", [], ["--records", "20000", "--rounds", "1"]),
+    ("evaluate_memory.py", ["--no-tracemalloc"], ["--records", "50000", "--no-tracemalloc"]),
     ("mpu.py", [], ["--quick"]),
     ("kafka_throughput.py", [], ["--records", "20000", "--rounds", "1"]),
     ("record_formats.py", [], ["--records", "20000", "--rounds", "1"]),
