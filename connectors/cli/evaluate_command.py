@@ -534,7 +534,7 @@ def _print_ranks(args: argparse.Namespace,
             table.setdefault(name, {})[stream] = r.measure(args.metric)
     ranks = results.mean_ranks(table, args.metric in metrics.SMALLER_IS_BETTER)
     streams = [stream for stream, _ in panels]
-    headers = ["model", "mean rank", *(_short(s) for s in streams)]
+    headers = ["model", "mean rank", *_short_names(streams)]
     rows = [[name, f"{rank:.2f}", *(_cell(table[name].get(s)) for s in streams)]
             for name, rank in sorted(ranks.items(), key=lambda item: item[1])]
     print(f"mean rank by {args.metric} over {len(streams)} streams (1 = best; ties share):")
@@ -542,6 +542,13 @@ def _print_ranks(args: argparse.Namespace,
     print()
 
 
-def _short(name: str) -> str:
-    """A stream's name for a column: the file's name without its folder."""
-    return name.rsplit("/", 1)[-1][:24]
+def _short_names(streams: list[str]) -> list[str]:
+    """Column names for streams: a file's name without its folder, a data set's name without
+    its arguments, numbered where two would read the same.
+
+    >>> _short_names(["data/a.csv", "SEA(seed=1)", "SEA(seed=2)", "Phishing"])
+    ['a.csv', 'SEA #2', 'SEA #3', 'Phishing']
+    """
+    short = [name.rsplit("/", 1)[-1].split("(", 1)[0][:24] for name in streams]
+    return [f"{name} #{i + 1}" if short.count(name) > 1 else name
+            for i, name in enumerate(short)]
