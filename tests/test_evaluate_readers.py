@@ -271,6 +271,10 @@ def test_hostile_lines_are_rows_or_bad_rows_never_an_exception(tmp_path, kind, n
             assert all(isinstance(v, str) or math.isfinite(v) for v in x.values())
     survey = sources.survey(source, one_hot=source.categorical)
     assert survey.n_records == len(rows)
+    # Past its first record, the survey's census of the labels (CSV: split in C) holds too.
+    census = sources.survey(source, one_hot=source.categorical, records=1)
+    assert census.n_records <= len(rows) + len(noise) + 2
+    assert set(census.labels) >= set(survey.labels)  # every good record's label, at least
     if kind in ("csv", "libsvm", "jsonl"):
         first = rows[0]
         assert first[3] is None  # the valid first line stays valid whatever follows
