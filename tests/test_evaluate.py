@@ -502,3 +502,12 @@ def test_a_scaled_model_that_fails_to_learn_keeps_its_last_prediction():
     model = preprocessing.StandardScaler() | streammargin.ALMAClassifier()
     expected = evaluate.progressive_val_score(data[:101], model, metrics.Accuracy())
     assert result.accuracy == expected.get()
+
+
+def test_a_plot_into_a_missing_folder_fails_before_the_run(tmp_path, capsys):
+    plot = tmp_path / "no" / "curve.png"
+    assert cli.main(["evaluate", "--model", "alma", "--dataset", "Phishing", "--plot",
+                     str(plot)]) == 1
+    captured = capsys.readouterr()
+    assert "prequential evaluation" not in captured.out  # nothing was run
+    assert f"--plot {plot}: No such file or directory" in captured.err

@@ -42,6 +42,7 @@ import argparse
 import importlib
 import logging
 import math
+import pathlib
 import re
 import sys
 import typing
@@ -372,6 +373,10 @@ def run(args: argparse.Namespace) -> int:
     delay = _check_numbers(args)
     streams = [_source(args, kind, spec) for kind, spec in args.sources]
     _check_models(args)
+    if args.plot and not pathlib.Path(args.plot).resolve().parent.is_dir():
+        # (the plot is drawn at the end: a run of an hour must not end on a typo)
+        raise CommandError(f"--plot {args.plot}: No such file or directory (its folder)",
+                           "check the path, or create the folder first", EXIT_FAILURE)
     output = None
     if args.output:
         try:
