@@ -22,6 +22,7 @@ from river.datasets import synth
 
 import streammargin
 from connectors import schemas
+from connectors.serializers.mapping import FieldMapping
 from connectors.state import checkpoint
 from connectors.worker.task import (
     ENTRY_BYTES,
@@ -32,6 +33,7 @@ from connectors.worker.task import (
     OutputRecords,
     PartitionTask,
     PendingLabels,
+    SettingsMismatch,
     TaskFailure,
     TaskSettings,
     pending_entry_bytes,
@@ -378,6 +380,20 @@ def test_restore_refuses_a_checkpoint_wrapped_otherwise_than_the_settings_say():
     binary.process(as_records([event(0, {"a": 1.0}, True)], partition=5))
     with pytest.raises(StateError, match="holds a ALMAClassifier, not the one-vs-rest"):
         PartitionTask.restore(binary.to_checkpoint(), "events", 5, one_vs_rest)
+
+
+def test_a_checkpoint_of_other_settings_is_a_settings_mismatch():
+    task = PartitionTask.new("events", 0, TaskSettings(group_id="g", scale=True))
+    task.process(as_records([event(0, {"a": 1.0}, True)]))
+    for other in (TaskSettings(group_id="g", model="mpu", scale=True), TaskSettings(group_id="g"),
+                  TaskSettings(group_id="h", scale=True)):
+        with pytest.raises(SettingsMismatch):
+            PartitionTask.restore(task.to_checkpoint(), "events", 0, other)
+    payload = bytearray(task.to_checkpoint())
+    payload[-3] ^= 0xFF
+    with pytest.raises(StateError) as refused:  # corrupt: a refusal, not a mismatch
+        PartitionTask.restore(bytes(payload[:40]), "events", 0, task.settings)
+    assert not isinstance(refused.value, SettingsMismatch)
 
 
 def led_stream(n: int, seed: int = 3):

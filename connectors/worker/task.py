@@ -88,6 +88,7 @@ __all__ = [
     "OutputRecord",
     "PendingLabels",
     "TaskFailure",
+    "SettingsMismatch",
     "bounded_reason",
     "pending_entry_bytes",
     "qualified_name",
@@ -149,6 +150,14 @@ class TaskFailure(RuntimeError):
             "DeadLetter and the model's streammargin.InvalidInput reject a record; anything else "
             "is a bug to fix (the record was not dead-lettered)"
         )
+
+
+class SettingsMismatch(StateError):
+    """A checkpoint (or model record) that is sound but written under other settings than these:
+    another model, binary against multiclass, with or without --scale or --label-topic, another
+    group, topic or partition. A `StateError` like any refusal; its own class so that a reader
+    can tell "these options contradict what the checkpoints hold" (fix the options) from "this
+    checkpoint is corrupt or hostile" (`streammargin serve` refuses to start on the first)."""
 
 
 def bounded_reason(reason: str, limit: int = MAX_REASON_CHARS) -> str:
@@ -580,18 +589,18 @@ def check_model_kind(model: typing.Any, settings: TaskSettings) -> None:
     if settings.one_vs_rest:
         inner = getattr(model, "classifier", None)
         if type(model) is not _one_vs_rest_class() or not _built_by(wanted, inner):
-            raise StateError(
+            raise SettingsMismatch(
                 f"it holds a {_describe(model)}, not the one-vs-rest {wanted.__name__} of "
                 f"--model {settings.model} --one-vs-rest"
             )
     elif not _built_by(wanted, model):
-        raise StateError(
+        raise SettingsMismatch(
             f"it holds a {_describe(model)}, not the {wanted.__name__} of --model "
             f"{settings.model}"
         )
     if _is_multiclass(model) != settings.multiclass:
         kind = "multiclass" if settings.multiclass else "binary"
-        raise StateError(f"it holds a {'binary' if settings.multiclass else 'multiclass'} "
+        raise SettingsMismatch(f"it holds a {'binary' if settings.multiclass else 'multiclass'} "
                          f"{_describe(model)} where the settings ask for a {kind} model")
     if settings.multiclass:
         restore_part("model", _check_classes, model)
@@ -769,7 +778,7 @@ class PartitionTask:
         saved_at = (_field(fields, "group", str), _field(fields, "topic", str),
                     _field(fields, "partition", int))
         if saved_at != (settings.group_id, topic, partition):
-            raise StateError(
+            raise SettingsMismatch(
                 f"it belongs to group/topic/partition {'/'.join(map(str, saved_at))!r:.200}, "
                 f"not {settings.group_id}/{topic}/{partition}"
             )
@@ -779,7 +788,7 @@ class PartitionTask:
             label_next_offset = checked_count(label_next_offset, "label_next_offset")
         saved_label_topic = fields.get("label_topic")
         if saved_label_topic != settings.label_topic:
-            raise StateError(
+            raise SettingsMismatch(
                 f"it was written with --label-topic {saved_label_topic!r:.200}, not "
                 f"{settings.label_topic!r:.200}: the offsets of one label topic mean nothing in "
                 "another"
@@ -789,7 +798,7 @@ class PartitionTask:
         check_model_kind(model, settings)
         saved_scaler = fields.get("scaler")
         if (saved_scaler is not None) != settings.scale:
-            raise StateError(
+            raise SettingsMismatch(
                 f"it was written {'with' if saved_scaler is not None else 'without'} --scale"
             )
         scaler = None
