@@ -382,6 +382,44 @@ def test_restore_refuses_a_checkpoint_wrapped_otherwise_than_the_settings_say():
         PartitionTask.restore(binary.to_checkpoint(), "events", 5, one_vs_rest)
 
 
+@pytest.mark.parametrize("options", [
+    {"scale": True},
+    {"scale": True, "mapping": FieldMapping(features=("*",), label_field="y", id_field="id",
+                                            categorical="hash", hash_buckets=8)},
+    {"model": "convexpolytope", "scale": True},
+    {},
+], ids=["scaled-onehot", "scaled-hash", "multiclass", "plain"])
+def test_predict_gives_exactly_what_process_gives_an_unlabelled_event(options):
+    # What `streammargin serve` answers: a task restored from a checkpoint predicts an event
+    # as the task that wrote it predicts the same record unlabelled, bit for bit (categories
+    # passed unscaled to the model included).
+    multiclass = options.get("model") == "convexpolytope"
+    flat = "mapping" in options
+
+    def record(i, y=None):
+        x = {"a": (i % 7) / 3.0, "b": float(i % 5), "city": ["paris", "rome", "oslo"][i % 3]}
+        label = (["sky", "sea", "sand"][i % 3] if multiclass else i % 3 == 0) if y else None
+        if flat:
+            return json.dumps({"id": f"e{i}", **x, **({"y": label} if y else {})}).encode()
+        return event(i, x, label)
+
+    settings = TaskSettings(group_id="g", **options)
+    task = PartitionTask.new("events", 0, settings)
+    task.process(as_records([record(i, y=True) for i in range(300)]))
+    restored = PartitionTask.restore(task.to_checkpoint(), "events", 0, settings)
+    unlabelled = [record(i) for i in range(300, 340)]
+    out = task.process(as_records(unlabelled, start=300))
+    for value, prediction in zip(unlabelled, out.predictions.values):
+        _, x, _ = restored.codec.decode(value)
+        y_pred, p = restored.predict(x)
+        written = json.loads(prediction)
+        assert y_pred == written["y_pred"]
+        if multiclass:
+            assert {str(k): v for k, v in p.items()} == written["proba"]
+        else:
+            assert p == written["p_true"]
+
+
 def test_a_checkpoint_of_other_settings_is_a_settings_mismatch():
     task = PartitionTask.new("events", 0, TaskSettings(group_id="g", scale=True))
     task.process(as_records([event(0, {"a": 1.0}, True)]))

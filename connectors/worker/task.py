@@ -977,6 +977,44 @@ class PartitionTask:
 
     # Records --------------------------------------------------------------------------------
 
+    def predict(self, x: dict) -> tuple[typing.Any, typing.Any]:
+        """`(y_pred, p)` of an event of features `x` (as this task's codec decodes them), as
+        `process` predicts an event without its label, learning nothing: the scaler's
+        transform (category indicators, the features of value True, passed unscaled), then
+        the model's label and probabilities from one call. `p` is P(True) for a binary
+        model, the probabilities by class for a multiclass one. `streammargin serve` scores
+        requests with it (connectors/serving), so that a request gets the probabilities its
+        record would have got on the topic from the same checkpoint, bit for bit.
+        `ArithmeticError` for a probability that is not a number in [0, 1] (a bug).
+
+        Not thread-safe (the model's caches of the last encoding): one caller at a time.
+        """
+        scaler = self.scaler
+        if scaler is None:
+            scaled = x
+        elif self._split and True in x.values():
+            numbers, indicators = indicator_splitter()(x)
+            scaled = scaler.transform_one(numbers)
+            scaled.update(indicators)
+        else:
+            scaled = scaler.transform_one(x)
+        model = self.model
+        predict_with_proba = getattr(model, "predict_with_proba_one", None)
+        if predict_with_proba is None:
+            y_pred, p = model.predict_one(scaled), model.predict_proba_one(scaled)
+        else:
+            y_pred, p = predict_with_proba(scaled)
+        if self.multiclass:
+            for label, value in p.items():
+                if not 0.0 <= value <= 1.0:  # also False for NaN
+                    raise ArithmeticError(f"the model gave the probability {value!r} to class "
+                                          f"{label!r:.60}")
+            return y_pred, p
+        p = p.get(True, 0.0)
+        if not 0.0 <= p <= 1.0:
+            raise ArithmeticError(f"the model gave the probability {p!r}")
+        return y_pred, p
+
     def _learn_scaled(self, x: dict, y: typing.Any) -> None:
         # River's Pipeline order: the unsupervised scaler learns x, then the model learns the
         # freshly scaled x; `transform_learn_one` gives that scaling in the same pass (a delayed
