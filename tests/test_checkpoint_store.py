@@ -490,13 +490,16 @@ def follow_until(store, keys, expected, timeout: float = 20.0) -> dict:
 
 @pytest.mark.kafka
 @pytest.mark.parametrize("partitions", [1, 3])
-@pytest.mark.parametrize("reader", ["kafka-python", "librdkafka"])
+@pytest.mark.parametrize("reader", ["kafka-python", "librdkafka", "read-only"])
 def test_follow_gives_each_keys_latest_then_only_what_came_since(kafka_broker, partitions,
                                                                  reader):
     # The model exchange's read (connectors/worker/model_scope.py): the latest of each key at
     # first, then only what was written since; a key not followed before gets its latest; a
-    # chunked record is read whole, and reading its chunks loses no record after it.
-    options = {}
+    # chunked record is read whole, and reading its chunks loses no record after it. Read-only:
+    # streammargin serve's store, without a producer, reading read_committed.
+    options: dict = {}
+    if reader == "read-only":
+        options = {"read_only": True, "reader_config": {"isolation_level": "read_committed"}}
     if reader == "librdkafka":
         pytest.importorskip("confluent_kafka")
         from connectors.kafka.librdkafka_transport import CheckpointReader
@@ -527,6 +530,11 @@ def test_follow_gives_each_keys_latest_then_only_what_came_since(kafka_broker, p
         writer.write({keys[1]: b"third 1"})  # after a chunk read moved the reader
         assert follow_until(follower, keys, [keys[1]]) == {keys[1]: b"third 1"}
         assert follower.follow(keys) == {}
+        if reader == "read-only":
+            assert follower.producer is None and follower.partitions_of(topic) == set(
+                range(partitions))
+            with pytest.raises(checkpoint.CheckpointError, match="read-only"):
+                follower.write({keys[0]: b"never"})
     finally:
         writer.close()
         follower.close()

@@ -260,6 +260,11 @@ class CheckpointStore:
         its predictions in batches cut short, and made a record wait for them). librdkafka
         reports deliveries only to a poll or flush of its producer, so there a write flushes
         either way (`Delivery.get`).
+    read_only
+        A reader only (`streammargin serve`, which never writes to Kafka): no producer is
+        made, the checkpoint topic's partitions come from the reader's metadata (its
+        `partitions_for_topic`: kafka-python's `KafkaConsumer`), and `write` raises
+        `CheckpointError`.
 
     """
 
@@ -278,6 +283,7 @@ class CheckpointStore:
         reader_factory: typing.Callable[..., typing.Any] | None = None,
         transactional: bool = False,
         flush_producer: bool = True,
+        read_only: bool = False,
     ):
         if not MIN_CHUNK_BYTES <= chunk_bytes <= _U32:
             raise ValueError(f"chunk_bytes must be within [{MIN_CHUNK_BYTES}, {_U32}], got "
@@ -298,8 +304,9 @@ class CheckpointStore:
         self.max_checkpoint_bytes = max_checkpoint_bytes
         self.window = window
         self.timeout = timeout
-        self._own_producer = producer is None
-        if producer is None:
+        self.read_only = read_only
+        self._own_producer = producer is None and not read_only
+        if producer is None and not read_only:
             from kafka import KafkaProducer
 
             producer = KafkaProducer(
@@ -338,11 +345,19 @@ class CheckpointStore:
 
     def n_partitions(self) -> int:
         if self._n_partitions is None:
-            partitions = self.producer.partitions_for(self.topic)
+            if self.read_only:
+                partitions = self._reader_consumer().partitions_for_topic(self.topic)
+            else:
+                partitions = self.producer.partitions_for(self.topic)
             if not partitions:
                 raise CheckpointError(f"checkpoint topic {self.topic!r} has no partitions")
             self._n_partitions = len(partitions)
         return self._n_partitions
+
+    def partitions_of(self, topic: str) -> set[int]:
+        """The partition numbers of any `topic`, from the reader's metadata (refreshed every
+        `metadata_max_age_ms`); empty while the topic does not exist."""
+        return set(self._reader_consumer().partitions_for_topic(topic) or ())
 
     # Writing ----------------------------------------------------------------------------------
 
@@ -357,6 +372,8 @@ class CheckpointStore:
         """
         if not checkpoints:
             return
+        if self.read_only:
+            raise CheckpointError("a read-only checkpoint store writes nothing")
         plans = [self._plan(topic, partition, checkpoint if isinstance(checkpoint, CheckpointWrite)
                             else CheckpointWrite(bytes(checkpoint)))
                  for (topic, partition), checkpoint in checkpoints.items()]
