@@ -295,7 +295,18 @@ def add_parser(subparsers) -> None:
         description=__doc__.split("\n\n")[0],
         epilog="Every option also reads the environment variable STREAMMARGIN_<OPTION>.",
     )
-    for flag, kind, default, help_text in OPTIONS:
+    add_options(parser, OPTIONS)
+    parser.add_argument("--list-models", action="store_true",
+                        help="print the model names and exit")
+    parser.error = lambda message: _short_error(parser, message)  # type: ignore[method-assign]
+    parser.set_defaults(func=run)
+
+
+def add_options(parser: argparse.ArgumentParser,
+                options: typing.Sequence[tuple[str, str, typing.Any, str]]) -> None:
+    """Add `options` (OPTIONS' form) to `parser`, each also read from its `STREAMMARGIN_*`
+    variable (`streammargin serve` takes the worker's options so)."""
+    for flag, kind, default, help_text in options:
         default = _env_default(flag, kind, default)
         shown = f" [env {env_name(flag)}]"
         if kind == "list":
@@ -312,10 +323,6 @@ def add_parser(subparsers) -> None:
             convert = {"str": str, "int": int, "float": _optional_float,
                        "size": _optional_size}[kind]
             parser.add_argument(flag, type=convert, default=default, help=help_text + shown)
-    parser.add_argument("--list-models", action="store_true",
-                        help="print the model names and exit")
-    parser.error = lambda message: _short_error(parser, message)  # type: ignore[method-assign]
-    parser.set_defaults(func=run)
 
 
 def _copy_headers(text: str) -> str | tuple[str, ...]:
