@@ -11,7 +11,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[kafka,librdkafka,demo,test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[kafka,librdkafka,serve,demo,test]'
 	touch $(STAMP)
 
 # The models compiled ahead of time (`streammargin warmup`: extension modules in
@@ -43,7 +43,7 @@ test: compiled apache-kafka schema-registry
 
 # The benchmarks also need the bench extra (Quix Streams, for benchmarks/kafka_throughput.py).
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[kafka,librdkafka,demo,test,bench]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[kafka,librdkafka,serve,demo,test,bench]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP) compiled
