@@ -14,7 +14,8 @@ import importlib
 from connectors.cli import errors
 
 SUBCOMMANDS = ["connectors.cli.demo", "connectors.cli.evaluate_command",
-               "connectors.cli.kafka_command", "connectors.cli.warmup_command"]
+               "connectors.cli.kafka_command", "connectors.cli.serve_command",
+               "connectors.cli.warmup_command"]
 
 
 def build_parser() -> errors.ArgumentParser:

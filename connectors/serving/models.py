@@ -1,0 +1,236 @@
+"""The models a server answers with: each checkpoint decoded once (`ServedVersion`), the set
+served at one moment (`ServingView`, immutable: a request reads one and sees no half of a
+swap), which model answers a record (`ServingView.route`), and the scoring of a request's rows
+(`Scorer`).
+
+Scoring is the worker's own: the rows go through the codec of the worker's field mapping (the
+record form as a topic's JSON record, a table row as its record's tree), then through the task
+restored from the checkpoint (`PartitionTask.predict`: its scaler, its model, one call), so a
+request gets exactly the probabilities its record got, or would have got, on the topic from
+that checkpoint.
+
+Which model answers (partition scope, a model per input partition):
+
+- a request pinned to a version (`/versions/{v}`): that checkpoint's model, for every row;
+- a row with a key: the model of the partition the topic's producers give that key
+  (`partitioner.partition_of`, over the input topic's partition count), as the worker's
+  model of that partition scores the record; if that partition has no checkpoint yet, the
+  unkeyed rule's model (said in the response's `parameters`);
+- the request parameter `partition`: that partition's model;
+- a row without a key: the model that has learnt from the most labelled records (ties: the
+  lowest partition), a stable choice that changes only when another partition's model
+  overtakes it, not with every checkpoint.
+
+In topic scope every row of a topic gets the topic's one model: the newest checkpoint of any of
+its partitions (each holds the worker's shared model, mixed with its peers', at that moment).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import typing
+
+from connectors.codec import DeadLetter
+from connectors.serving.partitioner import partition_of
+from connectors.serving.protocol import Limits, RequestError, Rows
+from connectors.worker.task import PartitionTask
+from streammargin.errors import InvalidInput
+
+__all__ = ["ServedVersion", "ServingView", "Scorer", "Scored", "version_name", "TOPIC_MODEL"]
+
+#: The partition number of a topic-scope model's slot: one model for every partition.
+TOPIC_MODEL = -1
+
+
+def version_name(checkpoint_partition: int, offset: int) -> str:
+    """A checkpoint's version: its head record's offset on the checkpoint topic (which the
+    worker creates with one partition), `<partition>-<offset>` on another partition of a
+    checkpoint topic that has several."""
+    return str(offset) if checkpoint_partition == 0 else f"{checkpoint_partition}-{offset}"
+
+
+@dataclasses.dataclass(eq=False)
+class ServedVersion:
+    """One checkpoint decoded: the task it restores (its model and scaler answer; its pending
+    labels and metrics are let go once read) and where it comes from."""
+
+    version: str
+    topic: str
+    partition: int  # the input partition whose checkpoint it is
+    task: PartitionTask
+    checkpoint_offset: int
+    checkpoint_bytes: int
+    written_at: float  # the worker's clock when it wrote the checkpoint (Unix time)
+    loaded_at: float
+    next_offset: int | None  # the input offset the model had learnt up to
+    labelled: int  # labelled records behind the model's metrics
+    first_answer_at: float | None = None
+
+    @property
+    def classes(self) -> list:
+        """The classes of `predict_proba`'s columns: [False, True] for a binary model, the
+        classes a multiclass model knows, in its order."""
+        if not self.task.multiclass:
+            return [False, True]
+        model = self.task.model
+        classes = getattr(model, "classes", None)
+        if classes is None:
+            classes = getattr(model, "classifiers", None) or ()
+        return list(classes)
+
+    def age(self, now: float | None = None) -> float:
+        """Seconds since the worker wrote its checkpoint."""
+        return max(0.0, (time.time() if now is None else now) - self.written_at)
+
+    def describe(self) -> dict[str, typing.Any]:
+        return {"version": self.version, "topic": self.topic, "partition": self.partition,
+                "checkpoint_offset": self.checkpoint_offset, "written_at": self.written_at,
+                "next_offset": self.next_offset, "labelled": self.labelled}
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingView:
+    """The models served at one moment: the follower builds a new view and swaps it in by one
+    reference assignment; a request reads the view once, so it never sees half a swap."""
+
+    scope: str
+    topics: tuple[str, ...]
+    partitioner: str
+    # (topic, partition) -> its latest version; topic scope: (topic, TOPIC_MODEL)
+    current: typing.Mapping[tuple[str, int], ServedVersion]
+    # every version kept, by name
+    versions: typing.Mapping[str, ServedVersion]
+    # per topic, the model of requests without a key (see the module doc)
+    unkeyed: typing.Mapping[str, ServedVersion]
+    # per input topic, its partition count (for keys)
+    partitions: typing.Mapping[str, int]
+
+    @classmethod
+    def empty(cls, scope: str, topics: typing.Sequence[str], partitioner: str) -> ServingView:
+        return cls(scope, tuple(topics), partitioner, {}, {}, {}, {})
+
+    def newest(self) -> ServedVersion | None:
+        """The version written last, of every model served."""
+        return max(self.current.values(), key=lambda v: v.written_at, default=None)
+
+    def route(self, topic: str, key: bytes | None,
+              partition: int | None) -> tuple[ServedVersion | None, str]:
+        """The version that answers a row of `topic` with `key` (or the request's `partition`),
+        and how it was chosen: "topic", "key", "partition", "unkeyed", or "unkeyed: ..." when a
+        key's partition has no model yet."""
+        if self.scope == "topic":
+            return self.current.get((topic, TOPIC_MODEL)), "topic"
+        if partition is not None:
+            return self.current.get((topic, partition)), "partition"
+        if key:
+            count = self.partitions.get(topic)
+            if count:
+                number = partition_of(key, count, self.partitioner)
+                found = self.current.get((topic, number))
+                if found is not None:
+                    return found, "key"
+                return self.unkeyed.get(topic), f"unkeyed: partition {number} has no model yet"
+        return self.unkeyed.get(topic), "unkeyed"
+
+
+@dataclasses.dataclass
+class Scored:
+    """What a request's rows got: a label and a row of probabilities each (columns: `classes`),
+    the versions that answered (in order of first use) and how each row's model was chosen."""
+
+    labels: list
+    probabilities: list[list[float]]
+    classes: list
+    versions: list[ServedVersion]
+    routes: list[str]
+
+
+class Scorer:
+    """Scores rows with the worker's mapping and the served tasks' `predict`, one request at a
+    time (`lock`: the codec's mapper and the models' caches are not thread-safe; the numeric
+    core holds the GIL anyway).
+
+    Parameters
+    ----------
+    codec
+        The worker's codec of its field mapping, JSON (`TaskSettings.make_codec` for
+        `--value-format json`): the record form's records, and a table's rows as trees.
+    limits
+        Records, fields and bytes a request may hold.
+
+    """
+
+    def __init__(self, codec: typing.Any, limits: Limits):
+        self.codec = codec
+        self.mapper = codec.mapper
+        self.reads_key = bool(getattr(codec, "reads_key", False))
+        self.limits = limits
+        self.lock = threading.Lock()
+
+    def score(self, view: ServingView, rows: Rows, pinned: ServedVersion | None = None,
+              topic: str | None = None) -> Scored:
+        """Each row's label and probabilities; `RequestError` naming the row and the fix for a
+        row the worker would dead-letter, and 503 when no model can answer yet."""
+        topic = rows.topic or topic or view.topics[0]
+        if topic not in view.topics:
+            raise RequestError(404, f"topic {topic[:100]!r} is not an input topic of this model: "
+                                    f"give one of {', '.join(view.topics)} (--topic)")
+        if rows.partition is not None and view.scope == "partition" and pinned is None and (
+                (topic, rows.partition) not in view.current):
+            have = sorted(p for t, p in view.current if t == topic)
+            raise RequestError(404, f"partition {rows.partition} of {topic} has no model: "
+                                    f"partitions with one: {have[:50]}")
+        n = len(rows)
+        keys = rows.keys
+        records, trees = rows.records, rows.trees
+        max_fields = self.limits.max_fields
+        labels: list = [None] * n
+        probabilities: list = [None] * n
+        versions: dict[int, ServedVersion] = {}
+        routes: list[str] = [""] * n
+        decode, event = self.codec.decode, self.mapper.event
+        reads_key = self.reads_key
+        with self.lock:
+            for i in range(n):
+                key = None if keys is None else keys[i]
+                try:
+                    if records is not None:
+                        found = decode(records[i], key) if reads_key else decode(records[i])
+                    else:
+                        found = event(trees[i], key)
+                except DeadLetter as error:
+                    raise RequestError(400, f"record {i}: {error}") from None
+                x = found[1]
+                if x is None:
+                    raise RequestError(400, f"record {i} has no features (only a label and an "
+                                            "id: a label record): send the event's features")
+                if len(x) > max_fields:
+                    raise RequestError(400, f"record {i} has {len(x)} features, above the limit "
+                                            f"of {max_fields} (--max-request-fields)")
+                if pinned is not None:
+                    served, route = pinned, "pinned"
+                else:
+                    served, route = view.route(topic, key, rows.partition)
+                    if served is None:
+                        raise RequestError(503, "no model has been loaded yet: the workers "
+                                                "have written no checkpoint this server could "
+                                                "read (see /v2/health/ready)")
+                try:
+                    y_pred, p = served.task.predict(x)
+                except InvalidInput as error:
+                    raise RequestError(400, f"record {i}: rejected by the model: "
+                                            f"{error}") from None
+                labels[i] = y_pred
+                probabilities[i] = p
+                routes[i] = route
+                versions.setdefault(id(served), served)
+        used = list(versions.values())
+        if all(not v.task.multiclass for v in used):
+            classes = [False, True]
+            rows_out = [[1.0 - p, p] for p in probabilities]
+        else:
+            classes = list(dict.fromkeys(c for v in used for c in v.classes))
+            rows_out = [[float(p.get(c, 0.0)) for c in classes] for p in probabilities]
+        return Scored(labels, rows_out, classes, used, routes)
