@@ -174,8 +174,11 @@ def _serve(args: argparse.Namespace, debug: bool) -> int:
                     follower.model_name, config.checkpoint_topic)
 
     try:
-        serve(app, args.serve_host, args.serve_port, request_timeout=args.request_timeout,
-              backpressure=args.max_concurrent_requests, started=started, watch=watch)
+        # The collector as the worker sets it: the start-up heap frozen, young collections
+        # rarer (a full collection's walk of it was a stall of milliseconds in a request).
+        with kafka_command._collector_for_a_worker():
+            serve(app, args.serve_host, args.serve_port, request_timeout=args.request_timeout,
+                  backpressure=args.max_concurrent_requests, started=started, watch=watch)
     except OSError as error:
         return fail(f"cannot serve on --serve-host {args.serve_host} --serve-port "
                     f"{args.serve_port}: {error}. Fix: choose a free port, and an address of "
