@@ -723,8 +723,10 @@ def test_every_kind_of_dead_letter_and_the_metrics_records_as_the_readme_describ
         (0, 10, json.dumps({"id": "big", "x": {"a": 1.0}, "pad": "p" * 3_000}).encode(),
          "VALUE_CONVERTER", codec, "connectors.codec.OversizedRecord"),
         (1, 20, b"[1, 2]", "VALUE_CONVERTER", codec, "connectors.codec.InvalidRecord"),
-        (0, 30, b'{"id": "f", "x": {"a": ["high"]}}', "VALUE_CONVERTER", codec,
-         "connectors.codec.InvalidFeature"),
+        # (objects nested beyond the mapping's depth: a field that cannot be a feature, like an
+        # array, is left out, not refused)
+        (0, 30, b'{"id": "f", "x": {"a": ' + b'{"b": ' * 40 + b'1' + b'}' * 41 + b'}',
+         "VALUE_CONVERTER", codec, "connectors.codec.InvalidFeature"),
         (1, 40, b'{"id": "l", "x": {"a": 1.0}, "y": [1]}', "VALUE_CONVERTER", codec,
          "connectors.codec.InvalidLabel"),
         # A third class for a model of at most two: the model refuses it.
