@@ -8,11 +8,27 @@ and answered over the Open Inference Protocol (KServe's v2 REST), or in-process.
 - `protocol.py`: the protocol's requests and responses as validated structures, limits;
 - `partitioner.py`: the input partition of a record key (murmur2, crc32);
 - `app.py`: `InferenceApp`, the endpoints, on Granian (RSGI); `metrics.py`: Prometheus.
+
+`from connectors.serving import ModelFollower` reads the name from its module on first use, so
+that importing the package (or `connectors.serving.protocol` alone) imports no model library.
 """
 
-from connectors.serving.follower import FollowerError, ModelFollower
-from connectors.serving.models import Scored, ServedVersion, ServingView
-from connectors.serving.protocol import Limits, RequestError
+from __future__ import annotations
 
-__all__ = ["ModelFollower", "FollowerError", "Scored", "ServedVersion", "ServingView", "Limits",
-           "RequestError"]
+import importlib
+import typing
+
+_MODULES = {"ModelFollower": "follower", "FollowerError": "follower", "Scored": "models",
+            "ServedVersion": "models", "ServingView": "models", "Limits": "protocol",
+            "RequestError": "protocol"}
+__all__ = list(_MODULES)
+
+
+def __getattr__(name: str) -> typing.Any:
+    if name in _MODULES:
+        return getattr(importlib.import_module(f"connectors.serving.{_MODULES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -3,7 +3,8 @@
 
 For M models served (partition scope: the partitions of the input topics; topic scope: the
 topics), V versions kept (`--versions-kept`), a model's ceiling m (`streammargin.memory.
-memory_bound` of the workers' model, x MODEL_COPIES for its Python objects) and the scaler's s
+memory_bound` of the workers' model at every class it may hold, and its stored names' Python
+objects, `stored_names` x NAME_OBJECT_BYTES, as the worker charges them) and the scaler's s
 (with `--scale`), checkpoints of at most C bytes (`--max-checkpoint-bytes`), request bodies of
 at most B bytes (`--max-request-bytes`) and Q requests taken at once (`--max-concurrent-requests`):
 
@@ -31,7 +32,7 @@ import dataclasses
 import typing
 
 from connectors.worker.memory_budget import (
-    MODEL_COPIES,
+    NAME_OBJECT_BYTES,
     NUMBA_BYTES,
     PROCESS_BYTES,
     format_size,
@@ -89,15 +90,18 @@ def budget_of(config: typing.Any, versions_kept: int, max_request_bytes: int,
     None). `ValueError` (the cause, then the fix) when the parts other than the checkpoint
     read leave less than one checkpoint of the model's state for it."""
     from streammargin import scaler as scaler_module
-    from streammargin.memory import memory_bound
+    from streammargin.memory import memory_bound, stored_names
 
     settings = config.task_settings()
-    model_bound = memory_bound(settings.build_model())
+    # (a served model may hold every class it may: its ceiling, as a checkpoint can bring it)
+    model = settings.build_model()
+    model_bound = memory_bound(model)
+    in_process = model_bound + NAME_OBJECT_BYTES * stored_names(model)
     scaler = scaler_module.memory_bound() if config.scale else 0
     budget = ServingBudget(
         max_memory=config.max_memory if isinstance(config.max_memory, int) else None,
         process=PROCESS_BYTES + SERVER_BYTES + (NUMBA_BYTES if numba else 0),
-        fetch=FETCH_BYTES, model=MODEL_COPIES * model_bound + scaler,
+        fetch=FETCH_BYTES, model=in_process + scaler,
         versions_kept=versions_kept, checkpoint=config.max_checkpoint_bytes,
         requests=(concurrent_requests + REQUEST_OBJECTS) * max_request_bytes)
     if budget.max_memory is None:
