@@ -115,7 +115,7 @@ def malformed(i: int) -> bytes:
     """A record the worker must turn into a dead letter (each kind in turn)."""
     kinds = [
         b'{"id": "bad-%d", "x": {"x0": NaN}, "y": true}',
-        b'{"id": "bad-%d", "x": {"x0": [12.5]}, "y": true}',
+        b'{"id": true, "x": {"x0": 12.5}, "y": true, "seq": %d}',
         b'{"id": "bad-%d", "x": [1.0, 2.0], "y": false}',
         b'{"id": "bad-%d", "x": {"x0": 1.0}, "y": "maybe"}',
         b'{"id": "bad-%d", "x": {"x0": 1.0',
