@@ -57,8 +57,9 @@ FIXES = {
     "bad_features": "--features PATH.* must name an object of the record, or give '*'",
     "not_a_number": "take the field out of --features: it names a field that holds no feature "
                     "(an array, bytes, free text; a wildcard leaves such fields out)",
-    "non_finite": "the producer writes NaN or infinite numbers in a field --features names: "
-                  "take it out of --features (a wildcard leaves such values out)",
+    "non_finite": "the producer writes NaN or infinite numbers: JSON has none (write null for "
+                  "a missing value); in an Avro or Protobuf field that --features names, take "
+                  "it out of --features (a wildcard leaves such values out)",
     "bad_id": "--id-field naming a string or integer field (or --id-from-key)",
     "unknown_label": "--label-field naming the label; two labels other than true/false, 1/0 "
                      "take --positive-label VALUE (the other is the negative class), more "
