@@ -80,14 +80,16 @@ def read_all(bootstrap: str, topic: str) -> list:
     return records
 
 
-def wait_for(condition, timeout: float, what: str):
+def wait_for(condition, timeout: float, what: str, log: pathlib.Path | None = None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = condition()
         if found:
             return found
         time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    tail = "" if log is None or not log.exists() else (
+        f"; the end of {log.name}:\n" + log.read_text(errors="replace")[-3000:])
+    raise AssertionError(f"timed out waiting for {what}{tail}")
 
 
 def command(kind: str, bootstrap: str, name: str, *extra: str) -> list[str]:
@@ -149,7 +151,8 @@ def test_a_server_answers_with_the_workers_models_fresh_and_serves_on(kafka_brok
     client = triton.InferenceServerClient(url)
     try:
         # Liveness, then readiness once both partitions' models learnt the whole backlog.
-        wait_for(lambda: _alive(client), 60, "the server to answer")
+        # (a start on a loaded CI machine of two cores: the imports, then Granian)
+        wait_for(lambda: _alive(client), 120, "the server to answer", tmp_path / "serve.log")
 
         def caught_up():
             status, metadata = get(f"http://{url}/v2/models/{group}")
