@@ -478,6 +478,41 @@ def test_checkpoints_many_chunks_long_round_trip_exactly_and_interleave(kafka_br
     assert keys[-4:] == [checkpoint.checkpoint_key("group", "events", p) for p in range(4)]
 
 
+@pytest.mark.kafka
+def test_a_write_holds_at_most_its_window_of_records_unacknowledged(kafka_broker, topic,
+                                                                    monkeypatch):
+    # The producer keeps a copy of each record until it is acknowledged: a write waits each
+    # SEND_WINDOW_BYTES (here 64 KiB), so at most that and one record are unacknowledged,
+    # whatever it writes (here 12 checkpoints of 40 KiB in chunks of 4 KiB), and every
+    # checkpoint still round-trips exactly, its chunks interleaved with the others'.
+    monkeypatch.setattr(checkpoint, "SEND_WINDOW_BYTES", 64 << 10)
+    checkpoints = {("events", p): os.urandom(40_000) for p in range(12)}
+    store = store_for(kafka_broker, topic, chunk_bytes=4_096)
+    unacknowledged, most = [0], [0]
+    send, wait = store._send, store._await
+
+    def counted_send(key, value, number):
+        unacknowledged[0] += len(value or b"")
+        most[0] = max(most[0], unacknowledged[0])
+        return send(key, value, number)
+
+    def counted_wait(futures):
+        unacknowledged[0] = 0
+        return wait(futures)
+
+    monkeypatch.setattr(store, "_send", counted_send)
+    monkeypatch.setattr(store, "_await", counted_wait)
+    store.write(checkpoints)
+    store.close()
+    assert 64 << 10 <= most[0] <= (64 << 10) + 4_096 + 64
+    found = load(kafka_broker, topic, list(checkpoints))
+    assert {key: loaded.payload for key, loaded in found.items()} == checkpoints
+    keys = [r.key for r in topic_records(kafka_broker, topic)]
+    heads = [checkpoint.checkpoint_key("group", "events", p) for p in range(12)]
+    assert keys[-12:] == heads and not set(heads) & set(keys[:-12])
+    assert {key.rsplit(b"/", 1)[0] for key in keys[:12]} == set(heads)  # (round robin)
+
+
 def follow_until(store, keys, expected, timeout: float = 20.0) -> dict:
     """What `follow` gives over calls until it has `expected` keys: a call stops at its first
     poll that brings nothing, and what comes later is the next call's."""

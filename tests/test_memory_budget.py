@@ -24,7 +24,8 @@ def budget(max_memory: int, bound: int = 8 * MiB, names: int = 0, **parts) -> Me
     """A budget whose model has this bound and these names (no scaler)."""
     fields = {"process": 96 * MiB, "fetch": 26 * MiB, "outputs": 10 * MiB,
               "ceiling": ModelCeiling(bound, names), "exchange_kind": "mix", "schema_cache": 0,
-              "label_store_bytes": 256 * MiB, **parts}
+              "label_store_bytes": 256 * MiB, "sending": memory_budget.send_window(512 << 10),
+              **parts}
     return MemoryBudget(max_memory=max_memory, **fields)
 
 
@@ -60,11 +61,18 @@ def test_the_parts_never_exceed_the_ceiling_unless_it_is_overcommitted(max_memor
 
 def test_a_round_holds_every_state_and_one_being_encoded_or_the_producers_copies():
     # Hand-computed, states of 10 MiB: one partition, its state and 1.5 more while it is
-    # encoded; from two on, every state and the producer's copy of each, sent before any is
-    # acknowledged (CheckpointStore.write).
+    # encoded; from two on, every state and the producer's copies of them, until the
+    # checkpoint store's window (CheckpointStore.write waits each 32 MiB; + a chunk of 512 KiB).
+    from connectors.state.checkpoint import SEND_WINDOW_BYTES
+
+    from connectors.worker.worker import Worker
+
+    assert SEND_WINDOW_BYTES == 32 * MiB
     plan = budget(4 << 30, bound=10 * MiB)
+    assert plan.sending == Worker(WorkerConfig(topics=["t"])).memory.sending == 32.5 * MiB
     assert plan.state == 10 * MiB
-    assert [plan.states(n) for n in (1, 2, 12)] == [25 * MiB, 40 * MiB, 240 * MiB]
+    assert [plan.states(n) for n in (1, 2, 3, 12)] == [
+        25 * MiB, 40 * MiB, 60 * MiB, int(152.5 * MiB)]
 
 
 def test_the_shares_shrink_as_partitions_come_and_a_store_evicts_its_oldest_counted():
@@ -321,27 +329,19 @@ def test_the_default_gives_way_to_a_model_of_a_larger_ceiling_and_a_given_size_d
 
 
 def test_a_multiclass_model_is_charged_two_classes_at_start_not_max_classes():
+    import streammargin
     from connectors.worker.worker import Worker
-    from streammargin.memory import memory_bound
+    from streammargin.memory import STATE_OVERHEAD, memory_bound
 
     # --one-vs-rest ALMA, --max-classes 100: two members, not 100 (856 MiB), the default 1 GiB
     # holds it, and the start's check passes at 1 GiB where it needed 4.6 GiB.
     plan = Worker(WorkerConfig(topics=["t"], one_vs_rest=True)).memory
-    member = memory_bound(streammargin_alma()) - STATE_OVERHEAD
+    member = memory_bound(streammargin.ALMAClassifier()) - STATE_OVERHEAD
     assert plan.ceiling == (2 * (member + 257) + STATE_OVERHEAD, 2 * 57_344, 2)
     assert plan.max_memory == memory_budget.DEFAULT_MAX_MEMORY
     Worker(WorkerConfig(topics=["t"], one_vs_rest=True, max_memory=1 << 30)).memory.check_start()
     auto = Worker(WorkerConfig(topics=["t"], model="auto")).memory
     assert auto.ceiling.classes == 2 and not auto.overcommitted(2)
-
-
-def streammargin_alma():
-    import streammargin
-
-    return streammargin.ALMAClassifier()
-
-
-STATE_OVERHEAD = 16 * 1024
 
 
 def test_the_budget_grows_with_the_classes_each_model_holds():
@@ -354,11 +354,12 @@ def test_the_budget_grows_with_the_classes_each_model_holds():
     plan = dataclasses.replace(plan, ceiling=fresh)
     task = memory_budget.TASK_BYTES
     assert plan.models(2) == 2 * (10 * MiB + 160 * 1_000 + task)
-    # (2 states, and the round's producer copies of both: more than 1.5 x one being encoded)
+    # (2 states, and the producer's copies of both, within its window of 32.5 MiB: more than
+    # 1.5 x one being encoded)
     assert plan.states(2) == 2 * (2 * 10 * MiB)
     held = plan.holding([grown])
     assert held.models(2) == (25 * MiB + 160 * 2_500) + (10 * MiB + 160 * 1_000) + 2 * task
-    # (25 + 10, and 1.5 x 25 being encoded: more than the copies of 35)
+    # (25 + 10, and 1.5 x 25 being encoded: more than the copies of 35, 32.5 by the window)
     assert held.states(2) == int(25 * MiB + 10 * MiB + 1.5 * 25 * MiB)
     assert held.fixed(2) - plan.fixed(2) == 15 * MiB + 160 * 1_500 + int(32.5 * MiB)
     # What the models take comes out of the stores, evenly: (fixed grows by 47.7 MiB) / 1.1 / 2
@@ -375,8 +376,8 @@ def test_the_budget_grows_with_the_classes_each_model_holds():
 
 
 def test_under_the_default_the_ceiling_gives_way_to_one_partition_of_the_classes_held():
-    from connectors.worker.worker import Worker
     import streammargin
+    from connectors.worker.worker import Worker
 
     plan = Worker(WorkerConfig(topics=["t"], one_vs_rest=True)).memory
     model = streammargin.OneVsRestClassifier(streammargin.ALMAClassifier(), max_classes=100)

@@ -66,6 +66,7 @@ __all__ = [
     "DEFAULT_MAX_CHECKPOINT_BYTES",
     "MIN_CHUNK_BYTES",
     "MAX_CHUNKS",
+    "SEND_WINDOW_BYTES",
     "checkpoint_key",
     "encode_checkpoint",
     "decode_checkpoint",
@@ -105,6 +106,14 @@ from connectors.state.checkpoint_records import (  # noqa: F401 (re-exported)
     frame_segmented,
     read_head,
 )
+
+# A write waits for the acknowledgements of what it sent each time it has sent this many bytes
+# since the last wait: the producer holds a copy of every record not acknowledged yet
+# (kafka-python 3 bounds nothing, librdkafka's queue takes up to 1 GiB), and a worker's round of
+# 12 checkpoints of the CPM, 26 MiB each, had 131 MiB of kafka-python's batches beside them
+# when everything was sent before the first wait. The worker's --max-memory charges the window
+# (and the one record that may pass it).
+SEND_WINDOW_BYTES = 32 << 20
 
 # Loading results ----------------------------------------------------------------------------------
 
@@ -468,8 +477,9 @@ class CheckpointStore:
             return
         size = self.chunk_bytes
         sends: list[tuple[list[int], typing.Any]] = []
+        sent = 0
         # Round robin over the generations: each one's chunks keep their order, and a reader
-        # copes with other records between them.
+        # copes with other records between them. Acknowledged each SEND_WINDOW_BYTES.
         for index in range(max(generation.chunks for _, generation, _, _ in chunked)):
             for plan, generation, payload, offsets in chunked:
                 if index < generation.chunks:
@@ -478,11 +488,20 @@ class CheckpointStore:
                     sends.append((offsets, self._send(
                         chunk_key(plan.key, generation.number, index), value, plan.number
                     )))
+                    sent += len(value)
+                    if sent >= SEND_WINDOW_BYTES:
+                        self._acknowledged(sends)
+                        sends, sent = [], 0
+        self._acknowledged(sends)
+
+    def _acknowledged(self, sends: list[tuple[list[int], typing.Any]]) -> None:
+        """Wait for these chunks' acknowledgements; each one's offset goes to its list."""
         for (offsets, _), metadata in zip(sends, self._await([f for _, f in sends])):
             offsets.append(metadata.offset)
 
     def _write_heads(self, plans: list[_Plan]) -> None:
         futures = []
+        sent = 0
         for plan in plans:
             if plan.generation is None:
                 value = frame_inline(plan.payload, plan.previous)
@@ -494,6 +513,10 @@ class CheckpointStore:
             if plan.kept or plan.new or plan.dropped:
                 value = frame_segmented(value, self._segments(plan), self._dropped(plan))
             futures.append(self._send(plan.key, value, plan.number))
+            sent += len(value)  # (an inline head holds its checkpoint: a chunk's bytes at most)
+            if sent >= SEND_WINDOW_BYTES:
+                self._await(futures)
+                futures, sent = [], 0
         self._await(futures)
 
     def _segments(self, plan: _Plan) -> list[Segment]:

@@ -39,7 +39,8 @@ pod"), worker-wide, for `n` assigned input partitions:
                  (CHECKPOINT_FACTOR of the store), and its model's and scaler's state (each up
                  to its state's bound, at the classes the model holds); beside them, the
                  largest being encoded ENCODING_STATES times over, or once all are encoded the
-                 producer's copies of them (CHECKPOINT_SEND_COPIES), whichever is more
+                 producer's copies of those sent and not acknowledged (`send_window`: the
+                 checkpoint store waits each SEND_WINDOW_BYTES), whichever is more
 
 `fixed` is every part but the pending store: if it leaves less than MIN_PENDING_BYTES at start
 (one partition, a fresh model of two classes), the worker exits 2 (`MemoryBudgetError`: the
@@ -109,12 +110,16 @@ SCHEMA_PARSED_FACTOR = 4
 # ceiling of 65,536 names of 126 characters, 2.3x for the scaler's, 2.4x at 1,024 names
 # (tests/test_memory_budget.py).
 ENCODING_STATES = 2.5
-# A round encodes every due partition's state, then sends them all before it waits for their
-# acknowledgements (`CheckpointStore.write`): the producer holds a copy of each meanwhile
-# (kafka-python's record batches; librdkafka copies each message into its queue). tracemalloc
-# of a worker on 12 partitions of the CPM of 4 classes caught 131 MiB of kafka-python's batches
-# beside 154 MiB of payloads; the formula without them was 0.97x the peak (1,317 MiB at 1,280).
-CHECKPOINT_SEND_COPIES = 1
+# A round's states are sent while all are held, and the producer keeps a copy of each record
+# until it is acknowledged: at most the checkpoint store's window of them (`CheckpointStore.
+# write` waits each SEND_WINDOW_BYTES) and the one record that passes it, a chunk. Before the
+# window, a worker on 12 partitions of the CPM of 4 classes held 131 MiB of kafka-python's
+# batches beside 154 MiB of payloads (tracemalloc), and peaked at 1,317 MiB under 1,280.
+def send_window(chunk_bytes: int) -> int:
+    """The most bytes of a round's records the producer holds unacknowledged."""
+    from connectors.state.checkpoint import SEND_WINDOW_BYTES
+
+    return SEND_WINDOW_BYTES + chunk_bytes
 # Kept free for what the allocator holds after a burst of frees (a label flood's joins: 519 MiB
 # peak on librdkafka at 512 MiB without it) and for a broker that stops acknowledging for 15 s
 # (522 MiB on kafka-python with 1/16; benchmarks/memory_budget.py "label-flood",
@@ -231,6 +236,8 @@ class MemoryBudget:
     # partition, or under topic scope one per shared model; a partition beyond them is charged
     # `ceiling`, a fresh model's.
     held: tuple[ModelCeiling, ...] = ()
+    # A checkpoint round's records the producer holds unacknowledged, at most (`send_window`).
+    sending: int = 0
 
     @property
     def model(self) -> int:
@@ -312,15 +319,14 @@ class MemoryBudget:
     def states(self, n: int) -> int:
         """Every partition's checkpointed state, and beside them in a round the largest being
         encoded ENCODING_STATES times over or, once they are encoded, the producer's copies of
-        them all (CHECKPOINT_SEND_COPIES)."""
+        those it has sent and not had acknowledged (`sending`, all of them at most)."""
         n = max(1, n)
         if self.shared_topics:
             states = [self.state_of(self.largest())] * n
         else:
             states = list(map(self.state_of, self.charged(n)))
         total = sum(states)
-        return int(total + max((ENCODING_STATES - 1) * max(states),
-                               CHECKPOINT_SEND_COPIES * total))
+        return int(total + max((ENCODING_STATES - 1) * max(states), min(total, self.sending)))
 
     def fixed(self, n: int, topic_partitions: int | None = None) -> int:
         """Every part but the pending stores and their checkpoints' share."""
@@ -507,6 +513,7 @@ def budget_of(config: typing.Any, ceiling: ModelCeiling, numba: bool,
         shared_topics=len(config.topics) if config.model_scope == "topic" else 0,
         fetch_partition=fetch_partition,
         fetch_objects=fetch_objects,
+        sending=send_window(config.checkpoint_chunk_bytes),
     )
     if auto and budget.overcommitted(1):
         # (the default gives way to a model of a larger ceiling: one partition's need, in MiB)
