@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 import typing
 import urllib.parse
@@ -53,6 +54,8 @@ __all__ = ["InferenceApp", "Response", "serve", "SERVER_NAME"]
 log = logging.getLogger("connectors.serving")
 
 SERVER_NAME = "streammargin"
+#: The GIL's switch interval while serving (see `serve`).
+SWITCH_INTERVAL = 0.0005
 _JSON = [("content-type", "application/json")]
 _encode = msgspec.json.Encoder().encode
 
@@ -99,6 +102,9 @@ class InferenceApp:
         self.body_timeout = body_timeout
         self.registry = metrics_registry(follower, self.metrics)
         self.model_name = follower.model_name
+        # The infer path of the served model, unpinned: the requests that matter, taken
+        # without splitting the path.
+        self._infer_path = f"/v2/models/{urllib.parse.quote(self.model_name, safe='')}/infer"
 
     # Plain functions of a request (the benchmarks run them under each contender) --------------
 
@@ -128,10 +134,13 @@ class InferenceApp:
 
     def infer(self, path: str, body: bytes, header_length: str | None = None) -> Response:
         """The answer to a POST of `body` to `path`."""
-        found = self._model_path(path, "POST")
-        if isinstance(found, Response):
-            return found
-        pinned, action = found
+        if path == self._infer_path:
+            pinned, action = None, "infer"
+        else:
+            found = self._model_path(path, "POST")
+            if isinstance(found, Response):
+                return found
+            pinned, action = found
         try:
             if action != "infer":
                 raise RequestError(405, f"POST {path[:200]}: only .../infer takes a POST")
@@ -279,18 +288,23 @@ class InferenceApp:
         """A request's body, read within the limits, or the error response."""
         limit = self.max_request_bytes
         declared = headers.get("content-length")
-        if declared is not None:
-            if not declared.isdigit():
-                return _error(400, f"Content-Length {declared[:40]!r} is not a number", "infer")
-            if int(declared) > limit:
-                return _error(413, f"the request body of {declared} bytes is above the limit of "
-                                   f"{limit} (--max-request-bytes): send fewer records a "
-                                   "request", "infer")
-        chunks = []
-        size = 0
         try:
             async with asyncio.timeout(self.body_timeout):
-                async for chunk in protocol:
+                if declared is not None:
+                    if not declared.isdigit():
+                        return _error(400, f"Content-Length {declared[:40]!r} is not a number",
+                                      "infer")
+                    if int(declared) > limit:
+                        return _error(413, f"the request body of {declared} bytes is above the "
+                                           f"limit of {limit} (--max-request-bytes): send fewer "
+                                           "records a request", "infer")
+                    # A body of a declared length within the limit: read whole, in one await
+                    # (the stream's chunks cost an await each; HTTP/1.1 holds the client to its
+                    # length).
+                    return await protocol()
+                chunks = []
+                size = 0
+                async for chunk in protocol:  # (chunked: counted as it comes)
                     size += len(chunk)
                     if size > limit:
                         return _error(413, f"the request body is above the limit of {limit} "
@@ -367,4 +381,15 @@ def serve(app: InferenceApp, host: str, port: int, request_timeout: float = 10.0
                 server.stop()
         task.result()
 
-    asyncio.run(main())
+    # Python's GIL switch interval, shorter: the follower's thread decodes each new checkpoint
+    # (milliseconds of Python), and a request waiting for the GIL meanwhile waits up to this
+    # interval (5 ms by default, a p99 of its own).
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    try:
+        import uvloop
+    except ImportError:  # (the serve extra installs it)
+        asyncio.run(main())
+    else:
+        # uvloop's event loop (libuv): Granian hands each request to it, and asyncio's own
+        # loop costs more per request (benchmarks/serving_http.py).
+        uvloop.run(main())
