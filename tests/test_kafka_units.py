@@ -806,7 +806,7 @@ def test_checkpoint_size_options_reach_the_worker_config(monkeypatch):
 def test_command_failures_are_one_line_naming_the_cause_and_the_fix():
     from kafka import errors
 
-    from connectors.worker.task import TaskFailure
+    from connectors.task import TaskFailure
     from connectors.worker.worker import WorkerError
 
     message = kafka_command._failure_message(errors.KafkaTimeoutError("slow"))

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connectors import cli
+from connectors.task import PendingLabels
 from connectors.worker import memory_budget
 from connectors.worker.config import WorkerConfig, client_settings
 from connectors.worker.memory_budget import MemoryBudget, MemoryBudgetError, parse_size
-from connectors.worker.task import PendingLabels
 
 MiB = 1 << 20
 
@@ -188,7 +188,7 @@ def test_a_task_at_its_ceiling_fits_the_models_and_checkpoints_terms():
     import random
     import tracemalloc
 
-    from connectors.worker.task import PartitionTask
+    from connectors.task import PartitionTask
     from connectors.worker.worker import Worker
 
     worker = Worker(WorkerConfig(topics=["t"], params={"max_features": 1024}))

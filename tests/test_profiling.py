@@ -11,9 +11,9 @@ import re
 import sys
 import time
 
+from connectors.task import PartitionTask, TaskSettings
 from connectors.worker import profiling
 from connectors.worker.profiling import STAGES, StageProfiler, encode_lines, rss_bytes
-from connectors.worker.task import PartitionTask, TaskSettings
 
 Record = collections.namedtuple("Record", "topic partition offset timestamp key value headers")
 ROOT = pathlib.Path(__file__).resolve().parents[1]

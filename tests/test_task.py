@@ -23,7 +23,7 @@ from river.datasets import synth
 import streammargin
 from connectors import schemas
 from connectors.state import checkpoint
-from connectors.worker.task import (
+from connectors.task import (
     ENTRY_BYTES,
     FEATURE_BYTES,
     MAX_REASON_CHARS,

@@ -205,7 +205,7 @@ def client_error(error: typing.Any) -> BaseException:
 
 
 class Record:
-    """A consumed record with kafka-python's fields (what `connectors.worker.task` reads)."""
+    """A consumed record with kafka-python's fields (what `connectors.task` reads)."""
 
     __slots__ = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
 

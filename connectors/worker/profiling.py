@@ -65,9 +65,9 @@ _RULES: list[tuple[str, str | None, str]] = [
     (f"kafka{_SEP}producer{_SEP}", None, "produce"),
     (f"connectors{_SEP}serializers{_SEP}", None, "decode"),
     (f"connectors{_SEP}codec.py", "label_json", "encode"),
-    (f"connectors{_SEP}worker{_SEP}task.py", "_proba_json", "encode"),
-    (f"connectors{_SEP}worker{_SEP}task.py", "_json_id", "encode"),
-    (f"connectors{_SEP}worker{_SEP}task.py", "process", "task"),
+    (f"connectors{_SEP}task{_SEP}records.py", "_proba_json", "encode"),
+    (f"connectors{_SEP}task{_SEP}records.py", "_json_id", "encode"),
+    (f"connectors{_SEP}task{_SEP}records.py", "process", "task"),
     (f"connectors{_SEP}observability{_SEP}metrics.py", None, "metrics"),
     (f"river{_SEP}drift{_SEP}", None, "metrics"),
     (f"river{_SEP}metrics{_SEP}", None, "metrics"),
@@ -125,7 +125,7 @@ class StageProfiler:
     """
 
     def __init__(self, thread_id: int | None = None, interval: float = 0.001):
-        from connectors.worker.task import PartitionTask
+        from connectors.task.partition import PartitionTask
 
         self.thread_id = threading.get_ident() if thread_id is None else thread_id
         self.interval = interval
