@@ -866,6 +866,18 @@ def test_librdkafka_errors_become_the_workers_kafka_python_errors():
     assert "TopicAuthorizationFailedError" in message and "grant this client's principal" in message
 
 
+def test_librdkafka_consumers_fetch_again_after_10_ms_unless_told_otherwise(monkeypatch):
+    pytest.importorskip("confluent_kafka")
+    from connectors.kafka import librdkafka_transport
+
+    made = []
+    monkeypatch.setattr("confluent_kafka.Consumer", lambda properties: made.append(properties))
+    librdkafka_transport._new_consumer({"group.id": "g"}, "consumer")
+    librdkafka_transport._new_consumer({"group.id": "g", "fetch.queue.backoff.ms": 500},
+                                       "consumer")
+    assert [properties["fetch.queue.backoff.ms"] for properties in made] == [10, 500]
+
+
 LIBRDKAFKA_START_SCRIPT = """
 import sys
 from connectors.state.checkpoint import CheckpointStore
