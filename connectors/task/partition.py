@@ -57,6 +57,7 @@ from connectors.task.output_records import (
     qualified_name,
 )
 from connectors.task.pending_labels import PendingLabels, checked_count, pending_entry_bytes
+from connectors.task.batch import BatchSteps
 from connectors.task.records import RecordSteps
 from connectors.task.settings import TaskSettings, _max_classes, check_model_kind, restore_part
 from streammargin.errors import InvalidInput, StateError
@@ -107,7 +108,7 @@ def _field(fields: dict, name: str, kinds: type | tuple[type, ...]) -> typing.An
 _COUNTER_NAMES = ("records", "predictions", "dead_letters", "unjoinable", "undecodable")
 
 
-class PartitionTask(RecordSteps):
+class PartitionTask(BatchSteps, RecordSteps):
     """The model of one input partition and everything that goes with it.
 
     Build one with `PartitionTask.new` (a fresh model) or `PartitionTask.restore` (from a

@@ -96,7 +96,32 @@ class RecordSteps:
         are skipped (stale data after a seek). Raises `TaskFailure` if a record breaks the model
         or codec in an undocumented way.
         """
-        out = TaskOutput(OutputRecords(self.prediction_partition), OutputRecords())
+        out = self._output()
+        index, drift, stalled = self._records(
+            records, start, stop, len(records) if end is None else end, out)
+        return self._finish(out, index, drift, stalled)
+
+    def _output(self) -> TaskOutput:
+        return TaskOutput(OutputRecords(self.prediction_partition), OutputRecords())
+
+    def _finish(self, out: TaskOutput, index: int, drift: bool, stalled: str | None
+                ) -> TaskOutput:
+        """`out` with the metrics events due after its last record: a drift, every
+        `metrics_every` records."""
+        if drift:
+            out.metrics.append(self.metrics_event("drift"))
+        if out.processed and self.n_records % self.settings.metrics_every == 0:
+            out.metrics.append(self.metrics_event("periodic"))
+        out.end = index
+        out.stalled = stalled
+        return out
+
+    def _records(self, records: typing.Sequence[typing.Any], start: int,
+                 stop: typing.Callable[[], bool] | None, end: int, out: TaskOutput
+                 ) -> tuple[int, bool, str | None]:
+        """The per-record steps of `records[start:end]` into `out` (see `process`), until a
+        metrics event is due: returns the index where they stopped, whether the detector fired
+        on the last record, and why they stalled (the Schema Registry does not answer)."""
         predictions = out.predictions
         emit = predictions.values.append
         emit_key = predictions.keys.append
@@ -144,8 +169,6 @@ class RecordSteps:
         drift = False
         stalled = None
         index = start
-        if end is None:
-            end = len(records)
         while index < end:
             record = records[index]
             offset = record.offset
@@ -270,12 +293,6 @@ class RecordSteps:
         self.n_unjoinable = n_unjoinable
         self.since_checkpoint += n_done
         self.since_mix += n_done
-        if drift:
-            out.metrics.append(self.metrics_event("drift"))
-        if n_done and n_records % metrics_every == 0:
-            out.metrics.append(self.metrics_event("periodic"))
-        out.end = index
-        out.processed = n_done
-        out.stalled = stalled
-        return out
+        out.processed += n_done
+        return index, drift, stalled
 

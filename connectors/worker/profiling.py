@@ -6,14 +6,17 @@
     poll        kafka-python's `KafkaConsumer.poll` (fetching, parsing batches, CRC, group
                 protocol, waiting for the broker), or the librdkafka transport's (consume,
                 and the records built from its messages)
-    decode      the codec (`connectors/serializers`: parsing, the Schema Registry, the mapping)
+    decode      the codec (`connectors/serializers`: parsing, the Schema Registry, the mapping;
+                the batch path's reader)
     scale       the StandardScaler (`streammargin/scaler.py`)
-    model       the model (every other `streammargin/` module, River's linear models)
+    model       the model (every other `streammargin/` module, River's linear models); on the
+                batch path, the compiled call that scales, predicts, learns and counts a run
     metrics     progressive metrics and the drift detector
                 (`connectors/observability/metrics.py`, River)
-    encode      building the prediction records (the statements of `PartitionTask.process` that
-                format and append them, `_proba_json`, `label_json`)
-    task        the rest of `PartitionTask.process` (loop, labels, counters)
+    encode      building the prediction records (the statements of the per-record steps,
+                `RecordSteps._records`, that format and append them, `_proba_json`,
+                `label_json`; the batch path's `_write`)
+    task        the rest of the task's steps (loop, labels, counters)
     produce     handing the outputs to the producer (`Worker._send_output` and everything below)
     checkpoint  flushing outputs, writing checkpoints, committing (`Worker._checkpoint`)
     restore     reading checkpoints at assignment
@@ -67,7 +70,9 @@ _RULES: list[tuple[str, str | None, str]] = [
     (f"connectors{_SEP}codec.py", "label_json", "encode"),
     (f"connectors{_SEP}task{_SEP}records.py", "_proba_json", "encode"),
     (f"connectors{_SEP}task{_SEP}records.py", "_json_id", "encode"),
-    (f"connectors{_SEP}task{_SEP}records.py", "process", "task"),
+    (f"connectors{_SEP}task{_SEP}records.py", "_records", "task"),
+    (f"connectors{_SEP}task{_SEP}batch.py", "_write", "encode"),
+    (f"connectors{_SEP}task{_SEP}batch.py", None, "task"),
     (f"connectors{_SEP}observability{_SEP}metrics.py", None, "metrics"),
     (f"river{_SEP}drift{_SEP}", None, "metrics"),
     (f"river{_SEP}metrics{_SEP}", None, "metrics"),
@@ -95,7 +100,7 @@ _ENCODE_TARGETS = frozenset({"id_json", "proba_json", "timestamp"})
 def encode_lines(function: typing.Callable) -> frozenset[int]:
     """Line numbers of `function`'s statements that build output records: the calls of
     `emit`/`emit_key`/`emit_headers`/`emit_timestamp` and the assignments of `id_json`,
-    `proba_json` and `timestamp` (the names `PartitionTask.process` uses)."""
+    `proba_json` and `timestamp` (the names `RecordSteps._records` uses)."""
     lines, first = inspect.getsourcelines(function)
     tree = ast.parse(textwrap.dedent("".join(lines)))
     found: set[int] = set()
@@ -137,8 +142,8 @@ class StageProfiler:
         self.first_record_at: float | None = None
         self.rss_before_first_record: int | None = None
         self._classified: dict[typing.Any, str | None] = {}
-        self._process_code = PartitionTask.process.__code__
-        self._encode_lines = encode_lines(PartitionTask.process)
+        self._process_code = PartitionTask._records.__code__
+        self._encode_lines = encode_lines(PartitionTask._records)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stage-profiler", daemon=True)
 

@@ -1,0 +1,975 @@
+/* A batch of JSON records read into arrays, in one call: the Kafka worker's batch path
+ * (connectors/task/batch.py, connectors/serializers/shapes.py).
+ *
+ * A record's *skeleton* is its JSON with the numbers taken out: its objects, arrays, keys,
+ * strings, booleans and nulls as written, without whitespace, a number as `#`. Records of one
+ * skeleton give events of one shape: the same feature names in the same order, the same
+ * category indicators and booleans, values that differ only by their numbers. So the worker
+ * decodes the first record of a skeleton through its codec (the reference, connectors/
+ * serializers/mapping.py), learns from it which number is which feature (shapes.py), and reads
+ * the later ones here: the skeleton is compared with the known ones, the numbers go to an array.
+ *
+ * Three places of a record are not part of its skeleton: the id and the label, top-level fields
+ * named by the mapping (`@` and `$`: their values are read, not compared), and the top-level
+ * fields the mapping does not read (`~`: validated as JSON, then skipped).
+ *
+ * What this reads is a strict subset of what the codec reads, and it reads it the same way:
+ * RFC 8259 JSON as UTF-8, strings without escapes, numbers converted to the nearest float64 as
+ * Python's and msgspec's parsers do (correctly rounded; an integer as its value), nothing deeper
+ * than MAX_DEPTH. Anything else (an escape, a number beyond float64, invalid UTF-8, bad JSON, a
+ * field twice, a value too large) is *undecided*: the record takes the per-record path, which
+ * decides and words any dead letter. A record is untrusted: every read is checked against the
+ * end of its bytes, nothing is allocated for what a record claims.
+ *
+ * Built by `streammargin.jit.aot` (`streammargin warmup`) beside the package's other compiled
+ * modules, under the same stamp; without it every record takes the per-record path.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A record's status (`read_json`'s `status` array). */
+#define ROW 0        /* read into a row */
+#define UNDECIDED 1  /* the per-record path decides */
+#define NEW_SHAPE 2  /* well formed, of a skeleton not known yet (the caller may learn it) */
+#define REFUSED 3    /* of a skeleton whose records take the per-record path */
+#define NEW_LABEL 4  /* of a known skeleton, its label's text not known yet */
+#define FULL 5       /* not read: the arrays are full (call again from it) */
+
+/* Markers of the skeleton. */
+#define HOLE '#'
+#define ID_SLOT '@'
+#define LABEL_SLOT '$'
+#define SKIPPED '~'
+#define ANY_STRING '"'
+
+#define MAX_DEPTH 64
+/* The most bytes of a number's text converted by strtod (a longer one is undecided). */
+#define MAX_NUMBER 400
+
+typedef struct {
+    const unsigned char *data;
+    Py_ssize_t pos, end;
+} cursor;
+
+typedef struct {
+    unsigned char *data;
+    Py_ssize_t size, capacity;
+} buffer;
+
+static int put(buffer *b, const void *bytes, Py_ssize_t n) {
+    if (b->size + n > b->capacity) {
+        Py_ssize_t capacity = b->capacity ? b->capacity : 256;
+        while (capacity < b->size + n) {
+            capacity *= 2;
+        }
+        unsigned char *grown = PyMem_Realloc(b->data, (size_t)capacity);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data = grown;
+        b->capacity = capacity;
+    }
+    memcpy(b->data + b->size, bytes, (size_t)n);
+    b->size += n;
+    return 0;
+}
+
+static int put_byte(buffer *b, unsigned char c) { return put(b, &c, 1); }
+
+/* Status of a parse step: OK, UNDECIDED (the record takes the per-record path) or ERROR (a
+ * Python exception is set: no memory). */
+#define OK 0
+#define NO 1
+#define ERROR 2
+
+static void skip_space(cursor *c) {
+    while (c->pos < c->end) {
+        unsigned char b = c->data[c->pos];
+        if (b != ' ' && b != '\t' && b != '\n' && b != '\r') {
+            return;
+        }
+        c->pos++;
+    }
+}
+
+/* The length of a valid UTF-8 sequence at p (at most `left` bytes), or 0. */
+static int utf8_length(const unsigned char *p, Py_ssize_t left) {
+    unsigned char b = p[0];
+    if (b < 0x80) {
+        return 1;
+    }
+    if (b >= 0xC2 && b <= 0xDF) {
+        return left >= 2 && (p[1] & 0xC0) == 0x80 ? 2 : 0;
+    }
+    if (b >= 0xE0 && b <= 0xEF) {
+        if (left < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) {
+            return 0;
+        }
+        if (b == 0xE0 && p[1] < 0xA0) {
+            return 0; /* overlong */
+        }
+        if (b == 0xED && p[1] >= 0xA0) {
+            return 0; /* a surrogate */
+        }
+        return 3;
+    }
+    if (b >= 0xF0 && b <= 0xF4) {
+        if (left < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 ||
+            (p[3] & 0xC0) != 0x80) {
+            return 0;
+        }
+        if ((b == 0xF0 && p[1] < 0x90) || (b == 0xF4 && p[1] >= 0x90)) {
+            return 0; /* overlong, or beyond U+10FFFF */
+        }
+        return 4;
+    }
+    return 0;
+}
+
+/* A string at c (its opening quote): its contents' span, which holds no escape, no control
+ * character and valid UTF-8 only; NO otherwise. */
+static int read_string(cursor *c, Py_ssize_t *start, Py_ssize_t *length) {
+    if (c->pos >= c->end || c->data[c->pos] != '"') {
+        return NO;
+    }
+    Py_ssize_t at = c->pos + 1;
+    *start = at;
+    while (at < c->end) {
+        unsigned char b = c->data[at];
+        if (b == '"') {
+            *length = at - *start;
+            c->pos = at + 1;
+            return OK;
+        }
+        if (b < 0x20 || b == '\\') {
+            return NO;
+        }
+        if (b < 0x80) {
+            at++;
+            continue;
+        }
+        int n = utf8_length(c->data + at, c->end - at);
+        if (n == 0) {
+            return NO;
+        }
+        at += n;
+    }
+    return NO;
+}
+
+static const double POWERS[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21,
+                                 1e22};
+
+/* A number at c, converted as Python converts its JSON (an integer: the nearest float64 to its
+ * value, 0.0 for -0; a fraction or an exponent: correctly rounded); NO for text that is not a
+ * JSON number, or whose value is not finite. */
+static int read_number(cursor *c, double *value) {
+    const unsigned char *d = c->data;
+    Py_ssize_t at = c->pos, end = c->end, start = c->pos;
+    int negative = 0, integer = 1;
+    if (at < end && d[at] == '-') {
+        negative = 1;
+        at++;
+    }
+    if (at >= end) {
+        return NO;
+    }
+    uint64_t mantissa = 0;
+    int digits = 0;    /* significant digits in mantissa */
+    int dropped = 0;   /* integer digits beyond 19 */
+    int exponent = 0;  /* of the mantissa's last digit */
+    if (d[at] == '0') {
+        at++;
+    } else if (d[at] >= '1' && d[at] <= '9') {
+        while (at < end && d[at] >= '0' && d[at] <= '9') {
+            if (digits < 19) {
+                mantissa = mantissa * 10 + (uint64_t)(d[at] - '0');
+                digits++;
+            } else {
+                dropped++;
+            }
+            at++;
+        }
+    } else {
+        return NO;
+    }
+    exponent = dropped;
+    if (at < end && d[at] == '.') {
+        integer = 0;
+        at++;
+        if (at >= end || d[at] < '0' || d[at] > '9') {
+            return NO;
+        }
+        while (at < end && d[at] >= '0' && d[at] <= '9') {
+            if (digits < 19 && !(digits == 0 && d[at] == '0')) {
+                mantissa = mantissa * 10 + (uint64_t)(d[at] - '0');
+                digits++;
+                exponent--;
+            } else if (digits == 0) {
+                exponent--; /* a leading zero of the fraction */
+            } else {
+                dropped++;
+            }
+            at++;
+        }
+    }
+    if (at < end && (d[at] == 'e' || d[at] == 'E')) {
+        integer = 0;
+        at++;
+        int sign = 1;
+        if (at < end && (d[at] == '+' || d[at] == '-')) {
+            sign = d[at] == '-' ? -1 : 1;
+            at++;
+        }
+        if (at >= end || d[at] < '0' || d[at] > '9') {
+            return NO;
+        }
+        int e = 0;
+        while (at < end && d[at] >= '0' && d[at] <= '9') {
+            if (e < 100000) {
+                e = e * 10 + (d[at] - '0');
+            }
+            at++;
+        }
+        exponent += sign * e;
+    }
+    c->pos = at;
+    if (integer && digits <= 18 && dropped == 0) { /* exact in int64: converted once */
+        *value = (double)(int64_t)mantissa;
+        if (negative && mantissa != 0) { /* (-0 is the integer 0) */
+            *value = -*value;
+        }
+        return OK;
+    }
+    if (!integer && dropped == 0 && mantissa <= (1ULL << 53) && exponent >= -22 &&
+        exponent <= 22) {
+        /* Clinger's fast path: both exact, one correctly rounded operation. */
+        double m = (double)mantissa;
+        *value = exponent < 0 ? m / POWERS[-exponent] : m * POWERS[exponent];
+        if (negative) {
+            *value = -*value;
+        }
+        return OK;
+    }
+    Py_ssize_t length = at - start;
+    if (length > MAX_NUMBER) {
+        return NO;
+    }
+    char text[MAX_NUMBER + 1];
+    memcpy(text, d + start, (size_t)length);
+    text[length] = '\0';
+    errno = 0;
+    char *stop;
+    double parsed = strtod(text, &stop); /* glibc: correctly rounded */
+    if (stop != text + length || !isfinite(parsed)) {
+        return NO;
+    }
+    if (integer && parsed == 0.0) {
+        parsed = 0.0; /* -0 is the integer 0 */
+    }
+    *value = parsed;
+    return OK;
+}
+
+static int literal(cursor *c, const char *word, Py_ssize_t n) {
+    if (c->end - c->pos < n || memcmp(c->data + c->pos, word, (size_t)n) != 0) {
+        return NO;
+    }
+    c->pos += n;
+    return OK;
+}
+
+/* Only validate the JSON value at c (a field the mapping does not read). */
+static int skip_value(cursor *c, int depth) {
+    if (depth > MAX_DEPTH || c->pos >= c->end) {
+        return NO;
+    }
+    unsigned char b = c->data[c->pos];
+    Py_ssize_t start, length;
+    double number;
+    switch (b) {
+    case '"':
+        return read_string(c, &start, &length);
+    case 't':
+        return literal(c, "true", 4);
+    case 'f':
+        return literal(c, "false", 5);
+    case 'n':
+        return literal(c, "null", 4);
+    case '{':
+    case '[': {
+        unsigned char close = b == '{' ? '}' : ']';
+        c->pos++;
+        skip_space(c);
+        if (c->pos < c->end && c->data[c->pos] == close) {
+            c->pos++;
+            return OK;
+        }
+        for (;;) {
+            if (b == '{') {
+                if (read_string(c, &start, &length) != OK) {
+                    return NO;
+                }
+                skip_space(c);
+                if (c->pos >= c->end || c->data[c->pos] != ':') {
+                    return NO;
+                }
+                c->pos++;
+                skip_space(c);
+            }
+            int status = skip_value(c, depth + 1);
+            if (status != OK) {
+                return status;
+            }
+            skip_space(c);
+            if (c->pos >= c->end) {
+                return NO;
+            }
+            if (c->data[c->pos] == close) {
+                c->pos++;
+                return OK;
+            }
+            if (c->data[c->pos] != ',') {
+                return NO;
+            }
+            c->pos++;
+            skip_space(c);
+        }
+    }
+    default:
+        return read_number(c, &number);
+    }
+}
+
+typedef struct {
+    buffer skeleton;
+    double *holes;
+    Py_ssize_t n_holes, holes_capacity;
+    int strings_matter; /* strings are categories (one-hot, hashed) or dropped */
+} reading;
+
+static int add_hole(reading *r, double value) {
+    if (r->n_holes >= r->holes_capacity) {
+        return NO; /* (the caller made room for what a record of its length can hold) */
+    }
+    r->holes[r->n_holes++] = value;
+    return OK;
+}
+
+/* A value of the record's features (or any part of it the mapping reads) into the skeleton. */
+static int read_value(cursor *c, reading *r, int depth) {
+    if (depth > MAX_DEPTH || c->pos >= c->end) {
+        return NO;
+    }
+    unsigned char b = c->data[c->pos];
+    Py_ssize_t start, length;
+    switch (b) {
+    case '"':
+        if (read_string(c, &start, &length) != OK) {
+            return NO;
+        }
+        if (!r->strings_matter) {
+            return put_byte(&r->skeleton, ANY_STRING) ? ERROR : OK;
+        }
+        return put(&r->skeleton, c->data + start - 1, length + 2) ? ERROR : OK;
+    case 't':
+        return literal(c, "true", 4) == OK ? (put(&r->skeleton, "true", 4) ? ERROR : OK) : NO;
+    case 'f':
+        return literal(c, "false", 5) == OK ? (put(&r->skeleton, "false", 5) ? ERROR : OK) : NO;
+    case 'n':
+        return literal(c, "null", 4) == OK ? (put(&r->skeleton, "null", 4) ? ERROR : OK) : NO;
+    case '{':
+    case '[': {
+        unsigned char close = b == '{' ? '}' : ']';
+        if (put_byte(&r->skeleton, b)) {
+            return ERROR;
+        }
+        c->pos++;
+        skip_space(c);
+        if (c->pos < c->end && c->data[c->pos] == close) {
+            c->pos++;
+            return put_byte(&r->skeleton, close) ? ERROR : OK;
+        }
+        for (;;) {
+            if (b == '{') {
+                if (read_string(c, &start, &length) != OK) {
+                    return NO;
+                }
+                if (put(&r->skeleton, c->data + start - 1, length + 2) ||
+                    put_byte(&r->skeleton, ':')) {
+                    return ERROR;
+                }
+                skip_space(c);
+                if (c->pos >= c->end || c->data[c->pos] != ':') {
+                    return NO;
+                }
+                c->pos++;
+                skip_space(c);
+            }
+            int status = read_value(c, r, depth + 1);
+            if (status != OK) {
+                return status;
+            }
+            skip_space(c);
+            if (c->pos >= c->end) {
+                return NO;
+            }
+            if (c->data[c->pos] == close) {
+                c->pos++;
+                return put_byte(&r->skeleton, close) ? ERROR : OK;
+            }
+            if (c->data[c->pos] != ',') {
+                return NO;
+            }
+            if (put_byte(&r->skeleton, ',')) {
+                return ERROR;
+            }
+            c->pos++;
+            skip_space(c);
+        }
+    }
+    default: {
+        double value;
+        if (read_number(c, &value) != OK) {
+            return NO;
+        }
+        if (add_hole(r, value) != OK) {
+            return NO;
+        }
+        return put_byte(&r->skeleton, HOLE) ? ERROR : OK;
+    }
+    }
+}
+
+/* The mapping's top-level fields, from Python: the id's and the label's names, and which
+ * fields are read (`keep`, a tuple of names; None: every field but those of `skip`). */
+typedef struct {
+    const char *id;
+    Py_ssize_t id_length;
+    const char *label;
+    Py_ssize_t label_length;
+    PyObject *keep, *skip; /* tuples of bytes, or None */
+} fields;
+
+static int named(const unsigned char *key, Py_ssize_t n, PyObject *names) {
+    if (names == Py_None) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        if (PyBytes_GET_SIZE(name) == n && memcmp(PyBytes_AS_STRING(name), key, (size_t)n) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The spans of a record's id and label values (-1: absent). */
+typedef struct {
+    Py_ssize_t id_start, id_length, label_start, label_length;
+    int id_kind; /* 0 absent or null, 1 a string, 2 an integer */
+} slots;
+
+/* One record's JSON: its skeleton in r->skeleton, its numbers in r->holes, its id and label in
+ * s; NO if this cannot read it. */
+static int read_record(const unsigned char *data, Py_ssize_t size, const fields *f, reading *r,
+                       slots *s) {
+    cursor c = {data, 0, size};
+    s->id_start = s->label_start = -1;
+    s->id_length = s->label_length = 0;
+    s->id_kind = 0;
+    r->skeleton.size = 0;
+    skip_space(&c);
+    if (c.pos >= c.end || c.data[c.pos] != '{') {
+        return NO;
+    }
+    if (put_byte(&r->skeleton, '{')) {
+        return ERROR;
+    }
+    c.pos++;
+    skip_space(&c);
+    int first = 1;
+    if (c.pos < c.end && c.data[c.pos] == '}') {
+        c.pos++;
+        first = -1; /* empty */
+    }
+    while (first >= 0) {
+        Py_ssize_t start, length;
+        if (read_string(&c, &start, &length) != OK) {
+            return NO;
+        }
+        if (!first && put_byte(&r->skeleton, ',')) {
+            return ERROR;
+        }
+        first = 0;
+        if (put(&r->skeleton, data + start - 1, length + 2) || put_byte(&r->skeleton, ':')) {
+            return ERROR;
+        }
+        skip_space(&c);
+        if (c.pos >= c.end || c.data[c.pos] != ':') {
+            return NO;
+        }
+        c.pos++;
+        skip_space(&c);
+        const unsigned char *key = data + start;
+        int status;
+        if (length == f->id_length && memcmp(key, f->id, (size_t)length) == 0) {
+            if (s->id_start >= 0 || s->id_kind < 0) {
+                return NO; /* twice */
+            }
+            Py_ssize_t at = c.pos;
+            if (c.pos < c.end && c.data[c.pos] == '"') {
+                Py_ssize_t value_start, value_length;
+                if (read_string(&c, &value_start, &value_length) != OK) {
+                    return NO;
+                }
+                s->id_kind = 1;
+            } else if (literal(&c, "null", 4) == OK) {
+                s->id_kind = -1; /* (seen: null) */
+            } else {
+                double ignored;
+                if (c.pos >= c.end || (c.data[c.pos] != '-' && (c.data[c.pos] < '0' ||
+                                                                 c.data[c.pos] > '9'))) {
+                    return NO;
+                }
+                if (read_number(&c, &ignored) != OK) {
+                    return NO;
+                }
+                for (Py_ssize_t i = at; i < c.pos; i++) {
+                    if (c.data[i] == '.' || c.data[i] == 'e' || c.data[i] == 'E') {
+                        return NO; /* not an integer: the mapping refuses it */
+                    }
+                }
+                if (c.pos - at == 2 && c.data[at] == '-' && c.data[at + 1] == '0') {
+                    return NO; /* -0: its JSON would be 0 */
+                }
+                s->id_kind = 2;
+            }
+            s->id_start = at;
+            s->id_length = c.pos - at;
+            status = put_byte(&r->skeleton, ID_SLOT) ? ERROR : OK;
+        } else if (length == f->label_length && memcmp(key, f->label, (size_t)length) == 0) {
+            if (s->label_start >= 0) {
+                return NO;
+            }
+            Py_ssize_t at = c.pos;
+            status = skip_value(&c, 1);
+            if (status != OK) {
+                return status;
+            }
+            if (c.data[at] == '{' || c.data[at] == '[') {
+                return NO; /* not a label */
+            }
+            s->label_start = at;
+            s->label_length = c.pos - at;
+            status = put_byte(&r->skeleton, LABEL_SLOT) ? ERROR : OK;
+        } else if ((f->keep != Py_None && !named(key, length, f->keep)) ||
+                   named(key, length, f->skip)) {
+            status = skip_value(&c, 1);
+            if (status == OK) {
+                status = put_byte(&r->skeleton, SKIPPED) ? ERROR : OK;
+            }
+        } else {
+            status = read_value(&c, r, 1);
+        }
+        if (status != OK) {
+            return status;
+        }
+        skip_space(&c);
+        if (c.pos >= c.end) {
+            return NO;
+        }
+        if (c.data[c.pos] == '}') {
+            c.pos++;
+            break;
+        }
+        if (c.data[c.pos] != ',') {
+            return NO;
+        }
+        c.pos++;
+        skip_space(&c);
+    }
+    if (s->id_kind < 0) {
+        s->id_kind = 0;
+    }
+    skip_space(&c);
+    if (c.pos != c.end) {
+        return NO;
+    }
+    return put_byte(&r->skeleton, '}') ? ERROR : OK;
+}
+
+static int read_fields(PyObject *config, fields *f, int *strings_matter,
+                       Py_ssize_t *max_record_bytes) {
+    PyObject *id, *label, *keep, *skip;
+    if (!PyArg_ParseTuple(config, "SSOOpn", &id, &label, &keep, &skip, strings_matter,
+                          max_record_bytes)) {
+        return -1;
+    }
+    if ((keep != Py_None && !PyTuple_Check(keep)) || (skip != Py_None && !PyTuple_Check(skip))) {
+        PyErr_SetString(PyExc_TypeError, "keep and skip must be tuples of bytes or None");
+        return -1;
+    }
+    for (int k = 0; k < 2; k++) {
+        PyObject *names = k ? skip : keep;
+        if (names == Py_None) {
+            continue;
+        }
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+            if (!PyBytes_Check(PyTuple_GET_ITEM(names, i))) {
+                PyErr_SetString(PyExc_TypeError, "keep and skip must be tuples of bytes");
+                return -1;
+            }
+        }
+    }
+    f->id = PyBytes_AS_STRING(id);
+    f->id_length = PyBytes_GET_SIZE(id);
+    f->label = PyBytes_AS_STRING(label);
+    f->label_length = PyBytes_GET_SIZE(label);
+    f->keep = keep;
+    f->skip = skip;
+    return 0;
+}
+
+/* The code of a label's text in `labels` (a tuple of (bytes, code)); absent: `absent`;
+ * -3 when the text is not there. */
+static long label_code(const unsigned char *data, const slots *s, PyObject *labels, long absent) {
+    if (s->label_start < 0) {
+        return absent;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(labels); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(labels, i);
+        PyObject *text = PyTuple_GET_ITEM(pair, 0);
+        if (PyBytes_GET_SIZE(text) == s->label_length &&
+            memcmp(PyBytes_AS_STRING(text), data + s->label_start, (size_t)s->label_length) == 0) {
+            return PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+        }
+    }
+    return -3;
+}
+
+static int check_labels(PyObject *labels) {
+    if (!PyTuple_Check(labels)) {
+        PyErr_SetString(PyExc_TypeError, "labels must be a tuple of (bytes, int)");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(labels); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(labels, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) || !PyLong_Check(PyTuple_GET_ITEM(pair, 1))) {
+            PyErr_SetString(PyExc_TypeError, "labels must be a tuple of (bytes, int)");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A writable C-contiguous buffer of `itemsize` items, at least `count` of them. */
+static int writable(PyObject *object, Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t count,
+                    const char *name) {
+    if (PyObject_GetBuffer(object, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        return -1;
+    }
+    if (view->itemsize != itemsize && !(itemsize == 1 && view->itemsize == 1)) {
+        PyErr_Format(PyExc_TypeError, "%s: items of %zd bytes expected", name, itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (view->len / itemsize < count) {
+        PyErr_Format(PyExc_ValueError, "%s: room for %zd items expected", name, count);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* read_json(records, start, end, config, skeletons, labels, absent_label, status, rows,
+ *           holes, ids, id_ends) -> (records read, holes used, id bytes used)
+ *
+ * Each record of records[start:end] (`.value`): its status (ROW, UNDECIDED, NEW_SHAPE, REFUSED,
+ * NEW_LABEL, FULL) in status[i - start]; a ROW's (shape, first hole, label code) in rows[i -
+ * start] (int64, 3 a row), its numbers in `holes` (float64), the JSON of its id in `ids` (uint8:
+ * the string with its quotes, the integer, or null) up to id_ends[i - start]. `config` is (id
+ * field, label field, keep, skip, strings matter, max record bytes) (see `fields`), `skeletons`
+ * a dict {skeleton: shape, or -1 for a refused one}, `labels` ((label text, code), ...), a
+ * record without a label `absent_label`. Stops before a record its arrays have no room for
+ * (FULL): the caller calls again from there. */
+static PyObject *read_json(PyObject *self, PyObject *args) {
+    PyObject *records, *config, *skeletons, *labels;
+    PyObject *status_object, *rows_object, *holes_object, *ids_object, *id_ends_object;
+    Py_ssize_t start, end;
+    long absent;
+    if (!PyArg_ParseTuple(args, "O!nnO!O!O!lOOOOO", &PyList_Type, &records, &start, &end,
+                          &PyTuple_Type, &config, &PyDict_Type, &skeletons, &PyTuple_Type,
+                          &labels, &absent, &status_object, &rows_object, &holes_object,
+                          &ids_object, &id_ends_object)) {
+        return NULL;
+    }
+    fields f;
+    reading r = {{NULL, 0, 0}, NULL, 0, 0, 1};
+    Py_ssize_t max_record_bytes;
+    if (read_fields(config, &f, &r.strings_matter, &max_record_bytes) < 0 ||
+        check_labels(labels) < 0) {
+        return NULL;
+    }
+    if (start < 0 || end > PyList_GET_SIZE(records) || start > end) {
+        PyErr_SetString(PyExc_ValueError, "read_json: start and end outside the records");
+        return NULL;
+    }
+    Py_ssize_t n = end - start;
+    Py_buffer status_view, rows_view, holes_view, ids_view, id_ends_view;
+    if (writable(status_object, &status_view, 1, n, "status") < 0) {
+        return NULL;
+    }
+    if (writable(rows_object, &rows_view, 8, 3 * n, "rows") < 0) {
+        PyBuffer_Release(&status_view);
+        return NULL;
+    }
+    if (writable(holes_object, &holes_view, 8, 0, "holes") < 0) {
+        PyBuffer_Release(&status_view);
+        PyBuffer_Release(&rows_view);
+        return NULL;
+    }
+    if (writable(ids_object, &ids_view, 1, 0, "ids") < 0) {
+        PyBuffer_Release(&status_view);
+        PyBuffer_Release(&rows_view);
+        PyBuffer_Release(&holes_view);
+        return NULL;
+    }
+    if (writable(id_ends_object, &id_ends_view, 8, n, "id_ends") < 0) {
+        PyBuffer_Release(&status_view);
+        PyBuffer_Release(&rows_view);
+        PyBuffer_Release(&holes_view);
+        PyBuffer_Release(&ids_view);
+        return NULL;
+    }
+    int8_t *status = status_view.buf;
+    int64_t *rows = rows_view.buf;
+    int64_t *id_ends = id_ends_view.buf;
+    unsigned char *ids = ids_view.buf;
+    Py_ssize_t ids_capacity = ids_view.len, ids_used = 0;
+    r.holes = holes_view.buf;
+    Py_ssize_t holes_capacity = holes_view.len / 8;
+    PyObject *value_name = PyUnicode_InternFromString("value");
+    PyObject *result = NULL;
+    PyObject *last_skeleton = NULL; /* the last record's skeleton, and its shape */
+    long last_shape = -1;
+    Py_ssize_t i = 0;
+    if (value_name == NULL) {
+        goto done;
+    }
+    for (; i < n; i++) {
+        PyObject *value = PyObject_GetAttr(PyList_GET_ITEM(records, start + i), value_name);
+        if (value == NULL) {
+            goto done;
+        }
+        if (!PyBytes_Check(value) || PyBytes_GET_SIZE(value) > max_record_bytes) {
+            Py_DECREF(value);
+            status[i] = UNDECIDED;
+            id_ends[i] = ids_used;
+            continue;
+        }
+        const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(value);
+        Py_ssize_t size = PyBytes_GET_SIZE(value);
+        /* A record of `size` bytes holds at most size / 2 + 1 numbers and an id of size bytes. */
+        if (holes_capacity - r.n_holes < size / 2 + 1 || ids_capacity - ids_used < size + 4) {
+            Py_DECREF(value);
+            for (Py_ssize_t k = i; k < n; k++) {
+                status[k] = FULL;
+            }
+            break;
+        }
+        Py_ssize_t first_hole = r.n_holes;
+        r.holes_capacity = holes_capacity;
+        slots s;
+        int read = read_record(data, size, &f, &r, &s);
+        if (read == ERROR) {
+            Py_DECREF(value);
+            goto done;
+        }
+        id_ends[i] = ids_used;
+        if (read != OK) {
+            r.n_holes = first_hole;
+            status[i] = UNDECIDED;
+            Py_DECREF(value);
+            continue;
+        }
+        long shape;
+        if (last_skeleton != NULL && PyBytes_GET_SIZE(last_skeleton) == r.skeleton.size &&
+            memcmp(PyBytes_AS_STRING(last_skeleton), r.skeleton.data,
+                   (size_t)r.skeleton.size) == 0) {
+            shape = last_shape;
+        } else {
+            PyObject *key = PyBytes_FromStringAndSize((const char *)r.skeleton.data,
+                                                      r.skeleton.size);
+            if (key == NULL) {
+                Py_DECREF(value);
+                goto done;
+            }
+            PyObject *found = PyDict_GetItemWithError(skeletons, key); /* borrowed */
+            if (found == NULL && PyErr_Occurred()) {
+                Py_DECREF(key);
+                Py_DECREF(value);
+                goto done;
+            }
+            shape = -2;
+            if (found != NULL) {
+                shape = PyLong_AsLong(found);
+                if (shape == -1 && PyErr_Occurred()) {
+                    Py_DECREF(key);
+                    Py_DECREF(value);
+                    goto done;
+                }
+            }
+            Py_XSETREF(last_skeleton, key); /* (a run of one skeleton: one lookup) */
+            last_shape = shape;
+        }
+        if (shape < 0) {
+            r.n_holes = first_hole;
+            status[i] = shape == -1 ? REFUSED : NEW_SHAPE;
+            Py_DECREF(value);
+            continue;
+        }
+        long code = label_code(data, &s, labels, absent);
+        if (code == -1 && PyErr_Occurred()) {
+            Py_DECREF(value);
+            goto done;
+        }
+        if (code < -1) {
+            r.n_holes = first_hole;
+            status[i] = NEW_LABEL;
+            Py_DECREF(value);
+            continue;
+        }
+        if (s.id_kind == 0) {
+            memcpy(ids + ids_used, "null", 4);
+            ids_used += 4;
+        } else {
+            Py_ssize_t from = s.id_start, length = s.id_length;
+            memcpy(ids + ids_used, data + from, (size_t)length);
+            ids_used += length;
+        }
+        id_ends[i] = ids_used;
+        rows[3 * i] = shape;
+        rows[3 * i + 1] = first_hole;
+        rows[3 * i + 2] = code;
+        status[i] = ROW;
+        Py_DECREF(value);
+    }
+    result = Py_BuildValue("(nnn)", i, r.n_holes, ids_used);
+done:
+    Py_XDECREF(last_skeleton);
+    Py_XDECREF(value_name);
+    PyMem_Free(r.skeleton.data);
+    PyBuffer_Release(&status_view);
+    PyBuffer_Release(&rows_view);
+    PyBuffer_Release(&holes_view);
+    PyBuffer_Release(&ids_view);
+    PyBuffer_Release(&id_ends_view);
+    return result;
+}
+
+/* describe_json(value, config) -> (skeleton, numbers, id text or None, label text or None), or
+ * None where `read_json` would not read the record: what the caller learns a new skeleton from
+ * (its numbers in order, compared with the codec's event). */
+static PyObject *describe_json(PyObject *self, PyObject *args) {
+    Py_buffer value;
+    PyObject *config;
+    if (!PyArg_ParseTuple(args, "y*O!", &value, &PyTuple_Type, &config)) {
+        return NULL;
+    }
+    fields f;
+    reading r = {{NULL, 0, 0}, NULL, 0, 0, 1};
+    Py_ssize_t max_record_bytes;
+    PyObject *result = NULL;
+    if (read_fields(config, &f, &r.strings_matter, &max_record_bytes) < 0) {
+        PyBuffer_Release(&value);
+        return NULL;
+    }
+    if (value.len > max_record_bytes) {
+        PyBuffer_Release(&value);
+        Py_RETURN_NONE;
+    }
+    r.holes_capacity = value.len / 2 + 1;
+    r.holes = PyMem_Malloc((size_t)r.holes_capacity * sizeof(double));
+    if (r.holes == NULL) {
+        PyBuffer_Release(&value);
+        return PyErr_NoMemory();
+    }
+    slots s;
+    int read = read_record(value.buf, value.len, &f, &r, &s);
+    if (read == ERROR) {
+        goto done;
+    }
+    if (read != OK) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *numbers = PyList_New(r.n_holes);
+    if (numbers == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < r.n_holes; k++) {
+        PyObject *number = PyFloat_FromDouble(r.holes[k]);
+        if (number == NULL) {
+            Py_DECREF(numbers);
+            goto done;
+        }
+        PyList_SET_ITEM(numbers, k, number);
+    }
+    const char *data = value.buf;
+    PyObject *id = s.id_kind == 0 ? Py_NewRef(Py_None)
+                                  : PyBytes_FromStringAndSize(data + s.id_start, s.id_length);
+    PyObject *label = s.label_start < 0
+                          ? Py_NewRef(Py_None)
+                          : PyBytes_FromStringAndSize(data + s.label_start, s.label_length);
+    if (id != NULL && label != NULL) {
+        result = Py_BuildValue("(y#NOO)", (const char *)r.skeleton.data, r.skeleton.size,
+                               numbers, id, label);
+    } else {
+        Py_DECREF(numbers);
+    }
+    Py_XDECREF(id);
+    Py_XDECREF(label);
+done:
+    PyMem_Free(r.holes);
+    PyMem_Free(r.skeleton.data);
+    PyBuffer_Release(&value);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"read_json", read_json, METH_VARARGS,
+     "read_json(records, start, end, config, skeletons, labels, absent_label, status, rows, "
+     "holes, ids, id_ends) -> (records read, holes used, id bytes used) (see event_batches.c)"},
+    {"describe_json", describe_json, METH_VARARGS,
+     "describe_json(value, config) -> (skeleton, numbers, id, label) or None (see "
+     "event_batches.c)"},
+    {NULL, NULL, 0, NULL},
+};
+
+/* The module's name comes from the build (-DMODULE=<name>): it carries the sources' stamp. */
+#ifndef MODULE
+#error "compile with -DMODULE=<the module's name>"
+#endif
+#define TEXT(name) #name
+#define NAME_TEXT(name) TEXT(name)
+#define JOIN(a, b) a##b
+#define INIT_FUNCTION(name) JOIN(PyInit_, name)
+
+static struct PyModuleDef definition = {
+    PyModuleDef_HEAD_INIT, NAME_TEXT(MODULE), "JSON records read a batch at a time (see "
+    "event_batches.c)", -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC INIT_FUNCTION(MODULE)(void) {
+    return PyModule_Create(&definition);
+}
