@@ -1,4 +1,5 @@
-/* The records of a fetched Kafka record batch (message format v2), in C.
+/* The records of a fetched Kafka record batch (message format v2), read in C; and the
+ * records of a batch to produce, written in C (`append_records`, below).
  *
  * kafka-python reads a fetched batch one record at a time in Python: a varint decoder call per
  * field, a `DefaultRecord` object, then the fetcher's `ConsumerRecord` and its sizes, about
@@ -271,9 +272,251 @@ done:
     return NULL;
 }
 
+/* Writing ----------------------------------------------------------------------------------- */
+
+/* The bytes of Kafka's zigzag varint of v. */
+static int varint_size(int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    int n = 1;
+    while (z >= 0x80) {
+        z >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static unsigned char *put_varint(unsigned char *at, int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    while (z >= 0x80) {
+        *at++ = (unsigned char)(0x80 | (z & 0x7f));
+        z >>= 7;
+    }
+    *at++ = (unsigned char)z;
+    return at;
+}
+
+static int get_int64(PyObject *object, const char *name, int64_t *out) {
+    PyObject *value = PyObject_GetAttrString(object, name);
+    if (value == NULL) {
+        return -1;
+    }
+    long long number = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    if (number == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *out = number;
+    return 0;
+}
+
+static int set_int64(PyObject *object, const char *name, int64_t value) {
+    PyObject *number = PyLong_FromLongLong(value);
+    if (number == NULL) {
+        return -1;
+    }
+    int failed = PyObject_SetAttrString(object, name, number);
+    Py_DECREF(number);
+    return failed;
+}
+
+/* A record's key or value: 1 with its bytes, 0 for None, -1 for anything else. */
+static int bytes_field(PyObject *item, const char **data, Py_ssize_t *size) {
+    if (item == Py_None) {
+        return 0;
+    }
+    if (!PyBytes_CheckExact(item)) {
+        return -1;
+    }
+    *data = PyBytes_AS_STRING(item);
+    *size = PyBytes_GET_SIZE(item);
+    return 1;
+}
+
+/* append_records(builder, values, keys, headers, timestamps, start, limit)
+ *   -> (next index, largest record, stopped for Python)
+ *
+ * kafka-python's `DefaultRecordBatchBuilder.append` for records[start:], written into the
+ * builder's buffer the same way (attributes, timestamp and offset deltas, key, value, headers,
+ * each as kafka-python encodes it; a header without value empty, as `send_many` sends it), until the batch is full (a record would take it past the
+ * builder's batch size, the first record always fits) or the records end; the builder's
+ * timestamps, last offset and count are kept as `append` keeps them. A fresh builder, or one
+ * only this and `append` wrote: a record's offset is the number of records before it. Stops,
+ * for the caller to take with `append`, before a record it does not write: a timestamp None
+ * (the producer's clock), a key or value other than bytes or None, odd headers, or a key, value
+ * and headers of more than `limit` bytes (the producer checks those against its request limit).
+ * The largest record is the `size` of the records' metadata (`max_record_size`). */
+static PyObject *append_records(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *builder, *values, *keys, *headers, *timestamps;
+    Py_ssize_t start, limit;
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!nn", &builder, &PyList_Type, &values, &PyList_Type,
+                          &keys, &PyList_Type, &headers, &PyList_Type, &timestamps, &start,
+                          &limit)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    if (PyList_GET_SIZE(keys) != n || PyList_GET_SIZE(headers) != n ||
+        PyList_GET_SIZE(timestamps) != n || start < 0 || start > n) {
+        PyErr_SetString(PyExc_ValueError, "append_records: columns of different lengths");
+        return NULL;
+    }
+    PyObject *buffer = PyObject_GetAttrString(builder, "_buffer");
+    if (buffer == NULL) {
+        return NULL;
+    }
+    if (!PyByteArray_CheckExact(buffer)) {
+        Py_DECREF(buffer);
+        PyErr_SetString(PyExc_TypeError, "append_records: the builder's buffer is not a bytearray");
+        return NULL;
+    }
+    PyObject *first_object = PyObject_GetAttrString(builder, "_first_timestamp");
+    int64_t batch_size, max_timestamp = 0, count, last_offset, first_timestamp = 0;
+    int has_first = first_object != NULL && first_object != Py_None;
+    PyObject *result = NULL;
+    if (first_object == NULL || get_int64(builder, "_batch_size", &batch_size) < 0 ||
+        get_int64(builder, "_num_records", &count) < 0 ||
+        get_int64(builder, "_last_offset", &last_offset) < 0 ||
+        (has_first && (get_int64(builder, "_first_timestamp", &first_timestamp) < 0 ||
+                       get_int64(builder, "_max_timestamp", &max_timestamp) < 0))) {
+        goto done;
+    }
+    Py_ssize_t i = start, largest = 0;
+    int slow = 0;
+    for (; i < n; i++) {
+        const char *key = NULL, *value = NULL;
+        Py_ssize_t key_size = 0, value_size = 0;
+        int has_key = bytes_field(PyList_GET_ITEM(keys, i), &key, &key_size);
+        int has_value = bytes_field(PyList_GET_ITEM(values, i), &value, &value_size);
+        PyObject *stamp = PyList_GET_ITEM(timestamps, i);
+        PyObject *record_headers = PyList_GET_ITEM(headers, i);
+        if (has_key < 0 || has_value < 0 || !PyLong_CheckExact(stamp) ||
+            (record_headers != Py_None && !PyList_CheckExact(record_headers))) {
+            slow = 1;
+            break;
+        }
+        int64_t timestamp = PyLong_AsLongLong(stamp);
+        if (timestamp == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            slow = 1;
+            break;
+        }
+        Py_ssize_t n_headers = record_headers == Py_None ? 0 : PyList_GET_SIZE(record_headers);
+        Py_ssize_t fields_size = key_size + value_size, headers_size = varint_size(n_headers);
+        int odd = 0;
+        for (Py_ssize_t h = 0; h < n_headers && !odd; h++) {
+            PyObject *pair = PyList_GET_ITEM(record_headers, h);
+            if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+                !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0))) {
+                odd = 1;
+                break;
+            }
+            Py_ssize_t name_size;
+            if (PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &name_size) == NULL) {
+                PyErr_Clear();
+                odd = 1;
+                break;
+            }
+            PyObject *header = PyTuple_GET_ITEM(pair, 1);
+            const char *ignored;
+            Py_ssize_t header_size = 0;
+            int has_header = bytes_field(header, &ignored, &header_size);
+            if (has_header < 0) {
+                odd = 1;
+                break;
+            }
+            /* (a header without value goes out empty, as the worker's sends have it) */
+            headers_size += varint_size(name_size) + name_size + varint_size(header_size) +
+                            header_size;
+            fields_size += name_size + header_size;
+        }
+        if (odd || fields_size > limit) {
+            slow = 1;
+            break;
+        }
+        int first_message = !has_first;
+        int64_t delta = first_message ? 0 : timestamp - first_timestamp;
+        Py_ssize_t body = 1 + varint_size(delta) + varint_size(count) +
+                          (has_key ? varint_size(key_size) + key_size : 1) +
+                          (has_value ? varint_size(value_size) + value_size : 1) + headers_size;
+        Py_ssize_t required = body + varint_size(body);
+        Py_ssize_t size = PyByteArray_GET_SIZE(buffer);
+        if (required + size > batch_size && !first_message) {
+            break; /* full */
+        }
+        if (PyByteArray_Resize(buffer, size + required) < 0) {
+            goto done;
+        }
+        unsigned char *at = (unsigned char *)PyByteArray_AS_STRING(buffer) + size;
+        at = put_varint(at, body);
+        *at++ = 0; /* attributes */
+        at = put_varint(at, delta);
+        at = put_varint(at, count);
+        if (has_key) {
+            at = put_varint(at, key_size);
+            memcpy(at, key, (size_t)key_size);
+            at += key_size;
+        } else {
+            *at++ = 1; /* -1: null */
+        }
+        if (has_value) {
+            at = put_varint(at, value_size);
+            memcpy(at, value, (size_t)value_size);
+            at += value_size;
+        } else {
+            *at++ = 1;
+        }
+        at = put_varint(at, n_headers);
+        for (Py_ssize_t h = 0; h < n_headers; h++) {
+            PyObject *pair = PyList_GET_ITEM(record_headers, h);
+            Py_ssize_t name_size;
+            const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &name_size);
+            at = put_varint(at, name_size);
+            memcpy(at, name, (size_t)name_size);
+            at += name_size;
+            const char *header = NULL;
+            Py_ssize_t header_size = 0;
+            bytes_field(PyTuple_GET_ITEM(pair, 1), &header, &header_size); /* (None: empty) */
+            at = put_varint(at, header_size);
+            if (header_size) {
+                memcpy(at, header, (size_t)header_size);
+                at += header_size;
+            }
+        }
+        if (first_message) {
+            has_first = 1;
+            first_timestamp = max_timestamp = timestamp;
+        }
+        if (max_timestamp < timestamp) {
+            max_timestamp = timestamp;
+        }
+        last_offset = count;
+        count++;
+        if (required > largest) {
+            largest = required;
+        }
+    }
+    if (has_first) {
+        if (set_int64(builder, "_first_timestamp", first_timestamp) < 0 ||
+            set_int64(builder, "_max_timestamp", max_timestamp) < 0) {
+            goto done;
+        }
+    }
+    if (set_int64(builder, "_num_records", count) < 0 ||
+        set_int64(builder, "_last_offset", last_offset) < 0) {
+        goto done;
+    }
+    result = Py_BuildValue("(nnO)", i, largest, slow ? Py_True : Py_False);
+done:
+    Py_XDECREF(first_object);
+    Py_DECREF(buffer);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"parse_records", parse_records, METH_VARARGS,
      "The records of a decompressed v2 record batch as the fetcher's ConsumerRecords."},
+    {"append_records", append_records, METH_VARARGS,
+     "append_records(builder, values, keys, headers, timestamps, start, limit) -> (next index, "
+     "largest record, stopped for Python): kafka-python's record batch, written in C."},
     {NULL, NULL, 0, NULL},
 };
 
