@@ -278,3 +278,26 @@ def test_the_reader_takes_any_bytes_and_reads_only_what_the_codec_reads(data, pr
     assert read == 1 and status[0] in range(6)
     if status[0] == 0:
         assert shape is not None and skeleton is not None
+
+
+@given(number=st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.integers(-(10**30), 10**30).map(str),
+    st.from_regex(r"-?(0|[1-9][0-9]{0,24})(\.[0-9]{1,25})?([eE][+-]?[0-9]{1,3})?",
+                  fullmatch=True)))
+@settings(max_examples=1000, deadline=None)
+def test_the_reader_reads_a_number_as_pythons_json_does(number):
+    import struct
+
+    from connectors.serializers.json_batches import batches_of
+    from connectors.serializers.json_format import JSONCodec
+
+    reader = batches_of(JSONCodec())
+    found = reader._module.describe_json(b'{"x": {"a": ' + number.encode() + b"}}", reader.config)
+    expected = json.loads(number)
+    expected = float(expected)
+    if found is None:  # (beyond float64: the per-record path decides)
+        assert expected in (float("inf"), float("-inf"))
+        return
+    [got] = found[1]
+    assert struct.pack("<d", got) == struct.pack("<d", expected)

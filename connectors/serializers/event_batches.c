@@ -28,6 +28,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -164,6 +165,14 @@ static int read_string(cursor *c, Py_ssize_t *start, Py_ssize_t *length) {
     return NO;
 }
 
+#if LDBL_MANT_DIG == 64 && defined(__x86_64__)
+/* 10^0 ... 10^27, exact in x87's 64-bit significand (5^27 < 2^64). */
+static const long double LONG_POWERS[] = {
+    1e0L, 1e1L, 1e2L, 1e3L, 1e4L, 1e5L, 1e6L, 1e7L, 1e8L, 1e9L, 1e10L, 1e11L, 1e12L, 1e13L,
+    1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L, 1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L,
+    1e27L};
+#endif
+
 static const double POWERS[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
                                  1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21,
                                  1e22};
@@ -259,6 +268,28 @@ static int read_number(cursor *c, double *value) {
         }
         return OK;
     }
+#if LDBL_MANT_DIG == 64 && defined(__x86_64__)
+    if (dropped == 0 && mantissa != 0 && exponent >= -27 && exponent <= 27) {
+        /* The same in x87's 64-bit significand, for the 17-19 digits of a float's repr: the
+         * significand and 10^|e| are exact there, the one operation correctly rounded to 64
+         * bits, then to 53. Rounding twice is the nearest double unless the 64-bit result is
+         * within an ulp of halfway between two doubles (its 11 low bits 0x3ff-0x401): those
+         * (3 in 2048) and subnormal results take strtod below. */
+        long double m = (long double)mantissa;
+        long double r = exponent < 0 ? m / LONG_POWERS[-exponent] : m * LONG_POWERS[exponent];
+        uint64_t significand;
+        memcpy(&significand, &r, sizeof significand); /* (x87: the low 8 bytes) */
+        unsigned extra = (unsigned)(significand & 0x7ff);
+        if ((extra < 0x3ff || extra > 0x401) && r >= (long double)DBL_MIN &&
+            r <= (long double)DBL_MAX) {
+            *value = (double)r;
+            if (negative) {
+                *value = -*value;
+            }
+            return OK;
+        }
+    }
+#endif
     Py_ssize_t length = at - start;
     if (length > MAX_NUMBER) {
         return NO;
@@ -692,7 +723,8 @@ static int writable(PyObject *object, Py_buffer *view, Py_ssize_t itemsize, Py_s
 }
 
 /* read_json(records, start, end, config, skeletons, labels, absent_label, status, rows,
- *           holes, ids, id_ends) -> (records read, holes used, id bytes used)
+ *           holes, ids, id_ends, record_type, value_at) -> (records read, holes used, id bytes
+ *           used)
  *
  * Each record of records[start:end] (`.value`): its status (ROW, UNDECIDED, NEW_SHAPE, REFUSED,
  * NEW_LABEL, FULL) in status[i - start]; a ROW's (shape, first hole, label code) in rows[i -
@@ -700,18 +732,26 @@ static int writable(PyObject *object, Py_buffer *view, Py_ssize_t itemsize, Py_s
  * the string with its quotes, the integer, or null) up to id_ends[i - start]. `config` is (id
  * field, label field, keep, skip, strings matter, max record bytes) (see `fields`), `skeletons`
  * a dict {skeleton: shape, or -1 for a refused one}, `labels` ((label text, code), ...), a
- * record without a label `absent_label`. Stops before a record its arrays have no room for
- * (FULL): the caller calls again from there. */
+ * record without a label `absent_label`. A record of `record_type` (a named tuple, or None) is
+ * read at its field `value_at`, any other at its attribute `value`. Stops before a record its
+ * arrays have no room for (FULL): the caller calls again from there. */
 static PyObject *read_json(PyObject *self, PyObject *args) {
     PyObject *records, *config, *skeletons, *labels;
     PyObject *status_object, *rows_object, *holes_object, *ids_object, *id_ends_object;
-    Py_ssize_t start, end;
+    PyObject *type_object;
+    Py_ssize_t start, end, value_at;
     long absent;
-    if (!PyArg_ParseTuple(args, "O!nnO!O!O!lOOOOO", &PyList_Type, &records, &start, &end,
+    if (!PyArg_ParseTuple(args, "O!nnO!O!O!lOOOOOOn", &PyList_Type, &records, &start, &end,
                           &PyTuple_Type, &config, &PyDict_Type, &skeletons, &PyTuple_Type,
                           &labels, &absent, &status_object, &rows_object, &holes_object,
-                          &ids_object, &id_ends_object)) {
+                          &ids_object, &id_ends_object, &type_object, &value_at)) {
         return NULL;
+    }
+    /* The records' type where they are named tuples, whose value is the field `value_at`. */
+    PyTypeObject *record_type = NULL;
+    if (type_object != Py_None && PyType_Check(type_object) && value_at >= 0 &&
+        PyType_IsSubtype((PyTypeObject *)type_object, &PyTuple_Type)) {
+        record_type = (PyTypeObject *)type_object;
     }
     fields f;
     reading r = {{NULL, 0, 0}, NULL, 0, 0, 1};
@@ -767,7 +807,13 @@ static PyObject *read_json(PyObject *self, PyObject *args) {
         goto done;
     }
     for (; i < n; i++) {
-        PyObject *value = PyObject_GetAttr(PyList_GET_ITEM(records, start + i), value_name);
+        PyObject *record = PyList_GET_ITEM(records, start + i);
+        PyObject *value;
+        if (Py_TYPE(record) == record_type && value_at < PyTuple_GET_SIZE(record)) {
+            value = Py_NewRef(PyTuple_GET_ITEM(record, value_at)); /* (a named tuple's field) */
+        } else {
+            value = PyObject_GetAttr(record, value_name);
+        }
         if (value == NULL) {
             goto done;
         }
@@ -949,7 +995,8 @@ done:
 static PyMethodDef methods[] = {
     {"read_json", read_json, METH_VARARGS,
      "read_json(records, start, end, config, skeletons, labels, absent_label, status, rows, "
-     "holes, ids, id_ends) -> (records read, holes used, id bytes used) (see event_batches.c)"},
+     "holes, ids, id_ends, record_type, value_at) -> (records read, holes used, id bytes used) "
+     "(see event_batches.c)"},
     {"describe_json", describe_json, METH_VARARGS,
      "describe_json(value, config) -> (skeleton, numbers, id, label) or None (see "
      "event_batches.c)"},

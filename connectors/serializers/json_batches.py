@@ -75,8 +75,12 @@ class JsonBatches:
              status: typing.Any, rows: typing.Any, holes: typing.Any, ids: typing.Any,
              id_ends: typing.Any) -> tuple[int, int, int]:
         """`event_batches.c`'s `read_json` of records[start:end] (see there)."""
+        kind = type(records[start]) if end > start else None
+        fields = getattr(kind, "_fields", None)  # (a named tuple: its value read by index)
+        value_at = fields.index("value") if fields is not None and "value" in fields else -1
         return self._module.read_json(records, start, end, self.config, skeletons, labels, -1,
-                                      status, rows, holes, ids, id_ends)
+                                      status, rows, holes, ids, id_ends,
+                                      kind if value_at >= 0 else None, value_at)
 
     def describe(self, value: bytes) -> tuple[bytes | None, Shape | None]:
         """The skeleton of a record and the shape of its records, or None (the skeleton's
