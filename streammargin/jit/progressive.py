@@ -80,8 +80,19 @@ _LOW, _HIGH = 1e-15, 1.0 - 1e-15  # River's clamp of a probability in its log lo
 
 
 @njit(cache=True, inline="always")
+def _sd(variances, column, var, roots, half):
+    """var ** 0.5 (the C library's pow, see `streammargin.jit.scaler`) of a column's variance,
+    from `roots` (column -> (var, its root)) when it was computed for that variance: a learnt
+    row's root after its update is the next row's before it."""
+    if roots[column, 0] != var:
+        roots[column, 0] = var
+        roots[column, 1] = _c_pow(var, half)
+    return roots[column, 1]
+
+
+@njit(cache=True, inline="always")
 def _row_values(rows, r, shapes, entries, values, holes, counts, means, variances, learn,
-                before, after, learns, new_means, new_vars, half):
+                before, after, learns, new_means, new_vars, roots, half):
     """The row's entries (in dict order) scaled with the statistics before it (`before`) and,
     when it is learnt, after it (`after`, with each feature's update in `learns`, `new_means`,
     `new_vars`: `streammargin.jit.scaler.scale_record`'s arithmetic, `half` its 0.5 that LLVM
@@ -105,7 +116,8 @@ def _row_values(rows, r, shapes, entries, values, holes, counts, means, variance
         count = counts[column]
         old_mean = means[column]
         old_var = variances[column]
-        before[j] = (x - old_mean) / _c_pow(old_var, half) if old_var != 0.0 else 0.0
+        before[j] = (x - old_mean) / _sd(variances, column, old_var, roots, half) \
+            if old_var != 0.0 else 0.0
         if not learn:
             continue
         if count == _MAX_COUNT:
@@ -117,7 +129,8 @@ def _row_values(rows, r, shapes, entries, values, holes, counts, means, variance
             learns[j] = 1.0
             new_means[j] = mean
             new_vars[j] = var
-            after[j] = (x - mean) / _c_pow(var, half) if var != 0.0 else 0.0
+            after[j] = (x - mean) / _sd(variances, column, var, roots, half) if var != 0.0 \
+                else 0.0
         else:  # an overflow (or NaN) would poison this feature for ever
             learns[j] = 0.0
             after[j] = before[j]
@@ -242,16 +255,23 @@ def _buffers(shapes):
             np.empty(width, np.int64))
 
 
+@njit(cache=True, inline="always")
+def _roots(variances):
+    """`_sd`'s table: no root computed yet (NaN is no variance)."""
+    return np.full((variances.shape[0], 2), np.nan)
+
+
 @njit(cache=True)
 def alma_steps(vectors, st, counts, means, variances, rows, shapes, entries, values, order,
                holes, tallies, losses, window, classes, first, detector, out, half):
     """Test-then-train of ALMA (`streammargin.alma.ALMAClassifier`: its `learn_then_predict`
     step) over the rows; out[r] = +P(True) if the predicted label is True, else -P(True)."""
     before, after, learns, new_means, new_vars, val, after_val, xh, idx = _buffers(shapes)
+    roots = _roots(variances)
     for r in range(rows.shape[0]):
         label = rows[r, ROW_LABEL]
         n = _row_values(rows, r, shapes, entries, values, holes, counts, means, variances,
-                        label >= 0, before, after, learns, new_means, new_vars, half)
+                        label >= 0, before, after, learns, new_means, new_vars, roots, half)
         if n < 0 or not _canonical(rows, r, shapes, entries, order, before, idx, val):
             return r, PER_RECORD
         if label >= 0 and not _canonical(rows, r, shapes, entries, order, after, idx,
@@ -282,11 +302,12 @@ def linear_mpu_steps(S, slots, st, weights, counts, means, variances, rows, shap
     the calibrated label and probability from it, then `learn_primal`) over the rows; out[r]
     as `alma_steps`'."""
     before, after, learns, new_means, new_vars, val, after_val, _, idx = _buffers(shapes)
+    roots = _roots(variances)
     cal = st[kjit.ST_PLATT : kjit.ST_MODEL]
     for r in range(rows.shape[0]):
         label = rows[r, ROW_LABEL]
         n = _row_values(rows, r, shapes, entries, values, holes, counts, means, variances,
-                        label >= 0, before, after, learns, new_means, new_vars, half)
+                        label >= 0, before, after, learns, new_means, new_vars, roots, half)
         if n < 0 or not _canonical(rows, r, shapes, entries, order, before, idx, val):
             return r, PER_RECORD
         if label >= 0 and not _canonical(rows, r, shapes, entries, order, after, idx,
@@ -318,11 +339,12 @@ def cpm_steps(W, st, cpm_window, counts, means, variances, rows, shapes, entries
     the predicted class (-1 before any), proba[r, :n] the class probabilities (one polytope: P
     of False, of True)."""
     before, after, learns, new_means, new_vars, val, after_val, _, idx = _buffers(shapes)
+    roots = _roots(variances)
     one = st[cpm_jit.MODE] == cpm_jit.ONE
     for r in range(rows.shape[0]):
         label = rows[r, ROW_LABEL]
         n = _row_values(rows, r, shapes, entries, values, holes, counts, means, variances,
-                        label >= 0, before, after, learns, new_means, new_vars, half)
+                        label >= 0, before, after, learns, new_means, new_vars, roots, half)
         if n < 0 or not _canonical(rows, r, shapes, entries, order, before, idx, val):
             return r, PER_RECORD
         if label >= 0 and not _canonical(rows, r, shapes, entries, order, after, idx,
