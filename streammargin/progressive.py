@@ -15,7 +15,9 @@ per-record path, so the same predictions, the same model and scaler to the last 
 - `Rows`: a batch: each row's shape, its holes and its label's class code;
 - `Score`: the score-keeping's state as arrays (a caller's metrics, copied in and out);
 - `ModelSteps`: a model's compiled step (`model_steps(model)`, None for a model without one:
-  ALMA, the linear MPU and the Convex Polytope Machine have one).
+  ALMA, the linear MPU and the Convex Polytope Machine have one);
+- `predict_many(model, scaler, xs)`: the predictions of many feature dicts in one call, those
+  of `predict_with_proba_one` to the bit, nothing learnt (a server's batch of rows).
 
 >>> import streammargin
 >>> from streammargin.progressive import Rows, Score, Shapes, model_steps
@@ -42,7 +44,7 @@ from streammargin.errors import StateError
 from streammargin.features import name_json
 from streammargin.jit import progressive as jit
 
-__all__ = ["ModelSteps", "Rows", "Score", "Shapes", "model_steps"]
+__all__ = ["ModelSteps", "Rows", "Score", "Shapes", "model_steps", "predict_many"]
 
 _NO_SCALER = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
 
@@ -248,6 +250,144 @@ class ModelSteps:
             scaler.counters["overflow_skipped"] += int(score.tallies[jit.OVERFLOWS])
             score.tallies[jit.OVERFLOWS] = 0
         return done, why, out
+
+
+def predict_many(model: typing.Any, scaler: typing.Any, xs: typing.Sequence[dict],
+                 indicators: bool = False) -> tuple[list, list[dict]]:
+    """The predicted label and the class probabilities of each feature dict of `xs`, exactly
+    what `model.predict_with_proba_one(scaler.transform_one(x))` gives (x itself without a
+    scaler), in one compiled call where the model has one; nothing is learnt.
+
+    `indicators`: features of value True are category indicators, passed unscaled (the
+    Kafka worker's `--scale` with categories). A dict the compiled call cannot take (a value
+    other than a finite number, a name the feature space would hash) is predicted by the
+    per-record calls in its place, which also raise for a bad value as they do.
+
+    >>> import streammargin
+    >>> from streammargin.progressive import predict_many
+    >>> model = streammargin.ALMAClassifier()
+    >>> model.learn_one({"a": 1.0}, True)
+    >>> labels, probas = predict_many(model, None, [{"a": 2.0}, {"a": -1.0, "b": 5.0}])
+    >>> labels == [model.predict_one({"a": 2.0}), model.predict_one({"a": -1.0, "b": 5.0})]
+    True
+    """
+    steps = model_steps(model)
+    results: list = [None] * len(xs)
+    if steps is not None and xs:
+        if type(xs) is not list:
+            xs = list(xs)
+        shapes = Shapes(model, scaler)
+        known: dict[tuple, int | None] = {}
+        native = _native_records()
+        shape_of, holes, at = [], [], []  # per run of one shape: its rows
+        i = 0
+        while i < len(xs):
+            x = xs[i]
+            if type(x) is not dict or not x:
+                i += 1
+                continue
+            flags = bytes(v is True for v in x.values()) if indicators else bytes(len(x))
+            names = tuple(x)
+            shape = known.get((names, flags), -1)
+            if shape == -1:
+                shape = known[(names, flags)] = _prediction_shape(shapes, x, flags)
+            if shape is None:
+                i += 1
+                continue
+            if native is not None:  # the run of dicts of this shape, in one call
+                end, packed = native.rows_of_dicts(xs, i, names, flags, indicators)
+                values = np.frombuffer(packed)
+            else:
+                end = i + 1
+                found = _numbers(x, indicators)
+                values = None if found is None else np.array(found)
+            if end == i or values is None:  # (a value the per-record calls refuse)
+                i += 1
+                continue
+            shape_of.append(np.full(end - i, shape, np.int64))
+            holes.append(values)
+            at.append(np.arange(i, end))
+            i = end
+        if at:
+            positions = np.concatenate(at)
+            table = np.empty((positions.shape[0], 3), np.int64)
+            table[:, jit.ROW_SHAPE] = np.concatenate(shape_of)
+            widths = np.array(shapes.holes, np.int64)[table[:, jit.ROW_SHAPE]]
+            table[:, jit.ROW_HOLES] = np.cumsum(widths) - widths
+            table[:, jit.ROW_LABEL] = -1
+            rows = Rows(None, table=table, values=np.concatenate(holes))
+            done, _, predicted = steps.run(scaler, shapes, rows, Score.fresh(steps.n_classes))
+            positions = positions[:done].tolist()
+            if steps.binary:
+                for i, signed in zip(positions, predicted[:done].tolist()):
+                    p = abs(signed)
+                    results[i] = (signed > 0.0, {False: 1.0 - p, True: p})
+            else:
+                codes, proba = predicted
+                labels = list(model._labels)
+                for r, i in enumerate(positions):
+                    code = int(codes[r])
+                    results[i] = (labels[code] if code >= 0 else None,
+                                  dict(zip(labels, proba[r, :len(labels)].tolist())))
+    out_labels, out_probas = [], []
+    for x, found in zip(xs, results):
+        if found is None:  # the per-record calls
+            scaled = x if scaler is None else _transformed(scaler, x, indicators)
+            found = model.predict_with_proba_one(scaled)
+        out_labels.append(found[0])
+        out_probas.append(found[1])
+    return out_labels, out_probas
+
+
+def _prediction_shape(shapes: Shapes, x: dict, flags: bytes) -> int | None:
+    """The shape of the dicts of x's names and indicators (None: the per-record calls)."""
+    entries, hole = [], 0
+    for (name, value), indicator in zip(x.items(), flags):
+        if indicator:
+            entries.append((name, None, True))
+        else:
+            entries.append((name, hole, None))
+            hole += 1
+    try:
+        return shapes.add_for_prediction(entries)
+    except (TypeError, ValueError):  # (a name without a safe state)
+        return None
+
+
+def _native_records() -> typing.Any:
+    """records.c's module (`rows_of_dicts`), where `streammargin warmup` built it."""
+    from streammargin.jit import aot, dispatch
+
+    return None if dispatch.is_recording() else aot.native("records")
+
+
+def _numbers(x: dict, indicators: bool) -> list[float] | None:
+    """The values of `x` but its indicators, as floats; None for one that is not a finite real
+    number (a string, None, NaN, an int beyond float64)."""
+    values = []
+    for value in x.values():
+        if indicators and value is True:
+            continue
+        kind = type(value)
+        if kind is not float and kind is not int and kind is not bool:
+            return None
+        try:
+            number = float(value)
+        except OverflowError:
+            return None
+        if number - number != 0.0:
+            return None
+        values.append(number)
+    return values
+
+
+def _transformed(scaler: typing.Any, x: dict, indicators: bool) -> dict:
+    if not indicators or True not in x.values():
+        return scaler.transform_one(x)
+    numbers = {k: v for k, v in x.items() if v is not True}
+    scaled = scaler.transform_one(numbers)
+    scaled.update({k: v for k, v in x.items() if v is True})
+    return scaled
 
 
 def model_steps(model: typing.Any) -> ModelSteps | None:

@@ -301,3 +301,27 @@ def test_the_reader_reads_a_number_as_pythons_json_does(number):
         return
     [got] = found[1]
     assert struct.pack("<d", got) == struct.pack("<d", expected)
+
+
+@pytest.mark.parametrize("name", ["alma", "cpm"])
+def test_predict_many_gives_what_the_task_predicts_for_an_unlabelled_event(name):
+    multiclass = name == "cpm"
+    task_settings = TaskSettings(**SETTINGS[name], scale=True, mapping=MAPPINGS["flat"])
+    records = record_stream(5, 600, multiclass, True, False)
+    _, task = run(records, task_settings, True, [600])
+    rng = random.Random(6)
+    events = [{"amount": rng.gauss(0, 2), "a": rng.random(), "b": rng.random(),
+               "country": rng.choice(["BR", "FR", "XX"]), "vip": rng.random() < 0.5}
+              for _ in range(50)]
+    xs = [task.codec.decode(json.dumps(event).encode())[1] for event in events]
+    labels, probas = task.predict_many(xs)
+    task._batch = None  # the per-record path: the prediction records of the same events
+    out = task.process([Record("t", 0, 600 + i, 0, None, json.dumps(event).encode(), [])
+                        for i, event in enumerate(events)])
+    written = [json.loads(value) for value in out.predictions.values]
+    if multiclass:
+        assert [w["y_pred"] for w in written] == labels
+        assert [w["proba"] for w in written] == [{k: v for k, v in p.items()} for p in probas]
+    else:
+        assert [w["y_pred"] for w in written] == labels
+        assert [w["p_true"] for w in written] == [p[True] for p in probas]

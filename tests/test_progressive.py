@@ -98,3 +98,46 @@ def test_rows_only_predicted_take_unknown_names_as_predict_one_does():
     done, _, predicted = model_steps(model).run(scaler, shapes, rows, Score.fresh(2))
     assert done == 3
     assert [(s > 0.0, abs(s)) for s in predicted] == [(y, p[True]) for y, p in expected]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@given(seed=st.integers(0, 2**32 - 1), scale=st.booleans(), indicators=st.booleans(),
+       n=st.integers(0, 40))
+@settings(max_examples=15, deadline=None)
+def test_predict_many_gives_each_dicts_per_record_prediction_and_learns_nothing(
+        name, seed, scale, indicators, n):
+    from streammargin.errors import InvalidInput
+    from streammargin.progressive import _transformed, predict_many
+
+    rng = random.Random(seed)
+    labels = ["a", "b", "c"] if name == "cpm" else [True, False]
+    model = MODELS[name]()
+    scaler = streammargin.StandardScaler() if scale else None
+    train = [({k: rng.gauss(0, 1) for k in ["a", "b", "c"]}, label) for label in labels * 3]
+    per_record(model, scaler, train)
+    xs = []
+    for _ in range(n):
+        x = {k: rng.choice([rng.gauss(0, 2), 3, True, False])
+             for k in rng.sample(["a", "b", "c", "new", "z=1"], rng.randint(0, 4))}
+        if rng.random() < 0.1:
+            x["text"] = "a string"  # (refused by the per-record prediction)
+        xs.append(x)
+    saved = state.dumps(model.to_state())
+
+    def one(x):
+        scaled = x if scaler is None else _transformed(scaler, x, indicators)
+        return model.predict_with_proba_one(scaled)
+
+    expected = []
+    for x in xs:
+        try:
+            expected.append(one(x))
+        except InvalidInput:
+            expected.append("refused")
+    if "refused" in expected:
+        with pytest.raises(InvalidInput):
+            predict_many(model, scaler, xs, indicators)
+        return
+    labels_out, probas = predict_many(model, scaler, xs, indicators)
+    assert list(zip(labels_out, probas)) == expected
+    assert state.dumps(model.to_state()) == saved

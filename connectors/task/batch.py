@@ -37,7 +37,7 @@ from connectors.serializers.json_batches import batches_of
 from connectors.task.output_records import TaskOutput
 from connectors.task.records import RecordSteps
 from streammargin.jit import progressive as jit
-from streammargin.progressive import Rows, Shapes, model_steps
+from streammargin.progressive import Rows, Shapes, model_steps, predict_many
 
 __all__ = ["BatchSteps", "BatchPath", "CHUNK", "MIN_RUN"]
 
@@ -422,7 +422,22 @@ def _kept(headers: typing.Any, names: frozenset) -> list | None:
 
 class BatchSteps:
     """`PartitionTask`'s batch path (its `process`, where the task's codec, model and detector
-    have batch steps)."""
+    have batch steps), and its predictions of many feature dicts (`predict_many`)."""
+
+    def predict_many(self, xs: typing.Sequence[dict]) -> tuple[list, list[dict]]:
+        """The label and the class probabilities the task would predict for each feature dict
+        of `xs` (an event without a label: its scaler, category indicators passed unscaled,
+        then its model), identical to its per-record prediction, in one compiled call where
+        its model has one; nothing is learnt, counted or written. Raises what the per-record
+        prediction raises for a bad value (`streammargin.InvalidInput`).
+
+        >>> from connectors.task import PartitionTask, TaskSettings
+        >>> task = PartitionTask.new("events", 0, TaskSettings(scale=True))
+        >>> labels, probas = task.predict_many([{"a": 1.0}, {"a": 2.0, "country=BR": True}])
+        >>> labels, sorted(probas[0])
+        ([False, False], [False, True])
+        """
+        return predict_many(self.model, self.scaler, xs, indicators=self._split)
 
     _batch: BatchPath | None | bool = False  # (False: not looked for yet)
 
