@@ -217,7 +217,8 @@ def run(bootstrap: str, topic: str, out: str, group: str, per_message: int = 1) 
     produce = producer.produce
     opening, closing = b'{"predictions":[', b"]}"
     while not stopping:
-        messages = consumer.consume(10_000, 0.2)
+        # (a short wait: at 0.2 s the tail of a stream waited for a batch that never filled)
+        messages = consumer.consume(10_000, 0.01)
         if not messages:
             continue
         messages = [m for m in messages if m.error() is None]
@@ -254,10 +255,10 @@ def run(bootstrap: str, topic: str, out: str, group: str, per_message: int = 1) 
         predictions = encoded.tobytes()
         if per_message == 1:
             start = 0
-            for k, i in enumerate(order.tolist()):
+            for i, end in zip(order.tolist(), ends.tolist()):
                 message = messages[i]
-                value = predictions[start : ends[k]]
-                start = ends[k] + 1
+                value = predictions[start:end]
+                start = end + 1
                 try:
                     produce(out, value, message.key(), partition=message.partition(),
                             timestamp=message.timestamp()[1])
