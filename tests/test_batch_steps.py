@@ -256,7 +256,7 @@ def test_the_checkpoint_of_the_batch_path_is_the_per_record_paths(monkeypatch):
     [b"", b'{"id": "a", "x": {"a": ', b'{"x": {"a": 1.5, "b": ', b'{"id": 1, "y": ']))
 @settings(max_examples=300, deadline=None)
 def test_the_reader_takes_any_bytes_and_reads_only_what_the_codec_reads(data, prefix):
-    from connectors.serializers.json_batches import batches_of
+    from connectors.serializers.batches import batches_of
     from connectors.serializers.json_format import JSONCodec
 
     codec = JSONCodec()
@@ -289,7 +289,7 @@ def test_the_reader_takes_any_bytes_and_reads_only_what_the_codec_reads(data, pr
 def test_the_reader_reads_a_number_as_pythons_json_does(number):
     import struct
 
-    from connectors.serializers.json_batches import batches_of
+    from connectors.serializers.batches import batches_of
     from connectors.serializers.json_format import JSONCodec
 
     reader = batches_of(JSONCodec())

@@ -4,7 +4,7 @@ The per-record path (`connectors.task.records`) takes a record through each stag
 call per stage; on small records those calls are most of a record's time. `BatchSteps.process`
 takes the same steps over a run of records at once:
 
-1. read: the run's JSON in one call (`connectors.serializers.json_batches`, `event_batches.c`):
+1. read: the run's JSON in one call (`connectors.serializers.batches`, `event_batches.c`):
    each record of a known skeleton becomes a row (its numbers, its id's JSON, its label's code);
 2. scale, predict, learn, count: one compiled call (`streammargin.progressive`): the scaler,
    the model's prediction, the scaler's and the model's learning of a labelled row, the metrics
@@ -33,7 +33,7 @@ import numpy as np
 
 from connectors.codec import DeadLetter, label_json
 from connectors.observability.metrics import label_key
-from connectors.serializers.json_batches import batches_of
+from connectors.serializers.batches import batches_of
 from connectors.task.output_records import TaskOutput
 from connectors.task.records import RecordSteps
 from streammargin.jit import progressive as jit

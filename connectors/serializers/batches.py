@@ -1,4 +1,4 @@
-"""JSON records read a batch at a time: `JsonBatches`, the Python side of `event_batches.c`.
+"""Records read a batch at a time: `JsonBatches`, the Python side of `event_batches.c`.
 
 The Kafka worker's batch path (`connectors/task/batch.py`) reads a poll's JSON records into
 arrays in one call (`read`): each record whose *skeleton* (its JSON without its numbers, see
