@@ -23,7 +23,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from connectors.codec import DeadLetter
 from connectors.serializers.mapping import FieldMapping
+from connectors.serializers.registry_codec import SchemaRegistryCodec
+from connectors.serializers.schema_registry import (
+    RegisteredSchema,
+    SchemaRegistry,
+    UnknownSchema,
+)
 from connectors.task import PartitionTask, TaskSettings
 from connectors.task import partition as partition_module
 from streammargin import state
@@ -133,10 +140,11 @@ def record_stream(seed: int, n: int, multiclass: bool, flat: bool, label_topic: 
     return records
 
 
-def run(records: list, task_settings: TaskSettings, batch: bool, calls: list[int]):
+def run(records: list, task_settings: TaskSettings, batch: bool, calls: list[int],
+        codec=None):
     """Process `records` in calls of the given sizes, as the worker does (again from each
-    output's end); the outputs and the task."""
-    task = PartitionTask.new("t", 0, task_settings)
+    output's end); the outputs and the task (of the codec `codec()` makes, if given)."""
+    task = PartitionTask.new("t", 0, task_settings, codec=None if codec is None else codec())
     if not batch:
         task._batch = None
     outputs = []
@@ -166,9 +174,9 @@ def saved(task) -> tuple:
     )
 
 
-def check_same(records, task_settings, calls):
-    expected, reference = run(records, task_settings, False, calls)
-    got, task = run(records, task_settings, True, calls)
+def check_same(records, task_settings, calls, codec=None):
+    expected, reference = run(records, task_settings, False, calls, codec)
+    got, task = run(records, task_settings, True, calls, codec)
     assert got == expected
     assert saved(task) == saved(reference)
     return task
@@ -249,6 +257,172 @@ def test_the_checkpoint_of_the_batch_path_is_the_per_record_paths(monkeypatch):
     assert [list(restored.process(more).predictions)] == [list(reference.process(more).predictions)]
 
 
+# Avro behind a Schema Registry --------------------------------------------------------------------
+
+
+class MemoryRegistry(SchemaRegistry):
+    """The registry client, its schemas from here (its cache and its bounds are the client's)."""
+
+    def __init__(self, schemas: dict[int, dict], capacity: int):
+        super().__init__({"url": "http://memory", "cache.capacity": str(capacity)})
+        self.schemas = schemas
+
+    def _fetch(self, schema_id):
+        self.requests["schema"] += 1
+        if schema_id not in self.schemas:
+            raise UnknownSchema(f"unknown schema id {schema_id}")
+        return RegisteredSchema(schema_id, "AVRO", json.dumps(self.schemas[schema_id]), {})
+
+
+_COUNTRY = {"type": "enum", "name": "C", "symbols": ["BR", "FR", "JP"]}
+AVRO_SCHEMAS = {
+    # flat: every field a feature but the id, the label (and those excluded)
+    1: {"type": "record", "name": "P", "fields": [
+        {"name": "id", "type": ["null", "string"]}, {"name": "amount", "type": "double"},
+        {"name": "ratio", "type": "float"}, {"name": "count", "type": "int"},
+        {"name": "big", "type": "long"}, {"name": "vip", "type": "boolean"},
+        {"name": "country", "type": _COUNTRY}, {"name": "city", "type": ["null", "string"]},
+        {"name": "note", "type": ["null", "double"]}, {"name": "ts", "type": "string"},
+        {"name": "y", "type": ["null", "boolean"]}]},
+    # the same topic's other version: another order, an id of type long
+    2: {"type": "record", "name": "P", "fields": [
+        {"name": "y", "type": "boolean"}, {"name": "amount", "type": "double"},
+        {"name": "id", "type": "long"}, {"name": "extra", "type": "double"}]},
+    # no plan (an array): the per-record path
+    3: {"type": "record", "name": "P", "fields": [
+        {"name": "id", "type": "string"}, {"name": "amount", "type": "double"},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "y", "type": ["null", "boolean"]}]},
+    # a label for an event that waits for it
+    4: {"type": "record", "name": "L", "fields": [
+        {"name": "id", "type": "string"}, {"name": "y", "type": "boolean"}]},
+    # the envelope: the features in record x
+    5: {"type": "record", "name": "E", "fields": [
+        {"name": "id", "type": ["null", "string"]},
+        {"name": "x", "type": {"type": "record", "name": "X", "fields": [
+            {"name": "amount", "type": "double"}, {"name": "count", "type": "int"},
+            {"name": "note", "type": ["null", "double"]}, {"name": "country", "type": _COUNTRY},
+            {"name": "city", "type": "string"}]}},
+        {"name": "y", "type": ["null", "boolean"]}]},
+}
+AVRO_MAPPINGS = {
+    "flat": FieldMapping(features=("*",)),
+    "flat-exclude": FieldMapping(features=("*",), exclude_features=("ts", "note")),
+    "flat-drop": FieldMapping(features=("*",), categorical="drop"),
+    "envelope": FieldMapping(),
+    "envelope-exclude": FieldMapping(exclude_features=("x.count",)),
+}
+AVRO_KINDS = ["labelled"] * 10 + ["unlabelled", "waiting", "label", "other_version", "no_plan",
+                                  "unknown", "garbage", "cut", "trailing", "nan", "quote_id",
+                                  "bad_utf8", "long_city", "label_topic", "null_id"]
+
+
+def avro_payload(schema_id: int, record: dict) -> bytes:
+    import io
+
+    import fastavro
+
+    from connectors.serializers import wire
+
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(AVRO_SCHEMAS[schema_id]), record)
+    return wire.frame(schema_id, out.getvalue())
+
+
+def avro_stream(seed: int, n: int, envelope: bool, label_topic: bool):
+    """`n` framed Avro records: stretches of one schema's labelled, unlabelled and waiting
+    events between stretches of every kind."""
+    rng = random.Random(seed)
+    waiting: list = []
+    records = []
+    stretch, mixed = 0, False
+    for i in range(n):
+        if stretch == 0:
+            stretch, mixed = rng.randint(5, 60), rng.random() < 0.4
+        stretch -= 1
+        kind = rng.choice(AVRO_KINDS if mixed else AVRO_KINDS[:12])
+        topic = "t"
+        y = rng.random() < 0.5
+        event_id = f"e{i}"
+        amount = round(rng.gauss(0, 2), rng.choice([1, 5, 17]))
+        city = rng.choice([None, "Recife", "Lyon"]) if mixed else "Lyon"
+        if kind in ("label", "label_topic") and waiting:
+            topic = "labels" if kind == "label_topic" and label_topic else "t"
+            value = avro_payload(4, {"id": waiting.pop(rng.randrange(len(waiting))), "y": y})
+        elif kind == "other_version":
+            value = avro_payload(2, {"y": y, "amount": amount, "id": i, "extra": rng.random()})
+        elif kind == "no_plan":
+            value = avro_payload(3, {"id": event_id, "amount": amount, "tags": ["a"], "y": y})
+        elif kind == "unknown":
+            value = b"\\x00\\x00\\x00\\x00\\x09" + bytes(rng.randrange(20))
+        elif kind == "garbage":
+            value = rng.choice([b"", b"\\x00", b"\\x01\\x00\\x00\\x00\\x01\\x02", None,
+                                bytes(rng.randrange(256) for _ in range(rng.randrange(30)))])
+        else:
+            if kind in ("waiting", "unlabelled"):
+                y = None
+            if kind == "null_id":
+                event_id = None
+            elif kind == "quote_id":
+                event_id = 'e"' + str(i)
+            if envelope:
+                record = {"id": event_id, "x": {
+                    "amount": float("nan") if kind == "nan" else amount,
+                    "count": rng.randrange(-5, 5), "note": rng.choice([None, rng.random()]),
+                    "country": rng.choice(["BR", "FR", "JP"]) if mixed else "FR",
+                    "city": "x" * 300 if kind == "long_city" else city or "Natal"}, "y": y}
+            else:
+                record = {"id": event_id, "amount": float("nan") if kind == "nan" else amount,
+                          "ratio": rng.random(), "count": rng.randrange(-2**31, 2**31),
+                          "big": rng.choice([rng.randrange(-9, 9), 2**53 + 1, -(2**63)]),
+                          "vip": rng.random() < 0.5 if mixed else False,
+                          "country": rng.choice(["BR", "FR", "JP"]) if mixed else "FR",
+                          "city": "x" * 300 if kind == "long_city" else city,
+                          "note": rng.choice([None, rng.random()]),
+                          "ts": rng.choice(["2024", "2025"]) if mixed else "2024", "y": y}
+            if kind == "bad_utf8":
+                record["x" if envelope else "id"] = (
+                    {**record["x"], "city": "zz"} if envelope else "zz")
+            value = avro_payload(5 if envelope else 1, record)
+            if kind == "bad_utf8":
+                value = value.replace(b"zz", b"\\xff\\xfe")
+            elif kind == "cut":
+                value = value[:-1]
+            elif kind == "trailing":
+                value += b"\\x00"
+            if kind == "waiting" and event_id is not None:
+                waiting.append(event_id)
+        headers = [("trace", f"{i}".encode())] if rng.random() < 0.5 else []
+        timestamp = 1_700_000_000_000 + i if rng.random() < 0.9 else -1
+        key = f"k{i}".encode() if rng.random() < 0.8 else None
+        records.append(Record(topic, 0, i, timestamp, key, value, headers))
+    return records
+
+
+@pytest.mark.parametrize("name", ["alma", "mpu", "cpm-one"])
+@given(seed=st.integers(0, 2**32 - 1), scale=st.booleans(),
+       mapping=st.sampled_from(sorted(AVRO_MAPPINGS)), capacity=st.sampled_from([1000, 2]),
+       label_topic=st.booleans(), calls=st.lists(st.integers(1, 400), min_size=1, max_size=4))
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_the_batch_path_of_avro_gives_the_per_record_paths_outputs_and_state(
+        name, seed, scale, mapping, capacity, label_topic, calls):
+    # (capacity 2: the registry's cache lets schemas go, and the per-record path fetches them
+    # again: the plans of the batch path are forgotten with them)
+    task_settings = TaskSettings(
+        **SETTINGS[name], scale=scale, mapping=AVRO_MAPPINGS[mapping], metrics_every=50,
+        label_topic="labels" if label_topic else None, max_record_bytes=400,
+        drift_params={"warm_start": 20})
+    records = avro_stream(seed, sum(calls), mapping.startswith("envelope"), label_topic)
+
+    def codec():
+        return SchemaRegistryCodec("avro", MemoryRegistry(AVRO_SCHEMAS, capacity),
+                                   AVRO_MAPPINGS[mapping], max_record_bytes=400)
+
+    task = check_same(records, task_settings, calls, codec)
+    if sum(calls) > 400 and mapping != "flat":  # (flat: its free-text category, a skeleton each)
+        assert task._batch.records_taken > 0
+
+
 # The reader on hostile bytes ----------------------------------------------------------------------
 
 
@@ -270,7 +444,7 @@ def test_the_reader_takes_any_bytes_and_reads_only_what_the_codec_reads(data, pr
     status = np.empty(1, np.int8)
     rows = np.empty((1, 3), np.int64)
     holes = np.empty(len(value) + 8)
-    ids = np.empty(len(value) + 8, np.uint8)
+    ids = np.empty(len(value) + 24, np.uint8)
     id_ends = np.empty(1, np.int64)
     skeletons = {} if skeleton is None else {skeleton: 0 if shape is not None else -1}
     read, _, _ = reader.read(records, 0, 1, skeletons, ((b"true", 1), (b"false", 0)), status,
@@ -325,3 +499,53 @@ def test_predict_many_gives_what_the_task_predicts_for_an_unlabelled_event(name)
     else:
         assert [w["y_pred"] for w in written] == labels
         assert [w["p_true"] for w in written] == [p[True] for p in probas]
+
+
+@given(data=st.data(), envelope=st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_an_avro_record_the_reader_reads_gives_the_event_the_codec_gives(data, envelope):
+    # A record of a learnt skeleton, its bytes mutated: read as a row, its numbers in its
+    # skeleton's shape are the codec's event, bit for bit; else it is not a row.
+    import struct
+
+    from connectors.serializers.batches import batches_of
+
+    mapping = AVRO_MAPPINGS["envelope" if envelope else "flat"]
+    codec = SchemaRegistryCodec("avro", MemoryRegistry(AVRO_SCHEMAS, 1000), mapping)
+    reader = batches_of(codec)
+    original = avro_stream(data.draw(st.integers(0, 2**32 - 1)), 1, envelope, False)[0].value
+    if original is None or original[:5] not in (b"\0\0\0\0\1", b"\0\0\0\0\5"):
+        return
+    try:
+        codec.decode(original)  # (the per-record path: the schema into the registry's cache)
+    except DeadLetter:
+        return
+    skeleton, shape = reader.describe(original)
+    if shape is None:
+        return
+    mutated = bytearray(original)
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(5, len(mutated) - 1))
+        mutated[at] = data.draw(st.integers(0, 255))
+    mutated = bytes(mutated)
+    status = np.empty(1, np.int8)
+    rows = np.empty((1, 3), np.int64)
+    holes = np.empty(len(mutated) + 8)
+    ids = np.empty(len(mutated) + 24, np.uint8)
+    id_ends = np.empty(1, np.int64)
+    labels = ((b"true", 1), (b"false", 0), (b"null", -1))
+    read, _, _ = reader.read([Record("t", 0, 0, 0, None, mutated, [])], 0, 1, {skeleton: 0},
+                             labels, status, rows, holes, ids, id_ends)
+    assert read == 1
+    if status[0] != 0:
+        return
+    event_id, x, y = codec.decode(mutated)
+    first = int(rows[0, 1])
+    assert list(x) == [name for name, _, _ in shape.entries]
+    for name, hole, constant in shape.entries:
+        if hole is None:
+            assert x[name] == constant and type(x[name]) is type(constant)
+        else:
+            assert struct.pack("<d", float(x[name])) == struct.pack("<d", holes[first + hole])
+    assert json.loads(ids[:int(id_ends[0])].tobytes()) == event_id
+    assert int(rows[0, 2]) == {True: 1, False: 0, None: -1}[y]

@@ -4,8 +4,9 @@ The per-record path (`connectors.task.records`) takes a record through each stag
 call per stage; on small records those calls are most of a record's time. `BatchSteps.process`
 takes the same steps over a run of records at once:
 
-1. read: the run's JSON in one call (`connectors.serializers.batches`, `event_batches.c`):
-   each record of a known skeleton becomes a row (its numbers, its id's JSON, its label's code);
+1. read: the run's records (JSON, or Avro behind a registry) in one call
+   (`connectors.serializers.batches`, `event_batches.c`): each record of a known skeleton
+   becomes a row (its numbers, its id's JSON, its label's code);
 2. scale, predict, learn, count: one compiled call (`streammargin.progressive`): the scaler,
    the model's prediction, the scaler's and the model's learning of a labelled row, the metrics
    and the drift detector, row after row in offset order;
@@ -163,7 +164,7 @@ class BatchPath:
             retry = [s for s, names in self._waiting.items() if names != known]
             for skeleton in retry:
                 del self._waiting[skeleton]
-                del self.skeletons[skeleton]
+                self.skeletons.pop(skeleton, None)  # (gone already: its schema, say)
 
     # Processing -------------------------------------------------------------------------------
 
@@ -244,12 +245,13 @@ class BatchPath:
         status = np.empty(n, np.int8)
         rows = np.empty((n, 3), np.int64)
         size = sum(len(records[i].value or b"") for i in range(start, end))
-        holes = np.empty(size // 2 + n + 1)
-        ids = np.empty(size + 4 * n + 16, np.uint8)
+        holes = np.empty(size + n + 1)
+        ids = np.empty(size + 24 * n + 16, np.uint8)
         id_ends = np.empty(n, np.int64)
         labels = tuple(self._codes.items())
-        read, _, _ = self.reader.read(records, start, end, self.skeletons, labels, status, rows,
-                                      holes, ids, id_ends)
+        reader = self.reader
+        read, _, _ = reader.read(records, start, end, self.skeletons, labels, status, rows, holes,
+                                 ids, id_ends)
         status_list = status[:read].tolist()
         k = 0
         while k < read:
@@ -268,7 +270,7 @@ class BatchPath:
                 if k < run:  # the compiled call stopped before this row: per record
                     index, due, stalled = self._per_record(records, start + k, stop,
                                                            start + k + 1, out)
-                    if due or stalled is not None:
+                    if due or stalled is not None or reader.changed():
                         return index, due, stalled
                     k += 1
                 continue
@@ -284,7 +286,7 @@ class BatchPath:
                     learnt = self._learn(record)
                 else:
                     learnt = self._learn_record_label(record)
-                if due or stalled is not None:
+                if due or stalled is not None or reader.changed():
                     return index, due, stalled
                 k += 1
                 if learnt:
@@ -306,7 +308,9 @@ class BatchPath:
                 else:
                     last += 1
             index, due, stalled = self._per_record(records, start + k, stop, start + last, out)
-            if due or stalled is not None or index < start + last:
+            if due or stalled is not None or index < start + last or reader.changed():
+                # (rows read before a record the per-record path took are read again where
+                # that may have changed what they give: a schema the registry let go)
                 return index, due, stalled
             k = last
         return start + read, None, None
