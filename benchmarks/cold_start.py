@@ -4,7 +4,7 @@
 and with a warm one.
 
 For each model registered in `connectors.models`, a fresh Python process runs the worker's
-per-record path (`connectors.worker.task.PartitionTask`: JSON codec, StandardScaler, model,
+per-record path (`connectors.task.PartitionTask`: JSON codec, StandardScaler, model,
 metrics) on the events `streammargin warmup` uses: a labelled event first. It reports, from the
 moment the parent starts the process (the interpreter's own start is included, its exit is not):
 
@@ -60,7 +60,7 @@ if sys.argv[3] == "jit":  # (on the compiled modules nothing is compiled: numba 
 
     event.register("numba:compile", CompileTimes())
 from connectors.serializers.json_format import JSONCodec
-from connectors.worker.task import PartitionTask, TaskSettings
+from connectors.task import PartitionTask, TaskSettings
 from connectors.worker.warmup import _records, _Record
 
 model = sys.argv[1]

@@ -25,7 +25,17 @@ group and output topic, `--rounds` times (the order rotates each round):
   `processing_guarantee="exactly-once"`;
 - ``loop``: a hand-written kafka-python loop (poll, `json.loads`, the same River pipeline,
   `json.dumps`, `send`), with kafka-python's defaults but the fast group settings and the worker's
-  compiled CRC-32C (what a user gets with the `crc32c` package).
+  compiled CRC-32C (what a user gets with the `crc32c` package);
+- ``floor`` and ``floor-1000``: the batch floor (`benchmarks/batch_floor.py`): librdkafka's
+  `consume(10000)`, one numba pass over the batch's JSON into arrays, one call of ALMA's compiled
+  test-then-train per partition, the predictions written into one buffer, one `produce` a
+  prediction (``floor-1000``: a thousand predictions a message), and nothing else: what the
+  worker is measured against (issue 47);
+- ``worker-1000`` and ``worker-librdkafka-1000``: `worker` and `worker-librdkafka` with
+  `--predictions-per-message 1000`, against ``floor-1000``;
+- ``worker-cpm`` and ``worker-auto`` (only when named): `worker-librdkafka` with `--model
+  convexpolytope` and `--model auto`; with `--baseline DIR`, ``baseline-librdkafka``,
+  ``baseline-cpm`` and ``baseline-auto`` run the same on another checkout (before and after).
 
 Exactly-once outputs appear when their transaction commits, so the commit cadence sets when the
 harness sees them. Both exactly-once contenders commit at the same cadence: every 10,000 records
@@ -110,11 +120,19 @@ EOS_COMMIT_RECORDS = 10_000
 EOS_COMMIT_INTERVAL_S = 1.0
 AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
 CONTENDERS = ("worker", "worker-fast", "worker-librdkafka", "worker-eos", "worker-librdkafka-eos",
-              "quix", "quix-eos", "loop", "baseline", "worker-topic")
+              "quix", "quix-eos", "loop", "floor", "floor-1000", "worker-1000",
+              "worker-librdkafka-1000", "baseline", "worker-topic", "worker-cpm", "worker-auto",
+              "baseline-librdkafka", "baseline-cpm", "baseline-auto")
 OURS = ("worker", "worker-fast", "worker-librdkafka", "worker-eos", "worker-librdkafka-eos",
-        "worker-topic")
+        "worker-topic", "worker-1000", "worker-librdkafka-1000", "worker-cpm", "worker-auto")
 # Run only when named in --contenders (not part of the comparison with Quix).
-ON_REQUEST = ("baseline", "worker-topic")
+ON_REQUEST = ("baseline", "worker-topic", "worker-cpm", "worker-auto", "baseline-librdkafka",
+              "baseline-cpm", "baseline-auto")
+# The baselines (`--baseline DIR`): the contender of ours each runs on the other checkout.
+BASELINES = {"baseline": "worker", "baseline-librdkafka": "worker-librdkafka",
+             "baseline-cpm": "worker-cpm", "baseline-auto": "worker-auto"}
+# Contenders that write many predictions a message: the harness counts predictions, not messages.
+PER_MESSAGE = {"floor-1000": 1000, "worker-1000": 1000, "worker-librdkafka-1000": 1000}
 EXACTLY_ONCE_CONTENDERS = ("worker-eos", "worker-librdkafka-eos", "quix-eos")
 # `--baseline DIR`: the contender "baseline" runs the worker of another checkout (e.g. `git
 # archive` of an earlier commit), to measure a change against what it replaces in the same run.
@@ -138,7 +156,8 @@ def eos_options() -> list[str]:
 
 
 def worker_options(name: str) -> list[str]:
-    """The options of one of OURS beyond WORKER_OPTIONS."""
+    """The options of one of OURS beyond WORKER_OPTIONS (a later --model wins)."""
+    per_message = ["--predictions-per-message", "1000"]
     return {
         "worker": [],
         "worker-fast": FAST_OPTIONS,
@@ -146,6 +165,10 @@ def worker_options(name: str) -> list[str]:
         "worker-eos": eos_options(),
         "worker-librdkafka-eos": [*LIBRDKAFKA_OPTIONS, *eos_options()],
         "worker-topic": ["--model-scope", "topic"],
+        "worker-1000": per_message,
+        "worker-librdkafka-1000": [*FAST_OPTIONS, *LIBRDKAFKA_OPTIONS, *per_message],
+        "worker-cpm": [*FAST_OPTIONS, *LIBRDKAFKA_OPTIONS, "--model", "convexpolytope"],
+        "worker-auto": [*FAST_OPTIONS, *LIBRDKAFKA_OPTIONS, "--model", "auto"],
     }[name]
 
 
@@ -370,8 +393,9 @@ def contender_command(name: str, bootstrap: str, topic: str, out: str, group: st
                       partitions: int, extra: list[str] = ()) -> list:
     if name in OURS:
         return worker_command(bootstrap, topic, out, group, [*worker_options(name), *extra])
-    if name == "baseline":
-        command = worker_command(bootstrap, topic, out, group, list(extra))
+    if name in BASELINES:
+        command = worker_command(bootstrap, topic, out, group,
+                                 [*worker_options(BASELINES[name]), *extra])
         return [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); "
                 "sys.modules.update(dict.fromkeys(sys.argv.pop(1).split(','))); "
                 "sys.modules.pop('', None); "
@@ -400,7 +424,8 @@ class OutputWatch:
 
     BATCH = 10_000
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, read_committed: bool):
+    def __init__(self, bootstrap: str, topic: str, partitions: int, read_committed: bool,
+                 batched: bool = False):
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         self.consumer = Consumer({
@@ -424,6 +449,8 @@ class OutputWatch:
                         raise
                     time.sleep(0.05)
         self.seen = 0
+        # A contender that writes many predictions a message: each prediction counts.
+        self.batched = batched
 
     def count(self, timeout: float = 0.0) -> int:
         """The records seen so far, after taking all that librdkafka queued (waiting up to
@@ -431,7 +458,11 @@ class OutputWatch:
         while True:
             messages = self.consumer.consume(num_messages=self.BATCH, timeout=timeout)
             # A consumer error arrives as a message with error() set: not a record.
-            self.seen += sum(1 for message in messages if message.error() is None)
+            if self.batched:
+                self.seen += sum(message.value().count(b'"offset":') for message in messages
+                                 if message.error() is None)
+            else:
+                self.seen += sum(1 for message in messages if message.error() is None)
             if len(messages) < self.BATCH:
                 return self.seen
             timeout = 0.0
@@ -456,10 +487,11 @@ def run_contender(name: str, bootstrap: str, topic: str, n: int, partitions: int
     out = f"out.{run_id}"
     group = f"group.{run_id}"
     create_topics(bootstrap, [out], partitions=partitions)
-    watch = OutputWatch(bootstrap, out, partitions, guarantee(name) == EXACTLY_ONCE)
+    watch = OutputWatch(bootstrap, out, partitions, guarantee(name) == EXACTLY_ONCE,
+                        batched=name in PER_MESSAGE)
     command = contender_command(name, bootstrap, topic, out, group, partitions, extra)
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    if COLD_CACHE and name in (*OURS, "baseline"):
+    if COLD_CACHE and name in (*OURS, *BASELINES):
         env["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="numba-cache-")  # empty: compiles
     started = time.monotonic()
     processes = [subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
@@ -660,6 +692,17 @@ TARGETS = [
     ("at-least-once vs Quix, fastest documented configuration", "worker-librdkafka", "quix", 2.0),
     ("at-least-once vs Quix, default install", "worker", "quix", 1.3),
     ("topic scope vs partition scope, one worker (issue 25)", "worker-topic", "worker", 0.9),
+    ("the batch floor, librdkafka (issue 47)", "worker-librdkafka", "floor", 0.6),
+    ("the batch floor, default install (issue 47)", "worker", "floor", 0.4),
+    ("the batch floor, 1,000 predictions a message, librdkafka (issue 47)",
+     "worker-librdkafka-1000", "floor-1000", 0.6),
+    ("the batch floor, 1,000 predictions a message, default install (issue 47)", "worker-1000",
+     "floor-1000", 0.6),
+]
+# CPU per record while processing (first to last prediction) against the floor's: at most.
+CPU_TARGETS = [
+    ("the batch floor's CPU per record, librdkafka (issue 47)", "worker-librdkafka", "floor", 2.5),
+    ("the batch floor's CPU per record, default install (issue 47)", "worker", "floor", 2.5),
 ]
 
 
@@ -770,6 +813,15 @@ def print_targets(results: dict, unavailable: dict[str, str], broker: str, n: in
         each = ", ".join(f"{v:.2f}" for v in first_last)
         print(f"{label}: {median:.2f}x [{each}], start->last {shown_ratio(start_last)}; "
               f"target >= {target}x: {'met' if median >= target else 'NOT met'}")
+    for what, ours, other, target in CPU_TARGETS:
+        if any(name not in results or name in unavailable for name in (ours, other)):
+            continue
+        cpu = round_ratios(results, ours, other, "processing_cpu_us_per_record")
+        if cpu:
+            median = statistics.median(cpu)
+            each = ", ".join(f"{v:.2f}" for v in cpu)
+            print(f"  {what}: {ours} / {other}: {median:.2f}x [{each}]; target <= {target}x: "
+                  f"{'met' if median <= target else 'NOT met'}")
     # Start-up, side by side: process start -> first prediction.
     sides = []
     for names in (("worker", "worker-librdkafka", "quix"),
@@ -829,6 +881,11 @@ def main() -> None:
         if args.contender in ("quix", "quix-eos"):
             run_quix(args.bootstrap, args.topic, args.out, args.group, guarantee(args.contender),
                      args.partitions)
+        elif args.contender in ("floor", "floor-1000"):
+            import batch_floor  # (this folder: the floor's numba code)
+
+            batch_floor.run(args.bootstrap, args.topic, args.out, args.group,
+                            PER_MESSAGE.get(args.contender, 1))
         else:
             run_loop(args.bootstrap, args.topic, args.out, args.group)
         return
@@ -842,9 +899,9 @@ def main() -> None:
         parser.error(f"unknown contenders {sorted(unknown)}; known: {', '.join(CONTENDERS)}")
     n, partitions = args.records, args.partitions
     COLD_CACHE = args.cold_cache
-    if "baseline" in contenders:
+    if set(contenders) & set(BASELINES):
         if not args.baseline:
-            parser.error("the contender 'baseline' needs --baseline DIR")
+            parser.error("the baseline contenders need --baseline DIR")
         BASELINE["dir"] = os.path.abspath(args.baseline)
         BASELINE["block"] = args.baseline_without
     # Contenders that cannot run here, and why: reported as "not available", not run.

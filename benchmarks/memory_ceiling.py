@@ -220,13 +220,13 @@ def exchange_memory(partitions: tuple[int, ...] = (12, 32)) -> None:
 
     from connectors.kafka.broker import EmbeddedBroker, create_topics
     from connectors.state.checkpoint import CheckpointStore
+    from connectors.task import PartitionTask, TaskSettings
     from connectors.worker.model_scope import (
         ModelScope,
         encode_contribution_record,
         encode_model_record,
         exchange_memory_bound,
     )
-    from connectors.worker.task import PartitionTask, TaskSettings
 
     print("\n3. A topic-scope exchange: peak memory (tracemalloc) of one exchange with P - 1 "
           "peers' full models\n")

@@ -67,7 +67,7 @@ def make_checkpoint(path: pathlib.Path) -> None:
     """A checkpoint of a worker's task that learnt 20,000 payments."""
     import collections
 
-    from connectors.worker.task import PartitionTask
+    from connectors.task import PartitionTask
 
     record = collections.namedtuple("Record", "topic partition offset timestamp key value headers")
     rng = random.Random(7)
@@ -189,7 +189,7 @@ def run_fastapi(checkpoint: pathlib.Path, port: int) -> None:
     from fastapi import FastAPI, HTTPException
     from pydantic import BaseModel
 
-    from connectors.worker.task import PartitionTask
+    from connectors.task import PartitionTask
 
     task = PartitionTask.restore(checkpoint.read_bytes(), "payments", 0,
                                  worker_config().task_settings())

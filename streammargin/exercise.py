@@ -15,7 +15,10 @@ Kafka worker can reach, with the argument types they produce:
 - the safe state (`to_state`, `from_state` through bytes) and pickling, then learning again;
 - each binary model one-vs-rest, AutoClassifier on binary and multiclass streams, the batch
   solvers (`streammargin.mpu.fit_batch`, `streammargin.budget_svm.budget_svm_dual`) and the
-  StandardScaler; every public property of every model (inspection).
+  StandardScaler; every public property of every model (inspection);
+- the compiled test-then-train over rows of the models that have one
+  (`streammargin.progressive`), with and without a scaler, labelled rows and rows only
+  predicted, with a drift detector and without.
 
 `streammargin warmup --jit-cache` runs it to fill numba's cache instead.
 """
@@ -165,6 +168,42 @@ def _batch_solvers() -> None:
     budget_svm.budget_svm_dual(gram, np.where(y, 1.0, -1.0), 1.0, 30.0)
 
 
+def _progressive() -> None:
+    import streammargin
+    from streammargin.jit import progressive as jit
+    from streammargin.progressive import Rows, Score, Shapes, model_steps
+
+    for make, labels in ((streammargin.ALMAClassifier, BINARY),
+                         (lambda: streammargin.MPUClassifier(budget=8), BINARY),
+                         (lambda: streammargin.ConvexPolytopeClassifier(polytopes="one"), BINARY),
+                         (streammargin.ConvexPolytopeClassifier, MULTICLASS)):
+        for scaler in (None, streammargin.StandardScaler()):
+            model = make()
+            records = _records(labels, 40)
+            for x, label in records[:10]:
+                if scaler is not None:
+                    scaler.learn_one(x)
+                model.learn_one(x if scaler is None else scaler.transform_one(x), label)
+            shapes = Shapes(model, scaler)
+            steps = model_steps(model)
+            codes = {label: code for code, label in enumerate(
+                [False, True] if steps.binary else model._labels)}
+            for detector in (jit.NO_DRIFT, jit.DDM):
+                names, holes, rows_labels = [], [], []
+                for x, label in records:
+                    entries = [(name, j, None) for j, name in enumerate(x)]
+                    shape = shapes.add(entries) if detector else shapes.add_for_prediction(entries)
+                    if shape is None:
+                        continue
+                    names.append(shape)
+                    holes.append([float(v) for v in x.values()])
+                    rows_labels.append(codes.get(label, -1) if detector else -1)
+                score = Score.fresh(steps.n_classes)
+                score.detector[jit.KIND] = detector
+                score.detector[jit.DDM_PS_MIN] = np.inf
+                steps.run(scaler, shapes, Rows(names, holes, rows_labels), score)
+
+
 def run(progress: typing.Callable[[str], None] | None = None) -> None:
     """Run every path (see the module's doc)."""
     for model, labels in _models():
@@ -173,6 +212,7 @@ def run(progress: typing.Callable[[str], None] | None = None) -> None:
         exercise_model(model, labels)
     _scaler()
     _batch_solvers()
+    _progressive()
 
 
 def record_exports() -> set:

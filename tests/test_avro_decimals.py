@@ -344,7 +344,7 @@ def test_the_first_contact_warning_gives_the_producers_fix_not_the_format(caplog
     # Issue 45: a payload that decodes under the right format but holds a bad value was told
     # "Fix: --value-format matching the producers' serializer". The reason's own fix wins.
     from connectors.observability.input_watch import InputWatch
-    from connectors.worker.task import dead_letter_headers
+    from connectors.task import dead_letter_headers
 
     schema = record_schema(("price", decimal_type(None, 12, 3)))
     parsed = avro.parse_schema(json.dumps(schema))

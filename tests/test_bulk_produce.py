@@ -6,6 +6,8 @@ import itertools
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import MessageSizeTooLargeError
 from kafka.producer.record_accumulator import RecordAccumulator
@@ -27,6 +29,48 @@ def read(bootstrap: str, topic: str, n: int) -> list:
             records.extend(batch)
     consumer.close()
     return [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in records]
+
+
+@given(records=st.lists(st.tuples(
+    st.one_of(st.none(), st.binary(max_size=40)), st.one_of(st.none(), st.binary(max_size=300)),
+    st.one_of(st.none(), st.lists(st.tuples(st.text(max_size=8), st.one_of(
+        st.none(), st.binary(max_size=10))), max_size=3)),
+    st.one_of(st.none(), st.integers(-(2**40), 2**41))), max_size=40),
+    batch_size=st.integers(60, 2000))
+@settings(max_examples=200, deadline=None)
+def test_the_c_writer_writes_the_batches_kafka_pythons_append_writes(records, batch_size):
+    from connectors.kafka.bulk_produce import _append, _writer
+
+    writer = _writer()
+    if writer is None:
+        pytest.skip("record_batch.c is not built (streammargin warmup)")
+    keys, values, headers, timestamps = (list(column) for column in zip(*records)) \
+        if records else ([], [], [], [])
+    values = [b"" if v is None else v for v in values]  # (the worker's values are bytes)
+
+    def batches(c_writer: bool) -> list[bytes]:
+        out, index = [], 0
+        while index < len(values):
+            builder = MemoryRecordsBuilder(2, 0, batch_size)
+            while index < len(values):
+                if c_writer:
+                    index, _, slow = writer(builder._builder, values, keys, headers,
+                                            timestamps, index, 1 << 30)
+                    builder._next_offset = builder._builder._num_records
+                    if not slow:
+                        break
+                if _append(builder, keys[index], values[index], headers[index],
+                           timestamps[index]) is None:
+                    break
+                index += 1
+            builder.close()
+            out.append(bytes(builder.buffer()))
+        return out
+
+    mine, theirs = batches(True), batches(False)
+    if all(t is not None for t in timestamps):  # (None: the producer's clock, read twice)
+        assert mine == theirs
+    assert len(mine) == len(theirs)
 
 
 @pytest.mark.kafka

@@ -130,7 +130,7 @@ FORMER_NAMES = {"streammargin.error.reason"}
 def kafka_names() -> set[str]:
     """The names the connector gives to Kafka: its string literals (topics, formats), and its
     dead-letter headers (`task.ERROR_HEADER` + a literal)."""
-    from connectors.worker.task import ERROR_HEADER
+    from connectors.task import ERROR_HEADER
 
     strings = set()
     for path in (ROOT / "connectors").glob("**/*.py"):

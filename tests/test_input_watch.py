@@ -13,8 +13,8 @@ from connectors.observability.input_watch import (
     InputWatch,
 )
 from connectors.serializers.mapping import FieldMapping
-from connectors.worker.pending_labels import PendingLabels
-from connectors.worker.task import dead_letter_headers
+from connectors.task import dead_letter_headers
+from connectors.task.pending_labels import PendingLabels
 
 
 class Clock:

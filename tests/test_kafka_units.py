@@ -806,7 +806,7 @@ def test_checkpoint_size_options_reach_the_worker_config(monkeypatch):
 def test_command_failures_are_one_line_naming_the_cause_and_the_fix():
     from kafka import errors
 
-    from connectors.worker.task import TaskFailure
+    from connectors.task import TaskFailure
     from connectors.worker.worker import WorkerError
 
     message = kafka_command._failure_message(errors.KafkaTimeoutError("slow"))
@@ -864,6 +864,18 @@ def test_librdkafka_errors_become_the_workers_kafka_python_errors():
     assert type(client_error(code(code._FAIL))) is errors.KafkaError
     message = str(_send_failure("outputs", client_error(code(code.TOPIC_AUTHORIZATION_FAILED))))
     assert "TopicAuthorizationFailedError" in message and "grant this client's principal" in message
+
+
+def test_librdkafka_consumers_fetch_again_after_10_ms_unless_told_otherwise(monkeypatch):
+    pytest.importorskip("confluent_kafka")
+    from connectors.kafka import librdkafka_transport
+
+    made = []
+    monkeypatch.setattr("confluent_kafka.Consumer", lambda properties: made.append(properties))
+    librdkafka_transport._new_consumer({"group.id": "g"}, "consumer")
+    librdkafka_transport._new_consumer({"group.id": "g", "fetch.queue.backoff.ms": 500},
+                                       "consumer")
+    assert [properties["fetch.queue.backoff.ms"] for properties in made] == [10, 500]
 
 
 LIBRDKAFKA_START_SCRIPT = """
@@ -1043,3 +1055,107 @@ def test_record_format_options_that_contradict_fail_in_one_line(options, reason)
     settings = {"topics": ["t"], **options}
     with pytest.raises(ValueError, match=reason):
         WorkerConfig(**settings)
+
+
+class FakeMessage:
+    """What confluent-kafka's Message gives (record_batch.c calls the methods by name)."""
+
+    def __init__(self, topic, partition, offset, value, key=None, headers=None, error=None):
+        self._fields = (topic, partition, offset, value, key, headers, error)
+
+    def topic(self):
+        return self._fields[0]
+
+    def partition(self):
+        return self._fields[1]
+
+    def offset(self):
+        return self._fields[2]
+
+    def value(self):
+        return self._fields[3]
+
+    def key(self):
+        return self._fields[4]
+
+    def headers(self):
+        return self._fields[5]
+
+    def error(self):
+        return self._fields[6]
+
+    def timestamp(self):
+        return (1, 1_700_000_000_000 + self._fields[2])
+
+
+def test_librdkafka_records_are_made_in_c_as_in_python():
+    from connectors.kafka import librdkafka_transport
+    from connectors.kafka.librdkafka_transport import Record
+
+    native = librdkafka_transport._native()
+    if native is None:
+        pytest.skip("record_batch.c is not built (streammargin warmup)")
+    messages = [FakeMessage("t", i % 2 if i < 6 else 1, i, None if i == 3 else b"v%d" % i,
+                            key=b"k" if i % 3 else None, headers=[("h", b"1")] if i == 2 else None)
+                for i in range(10)]
+    messages[7] = FakeMessage("t", 1, 7, b"x", error="an error")
+    runs, index, value_bytes, values = native.message_records(messages, 0, Record)
+    assert index == 7 and values == 6 and value_bytes == sum(
+        len(m.value()) for m in messages[:7] if m.value() is not None)
+    made = [record for _, _, records in runs for record in records]
+    assert made == [Record(m.topic(), m.partition(), m.offset(), m.timestamp()[1], m.key(),
+                           m.value(), m.headers() or []) for m in messages[:7]]
+    assert [(topic, partition, len(records)) for topic, partition, records in runs] == [
+        ("t", 0, 1), ("t", 1, 1), ("t", 0, 1), ("t", 1, 1), ("t", 0, 1), ("t", 1, 2)]
+    runs, index, _, _ = native.message_records(messages, 8, Record)
+    assert index == 10 and [len(records) for _, _, records in runs] == [2]
+
+
+def test_librdkafka_sends_from_c_stop_before_what_python_must_send():
+    from connectors.kafka import librdkafka_transport
+
+    native = librdkafka_transport._native()
+    if native is None:
+        pytest.skip("record_batch.c is not built (streammargin warmup)")
+    sent = []
+
+    def produce(topic, value, key, partition=None, on_delivery=None, timestamp=None,
+                headers=None):
+        if value == b"full":
+            raise BufferError("Local: Queue full")
+        sent.append((topic, value, key, partition, timestamp, headers))
+
+    values = [b"a", b"b", b"c", b"full", b"e"]
+    keys = [b"k", None, b"k", b"k", None]
+    headers = [None, [("h", b"1")], [("h", None)], [], None]
+    timestamps = [1, 2, 3, 4, None]
+    index = native.produce_many(produce, "out", 3, values, keys, headers, timestamps, print, 0)
+    assert index == 2  # a header without value: Python makes it sendable
+    assert sent == [("out", b"a", b"k", 3, 1, None), ("out", b"b", None, 3, 2, [("h", b"1")])]
+    assert native.produce_many(produce, "out", 3, values, keys, headers, timestamps, print,
+                               3) == 3  # a full queue: Python waits for room
+    assert native.produce_many(produce, "out", 3, values, keys, headers, timestamps, print,
+                               4) == 4  # no timestamp: the producer's clock, in Python
+
+
+def test_librdkafka_deliveries_counted_in_c_end_done_or_failed():
+    from kafka import errors
+
+    from connectors.kafka.librdkafka_transport import Delivery
+
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    delivery = Delivery(None, 3)
+    assert not delivery.is_done and delivery.value is None
+    message = FakeMessage("t", 0, 41, b"v")
+    for _ in range(3):
+        delivery.report(None, message)
+    assert delivery.is_done and delivery.succeeded() and delivery.value == ("t", 0, 41)
+    failing = Delivery(None, 2)
+    seen = []
+    failing.add_errback(seen.append)
+    failing.report(confluent_kafka.KafkaError(confluent_kafka.KafkaError._MSG_TIMED_OUT),
+                   message)
+    assert failing.is_done and failing.failed()
+    assert isinstance(failing.exception, errors.KafkaTimeoutError) and seen == [failing.exception]
+    with pytest.raises(errors.KafkaTimeoutError):
+        failing.get()

@@ -1008,7 +1008,7 @@ def test_a_bad_checkpoint_fails_without_touching_offsets_or_resets_when_asked(ka
 
 
 def test_a_bug_in_the_model_stops_the_worker_without_committing(kafka_broker, monkeypatch):
-    from connectors.worker.task import TaskFailure
+    from connectors.task import TaskFailure
 
     bootstrap = kafka_broker.bootstrap_servers
     name = fresh("modelbug")
@@ -1098,7 +1098,7 @@ def test_a_dead_letter_the_broker_refuses_as_too_large_is_sent_again_without_its
     from kafka import errors
     from kafka.future import Future
 
-    from connectors.worker.task import OutputRecord
+    from connectors.task import OutputRecord
     from connectors.worker.worker import WorkerError
 
     bootstrap = kafka_broker.bootstrap_servers

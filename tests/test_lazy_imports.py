@@ -65,7 +65,7 @@ def test_deferred_modules_are_the_real_ones_once_used():
 
 def test_the_packages_of_connectors_import_no_client_compiler_or_river():
     # A package's __init__ imports nothing heavy: `connectors.cli.errors` or
-    # `connectors.worker.task` cost only their own imports.
+    # `connectors.task` cost only their own imports.
     out = run("""
         import pathlib, sys
         import connectors

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connectors import cli
+from connectors.task import PendingLabels
 from connectors.worker import memory_budget
 from connectors.worker.config import WorkerConfig, client_settings
 from connectors.worker.memory_budget import (MemoryBudget, MemoryBudgetError, ModelCeiling,
                                              parse_size)
-from connectors.worker.task import PendingLabels
 
 MiB = 1 << 20
 
@@ -221,7 +221,7 @@ def test_a_task_at_its_ceiling_fits_the_models_and_checkpoints_terms(case):
     import random
     import tracemalloc
 
-    from connectors.worker.task import PartitionTask
+    from connectors.task import PartitionTask
     from connectors.worker.worker import Worker
 
     model, params, labels, n, width, least = AT_CEILING[case]
@@ -397,7 +397,7 @@ def _ovr_worker(max_memory, partitions: int, labels, **options):
     records of these labels."""
     import json
 
-    from connectors.worker.task import PartitionTask
+    from connectors.task import PartitionTask
     from connectors.worker.worker import Worker
 
     worker = Worker(WorkerConfig(topics=["t"], one_vs_rest=True, max_memory=max_memory,

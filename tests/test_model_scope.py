@@ -39,6 +39,7 @@ import streammargin
 from connectors.kafka.broker import create_topics
 from connectors.models import model_names
 from connectors.state import checkpoint
+from connectors.task import PartitionTask, TaskSettings
 from connectors.worker.model_scope import (
     MIN_RUN,
     MODEL_RECORD_FORMAT,
@@ -51,7 +52,6 @@ from connectors.worker.model_scope import (
     in_time_order,
     resolved_exchange,
 )
-from connectors.worker.task import PartitionTask, TaskSettings
 from connectors.worker.worker import Worker
 from streammargin import state
 from streammargin.errors import StateError

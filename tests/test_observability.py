@@ -24,8 +24,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from connectors.cli.kafka_command import _as_flags
 from connectors.codec import DeadLetter
-from connectors.serializers.json_format import JSONCodec
-from connectors.serializers.mapping import FieldMapping
 from connectors.kafka.broker import free_port
 from connectors.observability import observability
 from connectors.observability.observability import (
@@ -39,7 +37,9 @@ from connectors.observability.observability import (
     dead_letter_kind,
     metrics_registry,
 )
-from connectors.worker.task import PartitionTask, TaskSettings
+from connectors.serializers.json_format import JSONCodec
+from connectors.serializers.mapping import FieldMapping
+from connectors.task import PartitionTask, TaskSettings
 from streammargin.errors import InvalidInput
 
 Record = collections.namedtuple("Record", "topic partition offset timestamp key value headers")

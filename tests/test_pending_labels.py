@@ -19,14 +19,13 @@ from hypothesis import strategies as st
 
 from connectors.serializers.mapping import FieldMapping
 from connectors.state import checkpoint
-from connectors.worker import pending_labels
-from connectors.worker.pending_labels import (
+from connectors.task import PartitionTask, TaskSettings, pending_labels
+from connectors.task.pending_labels import (
     MAX_SEGMENTS,
     SPARSE,
     PendingLabels,
     pending_entry_bytes,
 )
-from connectors.worker.task import PartitionTask, TaskSettings
 from streammargin import StateError, state
 
 Record = collections.namedtuple("Record", "topic partition offset timestamp key value headers")

@@ -215,7 +215,7 @@ def test_one_hot_categories_reach_alma_through_the_scaler():
     pass-through the scaler makes each indicator 0, and ALMA sees nothing of them."""
     import random
 
-    from connectors.worker.task import PartitionTask, TaskSettings
+    from connectors.task import PartitionTask, TaskSettings
 
     rng = random.Random(3)
     values = []

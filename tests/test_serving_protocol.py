@@ -21,7 +21,7 @@ from connectors.serving.app import InferenceApp, serve
 from connectors.serving.protocol import Limits
 from connectors.state.checkpoint import LoadedCheckpoint
 from connectors.worker.config import WorkerConfig
-from connectors.worker.task import PartitionTask
+from connectors.task import PartitionTask
 
 Record = collections.namedtuple("Record", "topic partition offset timestamp key value headers")
 OPTIONS = dict(topics=["payments"], group_id="fraud", features=("*",), label_field="is_fraud",

@@ -24,7 +24,7 @@ import streammargin
 from connectors import schemas
 from connectors.serializers.mapping import FieldMapping
 from connectors.state import checkpoint
-from connectors.worker.task import (
+from connectors.task import (
     ENTRY_BYTES,
     FEATURE_BYTES,
     MAX_REASON_CHARS,
@@ -1012,21 +1012,27 @@ def test_an_abrupt_concept_change_is_detected_shortly_after_the_change_point():
 # Stopping, skipping, outputs ----------------------------------------------------------------------
 
 
-def test_a_stop_request_finishes_the_record_in_hand_and_processing_continues_exactly():
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_stop_request_finishes_the_record_in_hand_and_processing_continues_exactly(batch):
+    # The per-record path asks before each record, the batch path before each run of records.
     data = labelled_stream(500, seed=3)
     records = as_records([event(i, x, y) for i, (x, y) in enumerate(data)])
     whole = PartitionTask.new("events", 0, TaskSettings())
     expected = run(whole, records)
+    task = PartitionTask.new("events", 0, TaskSettings())
+    if not batch:
+        task._batch = None
+
     calls = 0
 
-    def stop():
+    def stop():  # (the per-record path counts its calls, the batch path its records)
         nonlocal calls
         calls += 1
-        return calls > 120
+        return calls > 120 or (task.next_offset or 0) >= 120
 
-    task = PartitionTask.new("events", 0, TaskSettings())
     first = task.process(records, 0, stop)
-    assert first.end == first.processed == 120 and task.next_offset == 120
+    assert first.end == first.processed == task.next_offset
+    assert (first.end == 120) if not batch else (120 <= first.end < 500)
     rest = run(task, records[first.end:])
     assert first.predictions.values + rest.predictions == expected.predictions
     assert model_bytes(task.model) == model_bytes(whole.model)

@@ -451,7 +451,7 @@ def _failure_message(error: BaseException) -> str:
 
 def _failure_text(error: BaseException) -> str:
     from connectors.cli import errors
-    from connectors.worker.task import TaskFailure
+    from connectors.task.output_records import TaskFailure
     from connectors.worker.worker import WorkerError
 
     if isinstance(error, (WorkerError, TaskFailure)):

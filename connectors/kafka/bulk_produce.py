@@ -6,7 +6,10 @@ accumulator's lock, a `FutureRecordMetadata` chained to its batch, completed one
 IO thread). `send_many` appends a partition's records straight into new record batches of the
 producer's accumulator, as `send` would (same encoding, batch size, compression, idempotence and
 transaction bookkeeping, same order after anything sent before), and returns one future per batch
-(`BulkBatch.outcome`): done when the batch is acknowledged, failed with the error otherwise.
+(`BulkBatch.outcome`): done when the batch is acknowledged, failed with the error otherwise. The
+records are written into a batch's buffer in one call of `record_batch.c` (`append_records`:
+kafka-python's encoding, byte for byte) where `streammargin warmup` built it, a record at a time
+by kafka-python's `append` otherwise.
 
 kafka-python splits a batch the broker finds too large and re-sends the halves, moving each
 record's future to its half. A `BulkBatch` makes its records' futures only then (`_record_futures`
@@ -124,6 +127,35 @@ def _batch_class() -> typing.Any:
     return BulkBatch
 
 
+def _writer() -> typing.Callable | None:
+    """record_batch.c's `append_records`, where `streammargin warmup` built it."""
+    from streammargin.jit import aot
+
+    module = aot.native("kafka_records")
+    return None if module is None else module.append_records
+
+
+def _check_size(producer: typing.Any, limit: int, key: typing.Any, value: typing.Any,
+                record_headers: typing.Any) -> None:
+    """Raise what `send` raises for a record beyond the producer's request size."""
+    size = len(value) + (len(key) if key is not None else 0)
+    if record_headers:
+        size += sum(len(name) + len(header or b"") for name, header in record_headers)
+    if size > limit:
+        producer._ensure_valid_record_size(
+            producer._estimate_size_in_bytes(key, value, record_headers or []))
+
+
+def _append(records: typing.Any, key: typing.Any, value: typing.Any, record_headers: typing.Any,
+            timestamp: typing.Any) -> typing.Any:
+    """kafka-python's append of one record (None: the batch is full)."""
+    if record_headers and any(header is None for _, header in record_headers):
+        # kafka-python's send refuses a header without value: it goes out empty.
+        record_headers = [(name, b"" if header is None else header)
+                          for name, header in record_headers]
+    return records.append(timestamp, key, value, record_headers or [])
+
+
 def send_many(
     producer: typing.Any,
     topic: str,
@@ -155,15 +187,13 @@ def send_many(
     timestamps = timestamps if timestamps is not None else [None] * n
     if producer._metadata.partitions_for_topic(topic) is None:
         producer._wait_on_metadata(topic, producer.config["max_block_ms"])
-    # Records near the request limit are checked exactly as `send` checks them.
+    # Records near the request limit are checked exactly as `send` checks them (by the C writer
+    # handing them to `_append`, or here).
     limit = producer.config["max_request_size"] // 2
-    for value, key, record_headers in zip(values, keys, headers):
-        size = len(value) + (len(key) if key is not None else 0)
-        if record_headers:
-            size += sum(len(name) + len(header or b"") for name, header in record_headers)
-        if size > limit:
-            producer._ensure_valid_record_size(
-                producer._estimate_size_in_bytes(key, value, record_headers or []))
+    writer = _writer()
+    if writer is None:
+        for value, key, record_headers in zip(values, keys, headers):
+            _check_size(producer, limit, key, value, record_headers)
     tp = TopicPartition(topic, partition)
     transactions = producer._transaction_manager
     if transactions and transactions.is_transactional():
@@ -173,18 +203,28 @@ def send_many(
     now = time.monotonic()
     batches = []
     index = 0
+    if writer is not None:  # (its lists: values, keys, headers and timestamps as lists)
+        values, keys, headers, timestamps = (
+            column if type(column) is list else list(column)
+            for column in (values, keys, headers, timestamps))
     while index < n:
         records = MemoryRecordsBuilder(config["message_version"], config["compression_attrs"],
                                        config["batch_size"])
-        append = records.append
         largest = 0
         while index < n:
-            record_headers = headers[index]
-            if record_headers and any(header is None for _, header in record_headers):
-                # kafka-python's send refuses a header without value: it goes out empty.
-                record_headers = [(name, b"" if header is None else header)
-                                  for name, header in record_headers]
-            metadata = append(timestamps[index], keys[index], values[index], record_headers or [])
+            if writer is not None:
+                # As many records as the batch takes, written in C (record_batch.c); it stops
+                # before a record it leaves to kafka-python's append below.
+                builder = records._builder
+                index, size, slow = writer(builder, values, keys, headers, timestamps, index,
+                                           limit)
+                records._next_offset = builder._num_records
+                largest = max(largest, size)
+                if not slow:
+                    break  # the batch is full, or the records end
+                _check_size(producer, limit, keys[index], values[index], headers[index])
+            metadata = _append(records, keys[index], values[index], headers[index],
+                               timestamps[index])
             if metadata is None:
                 break  # the batch is full
             if metadata.size > largest:

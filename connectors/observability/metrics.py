@@ -378,6 +378,98 @@ class PartitionMetrics:
             },
         }
 
+    # The batch path: these numbers as arrays, for one compiled call over many predictions ---------
+
+    def score(self, labels: typing.Sequence) -> typing.Any:
+        """These metrics as a `streammargin.progressive.Score` whose class codes index `labels`
+        (a model's classes; binary: [False, True]), for the batch path's compiled call; None
+        where it cannot keep them: a detector other than DDM or none (no compiled update), or
+        classes beyond `max_classes` (untracked ones). `take_score` puts its counts back."""
+        from streammargin.jit import progressive as jit
+        from streammargin.progressive import Score
+
+        detector = self.detector
+        kind = type(detector)
+        state = np.zeros(jit.DETECTOR)
+        if kind is river_state.DETECTORS["DDM"]:
+            state[jit.KIND] = jit.DDM
+            state[jit.DDM_N] = detector._p.n
+            state[jit.DDM_MEAN] = detector._p._mean
+            if detector._p_min is not None:
+                state[jit.DDM_HAS_MIN] = 1.0
+                state[jit.DDM_P_MIN] = detector._p_min
+                state[jit.DDM_S_MIN] = detector._s_min
+            state[jit.DDM_PS_MIN] = detector._ps_min
+            state[jit.DDM_WARNING] = float(detector._warning_detected)
+            state[jit.DDM_DRIFT] = float(detector._drift_detected)
+            state[jit.DDM_WARM_START] = detector.warm_start
+            state[jit.DDM_WARNING_THRESHOLD] = detector.warning_threshold
+            state[jit.DDM_DRIFT_THRESHOLD] = detector.drift_threshold
+        elif kind is not river_state.DETECTORS["NoDrift"]:
+            return None
+        if len(self._classes | set(labels)) > self.max_classes:
+            return None  # (a label beyond the bound would be untracked: the per-record path)
+        tallies = np.zeros(jit.TALLIES, np.int64)
+        tallies[jit.N_LABELLED] = self.n_labelled
+        tallies[jit.N_CORRECT] = self.n_correct
+        tallies[jit.WINDOW_POS] = self._window_pos
+        tallies[jit.WINDOW_CORRECT] = self._window_correct
+        tallies[jit.ROLLING] = self.rolling_window
+        tallies[jit.N_UNSCORED] = self.n_unscored
+        first = np.full((3, len(labels)), jit.NOT_YET, np.int64)
+        for row, counts in enumerate((self._support, self._predicted, self._correct)):
+            for code, label in enumerate(labels):
+                if label in counts:
+                    first[row, code] = jit.WAS_THERE
+        return Score(tallies, np.array([self._loss_n, self._loss_mean]),
+                     np.frombuffer(self._window, np.uint8),  # (a view: written in place)
+                     np.zeros((3, len(labels)), np.int64), first, state)
+
+    def take_score(self, score: typing.Any, labels: typing.Sequence,
+                   detection_offset: int | None) -> None:
+        """Put the counts of a `score` (from `score`, after the compiled call) back into these
+        metrics, classes first counted in the order the call met them; `detection_offset`: the
+        offset of the record the detector fired on, if it did."""
+        from streammargin.jit import progressive as jit
+
+        tallies = score.tallies
+        self.n_labelled = int(tallies[jit.N_LABELLED])
+        self.n_correct = int(tallies[jit.N_CORRECT])
+        self._window_pos = int(tallies[jit.WINDOW_POS])
+        self._window_correct = int(tallies[jit.WINDOW_CORRECT])
+        self.n_unscored = int(tallies[jit.N_UNSCORED])
+        self._loss_n, self._loss_mean = (float(v) for v in score.losses)
+        added, first = score.classes, score.first
+        for row, counts in enumerate((self._support, self._predicted, self._correct)):
+            new = []
+            for code, label in enumerate(labels):
+                n = int(added[row, code])
+                if not n:
+                    continue
+                if first[row, code] == jit.WAS_THERE:
+                    counts[label] += n
+                else:
+                    new.append((int(first[row, code]), label, n))
+            for _, label, n in sorted(new, key=lambda item: item[0]):
+                counts[label] = n
+                self._classes.add(label)
+        state = score.detector
+        if state[jit.KIND] == jit.DDM:
+            detector = self.detector
+            detector._p.n = float(state[jit.DDM_N])
+            detector._p._mean = float(state[jit.DDM_MEAN])
+            if state[jit.DDM_HAS_MIN]:
+                detector._p_min = float(state[jit.DDM_P_MIN])
+                detector._s_min = float(state[jit.DDM_S_MIN])
+            else:
+                detector._p_min = detector._s_min = None
+            detector._ps_min = float(state[jit.DDM_PS_MIN])
+            detector._warning_detected = bool(state[jit.DDM_WARNING])
+            detector._drift_detected = bool(state[jit.DDM_DRIFT])
+        if detection_offset is not None:
+            self.n_detections += 1
+            self.detections.append(detection_offset)
+
     # Safe state --------------------------------------------------------------------------------
 
     def to_state(self) -> dict:

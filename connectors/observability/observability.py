@@ -104,7 +104,7 @@ _CLASS_KINDS = {
 }
 
 # (pattern at the start of the reason, kind), tried in order: the reasons of
-# `connectors.serializers` and `connectors.worker.task`. The model's rejection comes first: it
+# `connectors.serializers` and `connectors.task`. The model's rejection comes first: it
 # quotes the model's own message.
 _REASON_KINDS = [
     (re.compile(p, re.DOTALL), kind)

@@ -43,7 +43,9 @@ def event_reader(schema: avro.Node, mapper: EventMapper,
     """`read(value, key) -> (id, x, y)` for `schema`'s framed records under `mapper`, raising
     `_Fallback` where the general path must decide; None for a mapping it does not compile.
     The plan runs in C (events.c) where the module is built and has an instruction for
-    every field (`native`), else in Python."""
+    every field (`native`), else in Python. The C reader carries its plan (`read.plan`: its
+    code and enum tables), which the worker's batch path runs over many records
+    (`connectors.serializers.batches`)."""
     if schema.kind != "record" or len(mapper._selections) != 1:
         return None
     path, children, _ = mapper._selections[0]
@@ -292,6 +294,8 @@ def _native_reader(schema: avro.Node, mapper: EventMapper, path: tuple, feature_
             return event_id, x, y
         return finish(event_id, x, False, y, names)
 
+    # (the plan itself: the batch reader runs it over many records, event_batches.c)
+    read.plan = (code, tables)  # type: ignore[attr-defined]
     return read
 
 

@@ -195,6 +195,13 @@ class SchemaRegistry:
         self._keep(key, parsed, size)
         return parsed
 
+    def cached(self, schema_id: int, kind: str) -> typing.Any:
+        """The parsed schema `schema_id` where the cache holds it, else None: nothing fetched,
+        the cache's order untouched (the worker's batch path reads the plans of the schemas
+        the per-record path has decoded: connectors/serializers/batches.py)."""
+        cached = self._cache.get((kind, schema_id))
+        return None if cached is None else cached[0]
+
     def _refuse(self, key: tuple, error: SchemaRefused) -> None:
         if len(self._refused) >= self.capacity:
             self._refused.pop(next(iter(self._refused)))

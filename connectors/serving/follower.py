@@ -62,7 +62,7 @@ from connectors.serving.models import (
 from connectors.serving.partitioner import PARTITIONERS
 from connectors.serving.protocol import Limits, RequestError, Rows
 from connectors.state import checkpoint as checkpoint_module
-from connectors.worker.task import PartitionTask, SettingsMismatch
+from connectors.task import PartitionTask, SettingsMismatch
 from streammargin.errors import StateError
 
 __all__ = ["ModelFollower", "FollowerError", "DEFAULT_VERSIONS_KEPT"]

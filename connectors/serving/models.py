@@ -35,7 +35,7 @@ import typing
 from connectors.codec import DeadLetter
 from connectors.serving.partitioner import partition_of
 from connectors.serving.protocol import Limits, RequestError, Rows
-from connectors.worker.task import PartitionTask
+from connectors.task import PartitionTask
 from streammargin.errors import InvalidInput
 
 __all__ = ["ServedVersion", "ServingView", "Scorer", "Scored", "version_name", "TOPIC_MODEL"]

@@ -78,7 +78,7 @@ _COUNT = struct.Struct(">I")
 _SEGMENT = struct.Struct(">QQQII32s")
 _DROPPED = struct.Struct(">QI")
 # At most this many segments per checkpoint, and dropped generations per head (the pending
-# store's segments are far fewer: `connectors.worker.pending_labels.MAX_SEGMENTS`).
+# store's segments are far fewer: `connectors.task.pending_labels.MAX_SEGMENTS`).
 MAX_SEGMENTS = 1 << 12
 _CHUNK_TAIL = re.compile(rb"[0-9a-f]{16}:(0|[1-9][0-9]{0,9})")
 _U32 = (1 << 32) - 1

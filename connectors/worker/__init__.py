@@ -4,14 +4,16 @@
   failures), with `rebalance.py` (restores, revocations), `outputs.py` (sends, checkpoints,
   commits, transactions) and `failures.py` (`WorkerError`); `config.py`: `WorkerConfig`, its
   checks and the clients' settings;
-- `task.py`: `PartitionTask`, one partition's records in, output records out, no broker;
 - `outage.py`: broker contact and outages; `profiling.py`: `--profile-stages`;
+- `label_topic.py`: `--label-topic`'s merge; `model_scope.py`: `--model-scope topic`;
+  `memory_budget.py`: `--max-memory`'s shares;
 - `warmup.py`: the per-record path on made-up records, before the first real one.
 
 `from connectors.worker import Worker, WorkerConfig` works as it did when the worker was the
 module `connectors.worker`: those names are read from `connectors.worker.worker` (`WorkerConfig`
-from `connectors.worker.config`) on first use, so importing `connectors.worker.task` alone does
-not import the worker's other modules.
+from `connectors.worker.config`) on first use, so importing `connectors.worker.config` alone
+does not import the worker's other modules. A partition's processing, without a broker, is the
+package `connectors.task`.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from connectors.serializers import OUTPUT_FORMATS
 from connectors.serializers.mapping import FieldMapping, parse_paths
 from connectors.serializers.schema_registry import DEFAULT_MAX_CACHE_BYTES
 from connectors.state import checkpoint as checkpoint_module
+from connectors.task.settings import TaskSettings
 from connectors.worker.memory_budget import AUTO, ceiling, fetch_bytes
 from connectors.worker.model_scope import (
     DEFAULT_MAX_EXCHANGE_CPU_SHARE,
@@ -24,7 +25,6 @@ from connectors.worker.model_scope import (
     MODEL_SCOPES,
     resolved_exchange,
 )
-from connectors.worker.task import TaskSettings
 
 __all__ = ["WorkerConfig", "client_settings", "connection_settings", "group_timeouts",
            "BAD_CHECKPOINT_POLICIES", "UNDECODABLE_POLICIES", "PROCESSING_GUARANTEES",

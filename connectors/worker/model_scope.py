@@ -82,13 +82,9 @@ import typing
 import streammargin
 from connectors.models import model_class
 from connectors.state import checkpoint as checkpoint_module
-from connectors.worker.task import (
-    PartitionTask,
-    TaskSettings,
-    check_model_kind,
-    checked_count,
-    restore_part,
-)
+from connectors.task.partition import PartitionTask
+from connectors.task.pending_labels import checked_count
+from connectors.task.settings import TaskSettings, check_model_kind, restore_part
 from streammargin import state as state_module
 from streammargin.alma import ALMAClassifier
 from streammargin.auto import AutoClassifier

@@ -16,8 +16,9 @@ import typing
 from connectors.kafka.transport import TransactionAborted
 from connectors.kafka.transport import sendable_headers as _sendable
 from connectors.state import checkpoint as checkpoint_module
+from connectors.task.output_records import ERROR_HEADER, OutputRecords, TaskOutput
+from connectors.task.partition import PartitionTask
 from connectors.worker.failures import WorkerError, _send_failure, _transaction_failure
-from connectors.worker.task import ERROR_HEADER, OutputRecords, PartitionTask, TaskOutput
 
 log = logging.getLogger("connectors.worker")  # (the name operators' filters know)
 

@@ -6,14 +6,17 @@
     poll        kafka-python's `KafkaConsumer.poll` (fetching, parsing batches, CRC, group
                 protocol, waiting for the broker), or the librdkafka transport's (consume,
                 and the records built from its messages)
-    decode      the codec (`connectors/serializers`: parsing, the Schema Registry, the mapping)
+    decode      the codec (`connectors/serializers`: parsing, the Schema Registry, the mapping;
+                the batch path's reader)
     scale       the StandardScaler (`streammargin/scaler.py`)
-    model       the model (every other `streammargin/` module, River's linear models)
+    model       the model (every other `streammargin/` module, River's linear models); on the
+                batch path, the compiled call that scales, predicts, learns and counts a run
     metrics     progressive metrics and the drift detector
                 (`connectors/observability/metrics.py`, River)
-    encode      building the prediction records (the statements of `PartitionTask.process` that
-                format and append them, `_proba_json`, `label_json`)
-    task        the rest of `PartitionTask.process` (loop, labels, counters)
+    encode      building the prediction records (the statements of the per-record steps,
+                `RecordSteps._records`, that format and append them, `_proba_json`,
+                `label_json`; the batch path's `_write`)
+    task        the rest of the task's steps (loop, labels, counters)
     produce     handing the outputs to the producer (`Worker._send_output` and everything below)
     checkpoint  flushing outputs, writing checkpoints, committing (`Worker._checkpoint`)
     restore     reading checkpoints at assignment
@@ -25,7 +28,9 @@ Nothing is added to the per-record code: with the profiler off the worker runs e
 before; on, it costs the sampling thread's share of the GIL (a sample is a walk of ~30 frames,
 each code object classified once). Each sample is weighted by the time since the previous one
 (a busy main thread lets the sampler in only every `sys.getswitchinterval()`, a waiting one at
-once), so the seconds add up to wall time, and `poll` includes waiting for the broker. The producer's and consumer's IO threads are not sampled (their CPU shows in the
+once), so the seconds add up to wall time, and `poll` includes waiting for the broker. While it
+samples, the switch interval is the sampling interval: at Python's 5 ms the batch path's long C
+calls let the sampler in 4-34 times in half a second, at 0.5 ms ~180 times. The producer's and consumer's IO threads are not sampled (their CPU shows in the
 process's CPU time). `streammargin kafka --profile-stages FILE` writes `report()` as JSON at exit;
 `benchmarks/kafka_throughput.py` prints it.
 """
@@ -65,9 +70,11 @@ _RULES: list[tuple[str, str | None, str]] = [
     (f"kafka{_SEP}producer{_SEP}", None, "produce"),
     (f"connectors{_SEP}serializers{_SEP}", None, "decode"),
     (f"connectors{_SEP}codec.py", "label_json", "encode"),
-    (f"connectors{_SEP}worker{_SEP}task.py", "_proba_json", "encode"),
-    (f"connectors{_SEP}worker{_SEP}task.py", "_json_id", "encode"),
-    (f"connectors{_SEP}worker{_SEP}task.py", "process", "task"),
+    (f"connectors{_SEP}task{_SEP}records.py", "_proba_json", "encode"),
+    (f"connectors{_SEP}task{_SEP}records.py", "_json_id", "encode"),
+    (f"connectors{_SEP}task{_SEP}records.py", "_records", "task"),
+    (f"connectors{_SEP}task{_SEP}batch.py", "_write", "encode"),
+    (f"connectors{_SEP}task{_SEP}batch.py", None, "task"),
     (f"connectors{_SEP}observability{_SEP}metrics.py", None, "metrics"),
     (f"river{_SEP}drift{_SEP}", None, "metrics"),
     (f"river{_SEP}metrics{_SEP}", None, "metrics"),
@@ -95,7 +102,7 @@ _ENCODE_TARGETS = frozenset({"id_json", "proba_json", "timestamp"})
 def encode_lines(function: typing.Callable) -> frozenset[int]:
     """Line numbers of `function`'s statements that build output records: the calls of
     `emit`/`emit_key`/`emit_headers`/`emit_timestamp` and the assignments of `id_json`,
-    `proba_json` and `timestamp` (the names `PartitionTask.process` uses)."""
+    `proba_json` and `timestamp` (the names `RecordSteps._records` uses)."""
     lines, first = inspect.getsourcelines(function)
     tree = ast.parse(textwrap.dedent("".join(lines)))
     found: set[int] = set()
@@ -120,12 +127,13 @@ class StageProfiler:
         The thread to sample (`threading.get_ident()` of the worker's main thread).
     interval
         Seconds between samples; the sampler also has to wait for the GIL, which a busy main
-        thread hands over every `sys.getswitchinterval()` (5 ms by default).
+        thread hands over every `sys.getswitchinterval()`, set to `interval` (at most) from
+        `start` to `stop`.
 
     """
 
     def __init__(self, thread_id: int | None = None, interval: float = 0.001):
-        from connectors.worker.task import PartitionTask
+        from connectors.task.partition import PartitionTask
 
         self.thread_id = threading.get_ident() if thread_id is None else thread_id
         self.interval = interval
@@ -137,13 +145,16 @@ class StageProfiler:
         self.first_record_at: float | None = None
         self.rss_before_first_record: int | None = None
         self._classified: dict[typing.Any, str | None] = {}
-        self._process_code = PartitionTask.process.__code__
-        self._encode_lines = encode_lines(PartitionTask.process)
+        self._process_code = PartitionTask._records.__code__
+        self._encode_lines = encode_lines(PartitionTask._records)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stage-profiler", daemon=True)
+        self._switch_interval: float | None = None  # Python's, while this one is set
 
     def start(self) -> StageProfiler:
         self.started_at = time.perf_counter()
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch_interval, self.interval))
         self._thread.start()
         return self
 
@@ -151,6 +162,9 @@ class StageProfiler:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+        if self._switch_interval is not None:
+            sys.setswitchinterval(self._switch_interval)
+            self._switch_interval = None
         self.stopped_at = time.perf_counter()
 
     def _stage_of(self, code: typing.Any) -> str | None:

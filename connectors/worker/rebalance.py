@@ -17,9 +17,9 @@ import typing
 from connectors.codec import UndecodableBatch
 from connectors.serializers.schema_registry import RegistryUnavailable
 from connectors.state import checkpoint as checkpoint_module
+from connectors.task.partition import PartitionTask
 from connectors.worker.config import TRANSACTION_TIMEOUT_MS
 from connectors.worker.failures import WorkerError, _transaction_failure
-from connectors.worker.task import PartitionTask
 from streammargin.errors import StateError
 
 if typing.TYPE_CHECKING:

@@ -44,7 +44,7 @@ def warm_task(settings: typing.Any) -> float:
     (through the JSON codec, whatever codec the worker reads with); seconds. Raises
     `WarmupFailed` if the model refused them."""
     from connectors.serializers.json_format import JSONCodec
-    from connectors.worker.task import PartitionTask
+    from connectors.task.partition import PartitionTask
 
     started = time.perf_counter()
     values = _records(settings.multiclass)
@@ -62,7 +62,7 @@ def warm_task(settings: typing.Any) -> float:
 
 def warm(model: str, params: dict | None = None, one_vs_rest: bool = False) -> float:
     """Run the worker's per-record path of `model` (with and without the scaler); seconds."""
-    from connectors.worker.task import TaskSettings
+    from connectors.task.settings import TaskSettings
 
     return sum(
         warm_task(TaskSettings(model=model, params=dict(params or {}), scale=scale,

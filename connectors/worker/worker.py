@@ -1,6 +1,6 @@
 """The Kafka worker: a consumer-group member that runs one `PartitionTask` per input partition.
 
-Everything a record does to a model happens in `connectors.worker.task` (broker-free,
+Everything a record does to a model happens in `connectors.task` (broker-free,
 deterministic). This module is the Kafka adapter around it:
 
 1. group membership and rebalances: partitions assigned to the worker are paused in the
@@ -61,7 +61,11 @@ from connectors.kafka.transport import Transport, make_transport
 from connectors.observability.input_watch import InputWatch
 from connectors.observability.metrics import Throughput
 from connectors.observability.observability import ClientLogTail, WorkerStatus
+from connectors.serializers.schema_registry import RegistryRefused, RegistryUnavailable
 from connectors.state import checkpoint as checkpoint_module
+from connectors.task.output_records import OutputRecords
+from connectors.task.partition import PartitionTask
+from connectors.worker import memory_budget
 from connectors.worker.config import (
     BAD_CHECKPOINT_POLICIES,
     PROCESSING_GUARANTEES,
@@ -72,21 +76,18 @@ from connectors.worker.config import (
     group_timeouts,
 )
 from connectors.worker.failures import WorkerError, _connect_failure
+from connectors.worker.label_topic import LabelMerge, co_partitioning_error
+from connectors.worker.memory_budget import MemoryBudget
 from connectors.worker.model_scope import (
     ModelScope,
     default_mix_every,
     in_time_order,
     resolved_exchange,
 )
-from connectors.serializers.schema_registry import RegistryRefused, RegistryUnavailable
-from connectors.worker import memory_budget
-from connectors.worker.label_topic import LabelMerge, co_partitioning_error
-from connectors.worker.memory_budget import MemoryBudget
 from connectors.worker.outage import BrokerContact, BrokerOutage, RegistryWait
 from connectors.worker.outputs import Outputs
 from connectors.worker.profiling import rss_bytes
 from connectors.worker.rebalance import Rebalancing, _Callbacks
-from connectors.worker.task import OutputRecords, PartitionTask
 from streammargin.memory import held_classes
 
 __all__ = ["WorkerConfig", "Worker", "WorkerError", "client_settings", "connection_settings",

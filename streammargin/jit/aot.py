@@ -45,17 +45,22 @@ __all__ = ["BuildError", "NATIVE_SOURCES", "build", "built", "directory", "enabl
 EXPORTS_FILE = pathlib.Path(__file__).with_name("exports.json")
 DEFAULT_DIRECTORY = pathlib.Path(__file__).with_name("_aot")
 #: The package's C modules (short name -> source), built beside the numba ones. The Kafka
-#: worker's record-batch reader (`connectors/kafka/record_batch.c`) is built here too, where the
-#: `connectors` package sits beside this one (one distribution, one `streammargin warmup`); it is
-#: found by path, so that this package never imports `connectors`.
+#: worker's C is built here too, where the `connectors` package sits beside this one (one
+#: distribution, one `streammargin warmup`); it is found by path, so that this package never
+#: imports `connectors` (`_CONNECTORS_SOURCES`).
 NATIVE_SOURCES = {"records": pathlib.Path(__file__).with_name("records.c")}
-_KAFKA_RECORDS = pathlib.Path(__file__).parents[2] / "connectors" / "kafka" / "record_batch.c"
-if _KAFKA_RECORDS.is_file():
-    NATIVE_SOURCES["kafka_records"] = _KAFKA_RECORDS
-# The worker's reader of Avro events (connectors/serializers/events.c), likewise.
-_SERIALIZER_EVENTS = pathlib.Path(__file__).parents[2] / "connectors" / "serializers" / "events.c"
-if _SERIALIZER_EVENTS.is_file():
-    NATIVE_SOURCES["events"] = _SERIALIZER_EVENTS
+# The worker's C: fetched record batches (kafka_records), Avro events (events), a batch of
+# JSON records read into arrays (event_batches), a run's prediction records (predictions).
+_CONNECTORS_SOURCES = {
+    "kafka_records": ("kafka", "record_batch.c"),
+    "events": ("serializers", "events.c"),
+    "event_batches": ("serializers", "event_batches.c"),
+    "predictions": ("task", "predictions.c"),
+}
+for _short, _parts in _CONNECTORS_SOURCES.items():
+    _source = pathlib.Path(__file__).parents[2].joinpath("connectors", *_parts)
+    if _source.is_file():
+        NATIVE_SOURCES[_short] = _source
 DIRECTORY_VARIABLE = "STREAMMARGIN_AOT_DIR"
 SWITCH_VARIABLE = "STREAMMARGIN_AOT"
 

@@ -482,6 +482,92 @@ static PyObject *apply_scaled(PyObject *module, PyObject *const *args, Py_ssize_
     Py_RETURN_NONE;
 }
 
+/* rows_of_dicts(xs, start, names, indicators, split) -> (next index, packed values)
+ *
+ * The values of the dicts xs[start:] whose keys are `names`, in that order (a run of rows of
+ * one shape: `streammargin.progressive.predict_many`), as native float64 bytes, each dict's in
+ * its order but those at the positions where `indicators` (bytes, one a name) is 1, which must
+ * be True (a category indicator, not a value of the row; with `split`, True anywhere else is
+ * another shape's indicator). It stops at the first dict that differs, or has a value that is
+ * not a finite float, int or bool (an int beyond float64). */
+static PyObject *rows_of_dicts(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 5 || !PyList_Check(args[0]) || !PyLong_Check(args[1]) ||
+        !PyTuple_Check(args[2]) || !PyBytes_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "rows_of_dicts(xs, start, names, indicators, split)");
+        return NULL;
+    }
+    int split = PyObject_IsTrue(args[4]);
+    if (split < 0) {
+        return NULL;
+    }
+    PyObject *xs = args[0], *names = args[2];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(xs), width = PyTuple_GET_SIZE(names);
+    if (PyBytes_GET_SIZE(args[3]) != width || start < 0) {
+        PyErr_SetString(PyExc_ValueError, "rows_of_dicts: an indicator flag a name");
+        return NULL;
+    }
+    const char *flags = PyBytes_AS_STRING(args[3]);
+    Py_ssize_t holes = 0;
+    for (Py_ssize_t j = 0; j < width; j++) {
+        holes += flags[j] ? 0 : 1;
+    }
+    Py_ssize_t capacity = (n > start ? n - start : 1) * (holes ? holes : 1);
+    double *out = PyMem_Malloc((size_t)capacity * sizeof(double));
+    if (out == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t i = start, used = 0;
+    for (; i < n; i++) {
+        PyObject *x = PyList_GET_ITEM(xs, i);
+        if (!PyDict_CheckExact(x) || PyDict_GET_SIZE(x) != width) {
+            break;
+        }
+        Py_ssize_t position = 0, j = 0, at = used;
+        PyObject *key, *raw;
+        int same = 1;
+        while (PyDict_Next(x, &position, &key, &raw)) {
+            PyObject *name = PyTuple_GET_ITEM(names, j);
+            if (key != name) {
+                int equal = PyUnicode_CheckExact(key) && PyUnicode_CheckExact(name)
+                                ? PyUnicode_Compare(key, name) == 0 : 0;
+                if (!equal) {
+                    same = 0;
+                    break;
+                }
+            }
+            if (flags[j]) {
+                if (raw != Py_True) {
+                    same = 0;
+                    break;
+                }
+            } else {
+                double value;
+                if ((split && raw == Py_True) || !plain_value(raw, &value)) {
+                    same = 0;
+                    break;
+                }
+                out[at++] = value;
+            }
+            j++;
+        }
+        if (!same || j != width) {
+            break;
+        }
+        used = at;
+    }
+    PyObject *packed = PyBytes_FromStringAndSize((const char *)out, used * (Py_ssize_t)sizeof(double));
+    PyMem_Free(out);
+    if (packed == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("(nN)", i, packed);
+}
+
 static PyMethodDef methods[] = {
     {"sorted_known", (PyCFunction)(void (*)(void))sorted_known, METH_FASTCALL,
      "sorted_known(x, index) -> (names, values, columns, packed, dict_names, ranks) or None"},
@@ -492,6 +578,8 @@ static PyMethodDef methods[] = {
      "(before, after, update, overflow) or None"},
     {"apply_scaled", (PyCFunction)(void (*)(void))apply_scaled, METH_FASTCALL,
      "apply_scaled(columns, counts, means, variances, update)"},
+    {"rows_of_dicts", (PyCFunction)(void (*)(void))rows_of_dicts, METH_FASTCALL,
+     "rows_of_dicts(xs, start, names, indicators, split) -> (next index, packed values)"},
     {NULL, NULL, 0, NULL},
 };
 

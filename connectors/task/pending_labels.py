@@ -1,6 +1,6 @@
 """Delayed labels: the events of one partition waiting for their label, bounded.
 
-`PendingLabels` is a task's store (`connectors/worker/task.py`): an unlabelled event with an id
+`PendingLabels` is a task's store (`connectors/task/partition.py`): an unlabelled event with an id
 waits here, with the prediction it was served, until a record with its id and a label joins it
 (the model then learns it, and the metrics count the prediction), or it expires or is evicted.
 Its state (`to_state`, `from_state`) is part of the task's checkpoint: untrusted bytes, checked
