@@ -279,35 +279,49 @@ def predict_many(model: typing.Any, scaler: typing.Any, xs: typing.Sequence[dict
         shapes = Shapes(model, scaler)
         known: dict[tuple, int | None] = {}
         native = _native_records()
-        shape_of, holes, at = [], [], []  # per run of one shape: its rows
-        i = 0
-        while i < len(xs):
-            x = xs[i]
+        # The rows of each shape, wherever they are in xs: nothing is learnt, so the compiled
+        # call may take them grouped by shape (a server's rows alternate between shapes: one
+        # category or another), each row's prediction put back in its place.
+        by_shape: dict[int, tuple[tuple, bytes, list[int]]] = {}
+        no_flags = [bytes(n) for n in range(9)]
+        for i, x in enumerate(xs):
             if type(x) is not dict or not x:
-                i += 1
                 continue
-            flags = bytes(v is True for v in x.values()) if indicators else bytes(len(x))
+            # (`True in` also finds a 1 or 1.0, which the exact flags then tell apart)
+            if indicators and True in x.values():
+                flags = bytes(v is True for v in x.values())
+            else:
+                flags = no_flags[len(x)] if len(x) < 9 else bytes(len(x))
             names = tuple(x)
             shape = known.get((names, flags), -1)
             if shape == -1:
                 shape = known[(names, flags)] = _prediction_shape(shapes, x, flags)
             if shape is None:
-                i += 1
                 continue
-            if native is not None:  # the run of dicts of this shape, in one call
-                end, packed = native.rows_of_dicts(xs, i, names, flags, indicators)
-                values = np.frombuffer(packed)
+            found = by_shape.get(shape)
+            if found is None:
+                by_shape[shape] = (names, flags, [i])
             else:
-                end = i + 1
-                found = _numbers(x, indicators)
-                values = None if found is None else np.array(found)
-            if end == i or values is None:  # (a value the per-record calls refuse)
-                i += 1
-                continue
-            shape_of.append(np.full(end - i, shape, np.int64))
-            holes.append(values)
-            at.append(np.arange(i, end))
-            i = end
+                found[2].append(i)
+        shape_of, holes, at = [], [], []  # per run of one shape: its rows
+        for shape, (names, flags, rows_at) in by_shape.items():
+            run = [xs[i] for i in rows_at]
+            i = 0
+            while i < len(run):
+                if native is not None:  # the rows of this shape, in one call
+                    end, packed = native.rows_of_dicts(run, i, names, flags, indicators)
+                    values = np.frombuffer(packed)
+                else:
+                    end = i + 1
+                    found = _numbers(run[i], indicators)
+                    values = None if found is None else np.array(found)
+                if end == i or values is None:  # (a value the per-record calls refuse)
+                    i += 1
+                    continue
+                shape_of.append(np.full(end - i, shape, np.int64))
+                holes.append(values)
+                at.append(np.array(rows_at[i:end], np.int64))
+                i = end
         if at:
             positions = np.concatenate(at)
             table = np.empty((positions.shape[0], 3), np.int64)
