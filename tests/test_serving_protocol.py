@@ -297,3 +297,66 @@ def _wait(condition, timeout: float = 10.0):
             return found
         time.sleep(0.02)
     raise AssertionError("timed out")
+
+
+def _outcome(follower, rows, keys=None):
+    try:
+        scored = follower.predict(rows, keys=keys)
+    except RequestError as error:
+        return ("refused", error.status, str(error))
+    return (scored.labels, scored.probabilities, scored.classes,
+            [v.version for v in scored.versions], scored.routes)
+
+
+BATCH_FOLLOWERS = {}
+
+
+def _batch_follower(model: str, scale: bool):
+    """A follower of two partitions' checkpoints of `model` (multiclass for the CPM: three
+    countries as labels), kept across examples."""
+    found = BATCH_FOLLOWERS.get((model, scale))
+    if found is None:
+        options = dict(model=model, scale=scale)
+        if model == "convexpolytope":
+            options.update(label_field="country")
+        store = HandFed(partitions=2)
+        follower = ModelFollower(WorkerConfig(**{**OPTIONS, **options}), store=store)
+        store.put({("payments", p): trained(partition=p, n=300 + 200 * p, **options)
+                   .to_checkpoint() for p in (0, 1)})
+        follower.start()
+        _wait(lambda: follower.counters.loaded == 2)
+        found = BATCH_FOLLOWERS[(model, scale)] = follower
+    return found
+
+
+_amounts = st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.integers(-10**6, 10**6),
+                     st.sampled_from([0.0, -0.0, 1e-300, 5e-324]))
+_rows = st.fixed_dictionaries(
+    {"amount": _amounts},
+    optional={"country": st.sampled_from(["BR", "FR", "US", "JP"]), "card_present": st.booleans(),
+              "tip": _amounts, "note": st.just(None), "bad": st.sampled_from(["x", 1e308 * 10])})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(model=st.sampled_from(["alma", "linearmpu", "convexpolytope"]), scale=st.booleans(),
+       rows=st.lists(_rows, min_size=1, max_size=40),
+       keyed=st.lists(st.sampled_from([None, b"a", b"b", b"card-7"]), min_size=40, max_size=40))
+def test_a_requests_rows_scored_together_get_the_bits_each_gets_alone(model, scale, rows, keyed):
+    """Rows of one version are predicted in one compiled call (`PartitionTask.predict_many`):
+    every label, probability, version and route is what each row gets in a request of its own,
+    and a row the model refuses is named as the per-row path names it."""
+    follower = _batch_follower(model, scale)
+    keys = keyed[:len(rows)]
+    together = _outcome(follower, rows, keys)
+    alone = [_outcome(follower, [row], [key]) for row, key in zip(rows, keys)]
+    refused = [(i, found) for i, found in enumerate(alone) if found[0] == "refused"]
+    if refused:
+        i, (_, status, reason) = refused[0]
+        assert together[:2] == ("refused", status)
+        assert together[2] == reason.replace("record 0", f"record {i}", 1)
+        return
+    assert together[0] == [found[0][0] for found in alone]
+    assert together[1] == [found[1][0] for found in alone]
+    assert together[4] == [found[4][0] for found in alone]
+    if model != "convexpolytope":
+        assert together[2] == [False, True]
