@@ -298,3 +298,29 @@ def test_the_fast_label_census_counts_what_the_csv_reader_reads(tmp_path, monkey
     slow = readers.count_labels(
         ((line, y) for line, y in readers.csv_labels(path, "y") if y != ""), after, 100)
     assert fast == slow
+
+
+_CSV_LINES = st.one_of(
+    st.lists(st.sampled_from(["1.5", "-2", "", " 3 ", "x", "nan", "1e400", "true", "b"]),
+             min_size=1, max_size=5).map(",".join),
+    st.sampled_from(["", "   ", '"1,5",2,true', '"a\n b",1,0', "1,2\r", "1,\x002,3", "é,ü,1",
+                     "1" * 70 + ",2,3"]),
+)
+
+
+@given(lines=st.lists(_CSV_LINES, max_size=30), block=st.integers(1, 80),
+       ending=st.sampled_from(["", "\n"]), gzipped=st.booleans(),
+       garbage=st.sampled_from([b"", b"\xff\xfe,1,2\n"]))
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_plain_csv_blocks_give_the_csv_readers_rows(tmp_path, monkeypatch, lines, block, ending,
+                                                    gzipped, garbage):
+    # (monkeypatch sets the same small limits each example: nothing to reset between them)
+    monkeypatch.setattr(readers, "_BLOCK_BYTES", block)  # blocks of a few lines, many of them
+    monkeypatch.setattr(readers, "MAX_LINE_BYTES", 256)  # the 70-digit field's line is long
+    path = tmp_path / ("plain.csv.gz" if gzipped else "plain.csv")
+    data = ("a,b,y\n" + "\n".join(lines) + ending).encode() + garbage
+    path.write_bytes(gzip.compress(data) if gzipped else data)
+    names, position, width = ["a", "b"], 2, 3
+    careful = list(readers._quoted_csv_rows(path, names, position, width, 0, 0))
+    assert repr(list(readers.csv_rows(path, "y"))) == repr(careful)  # (repr: NaN is NaN)

@@ -281,6 +281,9 @@ class Measures:
         self.n_windows = 0
         # The open window's (y_true, y_pred, proba): one append a record, the loop's own.
         self.answers: list[tuple] = []
+        # Before them, in order: earlier answers (lists) and `add_block`s (tuples of arrays).
+        self._blocks: list = []
+        self._block_records = 0
         self._last_seen = 0  # the no-change classifier's prediction (MOA starts at class 0)
         # The majority classifiers: cumulative true-label counts and their argmax, and the
         # last `window` true labels with their counts.
@@ -291,7 +294,7 @@ class Measures:
 
     def __len__(self) -> int:
         """Records in the open window (predictions of None included)."""
-        return len(self.answers)
+        return len(self.answers) + self._block_records
 
     def add(self, y_true: typing.Any, y_pred: typing.Any, proba: dict | None) -> None:
         """Score one prediction: `y_pred` from `predict_one` (None: not scored, as River's
@@ -299,18 +302,31 @@ class Measures:
         or AUC for this record)."""
         self.answers.append((y_true, y_pred, proba))
 
+    def add_block(self, labels: typing.Sequence, trues: np.ndarray, preds: np.ndarray,
+                  p_true: np.ndarray, score: np.ndarray | None) -> None:
+        """Score many predictions at once, after those added before, as `add` would score each:
+        `labels[code]` is a code's label; `trues`, `preds` the codes of the true labels and
+        predictions (-1: no prediction, not scored); `p_true` each record's probability of its
+        true label (NaN: no probabilities); `score` its probability of the positive class
+        (NaN: none; None without a positive class)."""
+        if self.answers:  # (kept in order; the list itself stays: the loop holds its append)
+            self._blocks.append(list(self.answers))
+            self._block_records += len(self.answers)
+            self.answers.clear()
+        self._blocks.append((labels, trues, preds, p_true, score))
+        self._block_records += len(trues)
+
     def close_window(self) -> WindowRow:
         """The row of the window open so far (possibly of no record), and a new window."""
-        answers = [answer for answer in self.answers if answer[1] is not None]
-        self.answers.clear()
-        trues, preds = self._indices(answers)
+        t, p, p_true, scores = self._window_arrays()
         n_classes = len(self.classes)
         counts = _Counts(n_classes)
-        counts.n = len(trues)
-        no_change = []
-        if trues:
-            t = np.array(trues, np.int64)
-            p = np.array(preds, np.int64)
+        counts.n = n = len(t)
+        trues: list = []
+        preds: list = []
+        no_change: list = []
+        if n:
+            trues, preds = t.tolist(), p.tolist()
             right = t == p
             counts.correct = int(right.sum())
             counts.row = np.bincount(p, minlength=n_classes)
@@ -324,8 +340,6 @@ class Measures:
             self._last_seen = trues[-1]
             no_change = unchanged.tolist()
             right_cumulative, counts.majority = self._majorities(trues, n_classes)
-            p_true = np.array([proba.get(y, 0.0) if proba else math.nan
-                               for y, _, proba in answers])
             given = ~np.isnan(p_true)
             counts.n_loss = int(given.sum())
             if counts.n_loss:
@@ -340,12 +354,11 @@ class Measures:
         self.total.add(counts)
         cumulative = self.total.measures()
         if self.positive is not None:
-            positive_class = self.positive
-            scores = np.array([proba.get(positive_class, 0.0) if proba else math.nan
-                               for _, _, proba in answers])
             given = ~np.isnan(scores)
-            positive = np.array([self.classes.labels[i] == self.positive for i in trues], bool)
-            window_measures["auc"] = auc(scores[given], positive[given]) if len(scores) else None
+            is_positive = np.array([label == self.positive for label in self.classes.labels],
+                                   bool)
+            positive = is_positive[t] if n else np.zeros(0, bool)
+            window_measures["auc"] = auc(scores[given], positive[given]) if n else None
             cumulative["auc"] = None  # a window's measure only
         faded = {}
         if self._faded is not None:
@@ -355,6 +368,56 @@ class Measures:
         row = WindowRow(self.n_windows, self.total.n, counts.n, cumulative, window_measures,
                         faded)
         return row
+
+    def _window_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The open window's scored records (those with a prediction), in order, and a new
+        window: the class indices of their true labels and predictions, their probabilities of
+        the true label and of the positive class (NaN where not given)."""
+        parts = [self._block_arrays(block) if type(block) is tuple else self._answer_arrays(block)
+                 for block in self._blocks]
+        parts.append(self._answer_arrays(self.answers))
+        self._blocks.clear()
+        self.answers.clear()
+        self._block_records = 0
+        if len(parts) == 1:
+            return parts[0]
+        return tuple(np.concatenate(column) for column in zip(*parts))  # type: ignore
+
+    def _answer_arrays(self, answers: list[tuple]) -> tuple:
+        """`_window_arrays` of answers added one by one."""
+        answers = [answer for answer in answers if answer[1] is not None]
+        trues, preds = self._indices(answers)
+        p_true = np.array([proba.get(y, 0.0) if proba else math.nan for y, _, proba in answers],
+                          np.float64)
+        if self.positive is not None:
+            positive_class = self.positive
+            scores = np.array([proba.get(positive_class, 0.0) if proba else math.nan
+                               for _, _, proba in answers], np.float64)
+        else:
+            scores = np.zeros(len(answers))
+        return np.array(trues, np.int64), np.array(preds, np.int64), p_true, scores
+
+    def _block_arrays(self, block: tuple) -> tuple:
+        """`_window_arrays` of an `add_block`: its codes as class indices, assigned to labels
+        not seen before in the order `add`'s answers would assign them (each record's true
+        label, then its prediction)."""
+        labels, trues, preds, p_true, scores = block
+        scored = preds >= 0
+        if not scored.all():
+            trues, preds, p_true = trues[scored], preds[scored], p_true[scored]
+            scores = scores[scored] if scores is not None else None
+        if scores is None:
+            scores = np.zeros(len(trues))
+        get = self.classes.index.get
+        mapping = [get(label) for label in labels]
+        if None in mapping and len(trues):
+            both = np.empty(2 * len(trues), np.int64)
+            both[0::2], both[1::2] = trues, preds
+            _, first = np.unique(both, return_index=True)
+            for code in both[np.sort(first)].tolist():
+                mapping[code] = self.classes.of(labels[code])
+        index = np.array([-1 if i is None else i for i in mapping], np.int64)
+        return index[trues], index[preds], p_true, scores
 
     def _indices(self, answers: list[tuple]) -> tuple[list[int], list[int]]:
         """The class indices of the answers' true labels and predictions."""

@@ -29,6 +29,9 @@ import typing
 import zlib
 
 from connectors.evaluate.records import (
+    _LABELS as _LABEL_CACHE,
+)
+from connectors.evaluate.records import (
     Row,
     SourceError,
     Stream,
@@ -106,20 +109,28 @@ class _Lines:
     dropped; bounded as `lines` bounds them), with the line numbers a reader cannot give once
     lines are skipped. Iterating it is iterating one generator (no call of ours a line)."""
 
-    def __init__(self, path: str | pathlib.Path):
+    def __init__(self, path: str | pathlib.Path, offset: int = 0, number: int = 0):
         self.problems: list = []
-        self.number = 0  # the file's line number of the last line handed out
-        self._texts = self._read(path)
+        self.number = number  # the file's line number of the last line handed out
+        self._texts = self._read(path, offset, number)
 
     def __iter__(self) -> typing.Iterator[str]:
         return self._texts
 
-    def _read(self, path: str | pathlib.Path) -> typing.Iterator[str]:
+    def _read(self, path: str | pathlib.Path, offset: int, number: int
+              ) -> typing.Iterator[str]:
+        """The lines from byte `offset` on, the first numbered `number` + 1."""
         problems = self.problems
         with open_binary(path) as file:
+            if offset:
+                try:
+                    file.seek(offset)
+                except _READ_ERRORS as error:
+                    problems.append((number + 1,
+                                     f"unreadable data, the file ends here: {error}"))
+                    return
             readline = file.readline
             limit = MAX_LINE_BYTES
-            number = 0
             while True:
                 number += 1
                 try:
@@ -161,17 +172,101 @@ def csv_header(path: str | pathlib.Path) -> list[str]:
 
 def csv_rows(path: str | pathlib.Path, target: str) -> typing.Iterator[Row]:
     """Rows of a CSV file with a header (UTF-8, a byte-order mark allowed): numeric cells as
-    floats, other cells as stripped text, empty cells absent; `where` is `path:line`."""
+    floats, other cells as stripped text, empty cells absent; `where` is `path:line`.
+
+    Blocks of plain lines (no quote, carriage return or NUL, every line shorter than a field
+    may be) are cut at their commas in a few calls a block (`_plain_csv_rows`), where
+    `csv.reader` would give the same cells; from the first block that is not plain on, the
+    lines go through `csv.reader`."""
     header = csv_header(path)
     if target not in header:
         raise SourceError(f"{path}: no column {target!r} (columns: {', '.join(header)})")
     position = header.index(target)
     names = [name for i, name in enumerate(header) if i != position]
     width = len(header)
-    source = _Lines(path)
+    resume = yield from _plain_csv_rows(path, names, position, width)
+    if resume is None:
+        return
+    yield from _quoted_csv_rows(path, names, position, width, *resume)
+
+
+# Bytes a block of plain CSV lines is read in; a field csv.reader takes at most.
+_BLOCK_BYTES = 1 << 20
+_FIELD_LIMIT = csv.field_size_limit()
+
+
+def _plain_csv_rows(path: str | pathlib.Path, names: list, position: int, width: int
+                    ) -> typing.Generator[Row, None, tuple[int, int] | None]:
+    """`csv_rows`' rows of the file's plain blocks, after its header line; returns None at
+    the end of the file, or (byte offset, line number) of the first line of the first block
+    that is not plain (or a header of several lines: (0, 0)), where `csv.reader` goes on."""
+    prefix = f"{path}:"
+    labels = _LABEL_CACHE
+    # Lines of this many characters or more are read the careful way: a field may be too long
+    # for csv.reader, or the line's bytes (4 at most a character) longer than MAX_LINE_BYTES.
+    longest = min(_FIELD_LIMIT, MAX_LINE_BYTES // 4)
+    with open_binary(path) as file:
+        first = file.readline(MAX_LINE_BYTES + 1)
+        if b'"' in first or b"\r" in first or not first.endswith(b"\n"):
+            return 0, 0
+        offset = len(first)  # of the block's first line
+        number = 1  # the line number before the block's
+        carry = b""
+        while True:
+            try:
+                chunk = file.read(_BLOCK_BYTES)
+            except _READ_ERRORS:
+                return offset, number  # (csv.reader's read says where and why)
+            data = carry + chunk if carry else chunk
+            if not data:
+                return None
+            cut = data.rfind(b"\n") + 1 if chunk else len(data)
+            if not cut:  # (a line longer than a block: the careful read)
+                return offset, number
+            block, carry = data[:cut], data[cut:]
+            if b'"' in block or b"\r" in block or b"\x00" in block:
+                return offset, number
+            lines = block.decode("utf-8", "replace").split("\n")
+            if chunk:
+                lines.pop()  # (after the last newline)
+            if max(map(len, lines), default=0) >= longest:
+                return offset, number
+            for text in lines:
+                number += 1
+                if not text:
+                    continue  # a blank line
+                cells = text.split(",")
+                if len(cells) != width:
+                    yield prefix + str(number), None, None, \
+                        f"{len(cells)} fields where the header has {width}"
+                    continue
+                label = cells.pop(position)
+                found = labels.get(label)
+                y = found[0] if found is not None else parse_label(label)
+                try:
+                    # The common case, every cell a number: one pass in C.
+                    x = dict(zip(names, map(float, cells)))
+                except ValueError:
+                    x = {
+                        name: parse_cell(cell.strip())
+                        for name, cell in zip(names, cells)
+                        if cell.strip() != ""
+                    }
+                yield prefix + str(number), x, y, None
+            offset += len(block)
+            if not chunk:
+                return None
+
+
+def _quoted_csv_rows(path: str | pathlib.Path, names: list, position: int, width: int,
+                     offset: int, number: int) -> typing.Iterator[Row]:
+    """`csv_rows`' rows through `csv.reader`, from the line at `offset` (its number `number`
+    + 1) on; (0, 0): from the header on."""
+    source = _Lines(path, offset, number)
     problems = source.problems
     reader = csv.reader(source)
-    next(reader)
+    if not offset:
+        next(reader)
     read = reader.line_num
     while True:
         try:

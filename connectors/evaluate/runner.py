@@ -35,6 +35,7 @@ import math
 import time
 import typing
 
+from connectors.evaluate.compiled import CompiledRun
 from connectors.evaluate.metrics import ClassIndex, Measures, WindowRow
 
 __all__ = ["MAX_CURVE_POINTS", "PendingLimit", "Result", "Scaled", "evaluate"]
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 #: The most points a result's curve keeps (every other one is dropped beyond: bounded memory).
 MAX_CURVE_POINTS = 4096
 GIB = float(1 << 30)
+#: Records a chunk of the compiled path holds at most (a window's end ends one sooner).
+CHUNK = 2048
 
 
 class PendingLimit(ValueError):
@@ -279,7 +282,39 @@ def evaluate(
                 if on_window:
                     on_window(run.result, row)
 
-    if not delay and not timed:
+    compiled = [CompiledRun.of(run.model) for run in runs] if not delay and not timed \
+        else []
+    if any(compiled):
+        # Test then train, a chunk of records at a time: each model with compiled steps takes
+        # the chunk in one call (`compiled.CompiledRun`), the others record by record; a chunk
+        # ends where a window does, so windows close where they would record by record.
+        while True:
+            size = min(CHUNK, window - answered % window)
+            chunk = list(itertools.islice(stream, size))
+            if not chunk:
+                break
+            xs = [record[0] for record in chunk]
+            ys = [record[1] for record in chunk]
+            for run, steps in zip(runs, compiled):
+                if run.result.error is not None:
+                    continue
+                if steps is None:
+                    for x, y in zip(xs, ys):
+                        if not _test_then_train(run, x, y, clock):
+                            break
+                    continue
+                start = clock()
+                steps.take(xs, ys, run.measures,
+                           lambda i, run=run: _test_then_train(run, xs[i], ys[i], clock))
+                run.window_seconds += clock() - start
+            before = read
+            read += len(chunk)
+            answered += len(chunk)
+            if answered % window == 0:
+                end_of_window()
+            if on_progress and read // progress_every > before // progress_every:
+                on_progress(read)
+    elif not delay and not timed:
         # Test then train, record by record: River's fast path. `active`: the models that have
         # not failed, with what the loop calls of each (the per-record cost is the point).
         active = [(run, run.predict_then_learn, run.measures.answers.append) for run in runs
@@ -293,10 +328,7 @@ def evaluate(
                     y_pred, proba = predict_then_learn(x, y)
                 except Exception as failure:
                     run.window_seconds += clock() - start
-                    answer = run.model.predicted if isinstance(run.model, Scaled) \
-                        else run.pending_answer
-                    if answer is not None:  # predicted, then failed to learn: scored
-                        keep((y, *answer))
+                    _keep_failed(run, y)
                     run.fail(failure)
                     active = [entry for entry in active if entry[0] is not run]
                     continue
@@ -353,6 +385,29 @@ def evaluate(
         for result in results:
             on_result(result)
     return results
+
+
+def _test_then_train(run: _Run, x: dict, y: typing.Any,
+                     clock: typing.Callable[[], float]) -> bool:
+    """One record's test then train for one model, its answer scored; False if it failed."""
+    start = clock()
+    try:
+        y_pred, proba = run.predict_then_learn(x, y)
+    except Exception as failure:
+        run.window_seconds += clock() - start
+        _keep_failed(run, y)
+        run.fail(failure)
+        return False
+    run.window_seconds += clock() - start
+    run.measures.answers.append((y, y_pred, proba))
+    return True
+
+
+def _keep_failed(run: _Run, y: typing.Any) -> None:
+    """A model predicted a record, then failed to learn it: its prediction is scored."""
+    answer = run.model.predicted if isinstance(run.model, Scaled) else run.pending_answer
+    if answer is not None:
+        run.measures.answers.append((y, *answer))
 
 
 def _answer(runs: list[_Run], entry: tuple, clock: typing.Callable[[], float]) -> int:
