@@ -311,8 +311,9 @@ class ModelFollower:
 
     def _outage_begins(self, why: str) -> None:
         if self._outage is None:
-            log.warning("%s; the models loaded keep serving, and the follower tries again every "
-                        "%g s", why, RETRY_S)
+            log.warning("%s; %s, and the follower tries again every %g s", why,
+                        "the models loaded keep serving" if self.view.current
+                        else "no model is served until a checkpoint is read", RETRY_S)
         self._outage = why
 
     def _keys(self) -> list[tuple[str, int]]:
