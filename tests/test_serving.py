@@ -348,12 +348,12 @@ def test_topic_scope_serves_the_workers_shared_model(kafka_broker, tmp_path):
 
     def settled(after: int = -1):
         """The served model, once it is the newest checkpoint (written after `after`) and has
-        stayed so for two seconds: the workers are idle."""
+        stayed so for three seconds: the workers are idle."""
         latest = newest()
         model = served()
         if latest is None or latest <= after or model is None or model["version"] != str(latest):
             return None
-        time.sleep(2)
+        time.sleep(3)
         return model if newest() == latest and served() == model else None
 
     try:
@@ -378,19 +378,30 @@ def test_topic_scope_serves_the_workers_shared_model(kafka_broker, tmp_path):
         metadata = client.get_model_metadata(group)
         assert metadata["parameters"]["model_scope"] == "topic"
 
-        # Unlabelled records (nothing learnt) of partition 0 only: its worker scores them with
-        # its shared model, and its next checkpoint, the newest, holds that model (its peer is
-        # idle, so no exchange brings anything new in between).
+        # Unlabelled records (nothing learnt) of partition 0 only, scored by its worker with its
+        # shared model. First --mix-every of them: they make that worker exchange, and so take
+        # in whatever its peer published after its last exchange (its peer, idle now, publishes
+        # nothing more). Then twenty more: no exchange brings anything new while they are
+        # scored, so the checkpoint written after them holds the model that scored them.
         keys = [k for k in (f"card-{i}".encode() for i in range(200))
                 if partition_of(k, 3) == 0][:20]
-        unlabelled = [(key, payment(rng, 10_000 + i, labelled=False))
+        flush = [(keys[i % 20], payment(rng, 10_000 + i, labelled=False)) for i in range(100)]
+        unlabelled = [(key, payment(rng, 20_000 + i, labelled=False))
                       for i, key in enumerate(keys)]
+
+        def predictions(first_id: int, n: int):
+            found = {p["id"]: p for p in (json.loads(r.value) for r in read_all(
+                bootstrap, f"{name}.predictions")) if first_id <= int(p["id"][1:]) < first_id + n}
+            return found if len(found) == n else None
+
+        produce(bootstrap, name, flush)
+        wait_for(lambda: predictions(10_000, 100), 60, "the worker's predictions of the first "
+                 "unlabelled records")
+        first = wait_for(lambda: settled(int(first["version"])), 60,
+                         "the checkpoint written after the first unlabelled records")
         produce(bootstrap, name, unlabelled)
-        by_id = wait_for(
-            lambda: (lambda found: found if len(found) == len(unlabelled) else None)(
-                {p["id"]: p for p in (json.loads(r.value) for r in read_all(
-                    bootstrap, f"{name}.predictions")) if int(p["id"][1:]) >= 10_000}),
-            60, "the worker's predictions of the unlabelled records")
+        by_id = wait_for(lambda: predictions(20_000, 20), 60,
+                         "the worker's predictions of the unlabelled records")
         assert {p["partition"] for p in by_id.values()} == {0}
         model = wait_for(lambda: settled(int(first["version"])), 60,
                          "the checkpoint written after the unlabelled records")
