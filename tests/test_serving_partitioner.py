@@ -1,14 +1,18 @@
 """`connectors.serving.partitioner.partition_of` against the partitioners it names, on Apache
 Kafka: records produced by confluent-kafka (librdkafka's default `consistent_random`, and
-`partitioner=murmur2_random`) and by kafka-python (its default, Java's murmur2) to a topic of 7
-partitions are read back, and every record's partition is the one `partition_of` gives its key.
+`partitioner=murmur2_random`), by kafka-python (its default) and by Java's producer
+(kafka-clients' default, tests/java/KeyedProducer.java) to a topic of 7 partitions are read back,
+and every record's partition is the one `partition_of` gives its key.
 A server that routes a keyed request by another partition than its record's would answer it
 with the wrong partition's model, silently."""
 
 from __future__ import annotations
 
 import json
+import pathlib
 import random
+import shutil
+import subprocess
 import time
 import uuid
 
@@ -19,6 +23,7 @@ from connectors.serving.partitioner import partition_of
 pytestmark = pytest.mark.kafka
 
 PARTITIONS = 7
+JAVA_PRODUCER = pathlib.Path(__file__).parent / "java" / "KeyedProducer.java"
 
 
 def keys() -> list[bytes]:
@@ -93,6 +98,8 @@ def test_partition_of_is_the_partition_the_clients_default_partitioners_give(kaf
     producer.close()
     assert all(f.succeeded() for f in futures)
 
+    if java_producer(bootstrap, topic, every):
+        producers["java default"] = "murmur2"
     records = read_back(bootstrap, topic, len(producers) * len(every))
     seen = {name: set() for name in producers}
     wrong = []
@@ -109,3 +116,23 @@ def test_partition_of_is_the_partition_the_clients_default_partitioners_give(kaf
     # only would prove less).
     for partitioner in ("murmur2", "crc32"):
         assert {partition_of(k, PARTITIONS, partitioner) for k in every} == set(range(PARTITIONS))
+
+
+def java_producer(bootstrap: str, topic: str, keys: list[bytes]) -> bool:
+    """Produce `keys` with Java's producer (kafka-clients of the test broker's jars), as a
+    single-file source program; False where the broker is not Apache Kafka (no jars)."""
+    from connectors.kafka.broker import apache_kafka_cache
+
+    from conftest import test_broker_kind
+
+    jars = apache_kafka_cache()
+    clients = sorted(jars.glob("kafka-clients-*.jar")) + sorted(jars.glob("slf4j-api-*.jar"))
+    java = shutil.which("java")
+    if test_broker_kind()[0] != "apache-kafka" or len(clients) != 2 or java is None:
+        return False
+    done = subprocess.run([java, "-cp", ":".join(map(str, clients)), str(JAVA_PRODUCER),
+                           bootstrap, topic], input="\n".join(k.hex() for k in keys),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(done.stdout.splitlines()) == len(keys), done.stdout[-1000:]
+    return True
