@@ -7,14 +7,15 @@ hop (docs/serving.md, "In your process").
 It writes a payments topic, runs a worker on it (`streammargin kafka`, a checkpoint a second),
 then follows the worker's checkpoints with `connectors.serving.ModelFollower` and scores new
 payments by key, from several threads at once, printing each score with the checkpoint version
-that gave it. A second batch of labelled payments makes a new version, which the follower swaps
-in while the threads keep scoring.
+that gave it. A second batch of labelled payments makes new versions, which the follower swaps
+in while the threads keep scoring. (tests/test_serving_example.py runs it on Apache Kafka.)
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import random
 import subprocess
@@ -67,31 +68,75 @@ def main() -> None:
             "--topic", topic, "--group-id", options["group_id"], "--checkpoint-topic",
             options["checkpoint_topic"], "--features", "*", "--label-field", "is_fraud",
             "--id-field", "transaction_id", "--scale", "--checkpoint-interval", "1",
-            "--log-level", "WARNING"])
-        stack.callback(worker.terminate)
+            "--predictions-topic", f"{topic}.predictions", "--metrics-topic",
+            f"{topic}.metrics", "--dead-letter-topic", f"{topic}.dead-letters",
+            "--log-level", "WARNING"], stdout=subprocess.DEVNULL)
+        stack.callback(stop, worker)
         follower = stack.enter_context(ModelFollower(WorkerConfig(**options)))
-        if not follower.wait_ready(timeout=60):
-            sys.exit("no checkpoint in 60 s: is the worker running?")
+        if not follower.wait_ready(timeout=120):
+            sys.exit("no checkpoint in 120 s: is the worker running?")
+        learnt = wait_learnt(follower, 3_000, timeout=120)
+
+        # Three threads score at once; each scores once before the second batch is written, then
+        # until the follower serves the models that learnt it, then once more.
+        started = threading.Barrier(4)
+        swapped = threading.Event()
+        printing = threading.Lock()
 
         def score(name: str) -> None:
             local = random.Random(name)
-            for _ in range(5):
+            for n in itertools.count():
                 record = payment(local, 0, labelled=False)
                 key = f"card-{local.randrange(20)}".encode()
                 scored = follower.predict([record], keys=[key])  # thread-safe
-                print(f"{name}: {key.decode():8} amount {record['amount']:7.2f} "
-                      f"P(fraud) {scored.probabilities[0][1]:.3f} (version "
-                      f"{scored.versions[0].version}, partition {scored.versions[0].partition})")
-                time.sleep(0.5)
+                with printing:  # (one line at a time)
+                    print(f"{name}: {key.decode():8} amount {record['amount']:7.2f} "
+                          f"P(fraud) {scored.probabilities[0][1]:.3f} (version "
+                          f"{scored.versions[0].version}, partition "
+                          f"{scored.versions[0].partition})", flush=True)
+                if n == 0:
+                    started.wait()
+                elif swapped.is_set():
+                    return
+                else:
+                    swapped.wait(0.5)
 
         threads = [threading.Thread(target=score, args=(f"thread {i}",)) for i in range(3)]
         for thread in threads:
             thread.start()
+        started.wait()
         produce(bootstrap, topic, [payment(rng, i) for i in range(3_000, 6_000)])
+        learnt = wait_learnt(follower, 6_000, timeout=120)
+        swapped.set()
         for thread in threads:
             thread.join()
-        print(f"versions kept: {sorted(follower.view.versions)}")
+        for served in sorted(follower.view.current.values(), key=lambda v: v.partition):
+            print(f"partition {served.partition}: version {served.version}, learnt the records "
+                  f"before offset {served.next_offset}")
+        print(f"versions kept: {sorted(follower.view.versions, key=int)}")
+        if learnt < 6_000:
+            sys.exit(f"the models served learnt {learnt} of the 6000 records in 120 s: is the "
+                     "worker running?")
 
+
+def wait_learnt(follower: ModelFollower, records: int, timeout: float) -> int:
+    """Wait until the models served learnt `records` of the topic's (their checkpoints' input
+    offsets), or `timeout` seconds; the records they learnt."""
+    deadline = time.monotonic() + timeout
+    while True:
+        learnt = sum(v.next_offset or 0 for v in follower.view.current.values())
+        if learnt >= records or time.monotonic() > deadline:
+            return learnt
+        time.sleep(0.1)
+
+
+def stop(worker: subprocess.Popen) -> None:
+    """SIGTERM: the worker writes its last checkpoint and exits (before the broker stops)."""
+    worker.terminate()
+    try:
+        worker.wait(30)
+    except subprocess.TimeoutExpired:
+        worker.kill()
 
 if __name__ == "__main__":
     main()

@@ -5,7 +5,8 @@ One worker run serves every assertion of the long test (lean: the CI's 15 minute
 metadata, both input forms, Triton's binary tensors, keyed requests answered by the model of the
 key's partition, the worker's own probabilities for the same records and checkpoint, a new
 checkpoint changing the answer while a pinned version answers as before, a corrupt checkpoint
-refused, a SIGKILLed worker and a frozen broker leaving the server serving.
+refused, a SIGKILLed worker and a frozen broker leaving the server serving. A second test: two
+workers in topic scope, and the server answering with their shared model.
 """
 
 from __future__ import annotations
@@ -178,6 +179,12 @@ def test_a_server_answers_with_the_workers_models_fresh_and_serves_on(kafka_brok
             if len(read_all(bootstrap, f"{name}.predictions")) >= 2_040 else None,
             60, "the worker's predictions of the unlabelled records")
         by_id = {p["id"]: p for p in predictions}
+        # The checkpoints after them served (they move the input offsets, not the models): a
+        # new version below comes of the records learnt then, not of these.
+        wait_for(lambda: (lambda status, metadata: status == 200 and sum(
+            m["next_offset"] for m in metadata["parameters"]["models"]) == 2_040)(
+                *get(f"http://{url}/v2/models/{group}")), 60,
+            "the checkpoints after the unlabelled records")
         records = [r for _, r in unlabelled]
         record_keys = [k for k, _ in unlabelled]
         for binary in (False, True):
@@ -304,3 +311,135 @@ def _post(url: str, model: str, body: dict) -> tuple[int, dict]:
 def _metrics(url: str) -> str:
     with urllib.request.urlopen(f"http://{url}/metrics", timeout=5) as response:
         return response.read().decode()
+
+
+def test_topic_scope_serves_the_workers_shared_model(kafka_broker, tmp_path):
+    """Two workers in topic scope share one model through the model topic; `streammargin serve`
+    with the same options answers with it: its `model_version` is the newest checkpoint of the
+    topic's partitions, and its probabilities are the worker's own for the same records."""
+    import tritonclient.http as triton
+
+    from connectors.kafka.broker import create_topics
+    from connectors.serving.partitioner import partition_of
+    from connectors.state.checkpoint import CheckpointStore, LoadedCheckpoint
+
+    bootstrap = kafka_broker.bootstrap_servers
+    name = fresh("servetopic")
+    group = f"{name}.group"
+    create_topics(bootstrap, [name], partitions=3)
+    # (exchanges every 100 records whatever they cost: the stream is short)
+    scope = ["--model-scope", "topic", "--model-topic", f"{name}.models", "--mix-every", "100",
+             "--max-model-bytes-share", "none", "--max-exchange-cpu-share", "none"]
+    workers = [start(command("kafka", bootstrap, name, *scope, "--checkpoint-interval", "1",
+                             "--checkpoint-every", "1000000", "--session-timeout-ms", "6000",
+                             "--heartbeat-interval-ms", "1000"), tmp_path / f"worker{i}.log")
+               for i in range(2)]
+    port = free_port()
+    server = None
+    url = f"127.0.0.1:{port}"
+    client = triton.InferenceServerClient(url)
+    store = CheckpointStore(bootstrap, f"{name}.checkpoints", group, read_only=True)
+
+    def newest() -> int | None:
+        """The offset of the newest checkpoint of the topic's partitions, read here."""
+        found = store.load([(name, p) for p in range(3)])
+        offsets = [c.offset for c in found.values() if isinstance(c, LoadedCheckpoint)]
+        return max(offsets, default=None)
+
+    def served() -> dict | None:
+        status, metadata = get(f"http://{url}/v2/models/{group}")
+        models = metadata.get("parameters", {}).get("models", []) if status == 200 else []
+        assert len(models) <= 1, models  # one model of the topic
+        return models[0] if models else None
+
+    def settled(after: int = -1):
+        """The served model, once it is the newest checkpoint (written after `after`) and has
+        stayed so for three seconds: the workers are idle."""
+        latest = newest()
+        model = served()
+        if latest is None or latest <= after or model is None or model["version"] != str(latest):
+            return None
+        time.sleep(3)
+        return model if newest() == latest and served() == model else None
+
+    try:
+        # Both workers own partitions before the stream comes, so that both learn and exchange.
+        wait_for(lambda: all(f"assigned {name}/" in (tmp_path / f"worker{i}.log").read_text()
+                             for i in range(2)), 120, "both workers' assignments",
+                 tmp_path / "worker1.log")
+        rng = random.Random(7)
+        produce(bootstrap, name, [(f"card-{i % 30}".encode(), payment(rng, i))
+                                  for i in range(3_000)])
+        wait_for(lambda: len(read_all(bootstrap, f"{name}.predictions")) >= 3_000, 120,
+                 "the workers' predictions of the stream", tmp_path / "worker0.log")
+        # The workers exchanged their models: each wrote its own to the model topic.
+        assert len({r.key for r in read_all(bootstrap, f"{name}.models")}) >= 2
+        # The server starts now: its first read finds every partition's checkpoint at once, and
+        # must pick the newest (it does not depend on the order it saw them written in).
+        server = start(command("serve", bootstrap, name, *scope, "--serve-port", str(port),
+                               "--serve-host", "127.0.0.1"), tmp_path / "serve.log")
+        wait_for(lambda: _alive(client), 120, "the server to answer", tmp_path / "serve.log")
+        first = wait_for(settled, 90, "the server to serve the newest checkpoint",
+                         tmp_path / "serve.log")
+        metadata = client.get_model_metadata(group)
+        assert metadata["parameters"]["model_scope"] == "topic"
+
+        # Unlabelled records (nothing learnt) of partition 0 only, scored by its worker with its
+        # shared model. First --mix-every of them: they make that worker exchange, and so take
+        # in whatever its peer published after its last exchange (its peer, idle now, publishes
+        # nothing more). Then twenty more: no exchange brings anything new while they are
+        # scored, so the checkpoint written after them holds the model that scored them.
+        keys = [k for k in (f"card-{i}".encode() for i in range(200))
+                if partition_of(k, 3) == 0][:20]
+        flush = [(keys[i % 20], payment(rng, 10_000 + i, labelled=False)) for i in range(100)]
+        unlabelled = [(key, payment(rng, 20_000 + i, labelled=False))
+                      for i, key in enumerate(keys)]
+
+        def predictions(first_id: int, n: int):
+            found = {p["id"]: p for p in (json.loads(r.value) for r in read_all(
+                bootstrap, f"{name}.predictions")) if first_id <= int(p["id"][1:]) < first_id + n}
+            return found if len(found) == n else None
+
+        produce(bootstrap, name, flush)
+        wait_for(lambda: predictions(10_000, 100), 60, "the worker's predictions of the first "
+                 "unlabelled records")
+        first = wait_for(lambda: settled(int(first["version"])), 60,
+                         "the checkpoint written after the first unlabelled records")
+        produce(bootstrap, name, unlabelled)
+        by_id = wait_for(lambda: predictions(20_000, 20), 60,
+                         "the worker's predictions of the unlabelled records")
+        assert {p["partition"] for p in by_id.values()} == {0}
+        model = wait_for(lambda: settled(int(first["version"])), 60,
+                         "the checkpoint written after the unlabelled records")
+        records = [r for _, r in unlabelled]
+        answer = infer_records(client, group, records, [k for k, _ in unlabelled])
+        response = answer.get_response()
+        assert response["model_version"] == model["version"] == str(newest())
+        assert response["parameters"]["routed_by"] == "topic"
+        proba = answer.as_numpy("predict_proba")
+        for i, record in enumerate(records):
+            written = by_id[record["transaction_id"]]
+            assert proba[i, 1] == written["p_true"]  # exactly the worker's shared model's
+            assert bool(answer.as_numpy("predict")[i]) == written["y_pred"]
+        # Without a key, or with any key, a row gets the same one model.
+        unkeyed = infer_records(client, group, records, None)
+        assert unkeyed.get_response()["model_version"] == model["version"]
+        assert (unkeyed.as_numpy("predict_proba") == proba).all()
+    finally:
+        client.close()
+        store.close()
+        processes = [p for p in (*workers, server) if p is not None]
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    assert server is not None and server.returncode == 0, (
+        tmp_path / "serve.log").read_text()[-3000:]
+    # Each worker mixed its peer's model into its own: the model served was the shared one.
+    for i in range(2):
+        summary = json.loads((tmp_path / f"worker{i}.log").read_text().splitlines()[-1])
+        assert summary["model_scope"]["peer_models"] >= 1, summary

@@ -311,8 +311,9 @@ class ModelFollower:
 
     def _outage_begins(self, why: str) -> None:
         if self._outage is None:
-            log.warning("%s; the models loaded keep serving, and the follower tries again every "
-                        "%g s", why, RETRY_S)
+            log.warning("%s; %s, and the follower tries again every %g s", why,
+                        "the models loaded keep serving" if self.view.current
+                        else "no model is served until a checkpoint is read", RETRY_S)
         self._outage = why
 
     def _keys(self) -> list[tuple[str, int]]:
@@ -359,6 +360,8 @@ class ModelFollower:
                 if isinstance(loaded, checkpoint_module.LoadedCheckpoint):
                     if key[0] in newest:
                         self.counters.superseded += 1
+                        if not _written_after(loaded, newest[key[0]][1]):
+                            continue
                     newest[key[0]] = (key, loaded)
             items = [item for item in items
                      if not isinstance(item[1], checkpoint_module.LoadedCheckpoint)]
@@ -440,6 +443,20 @@ class ModelFollower:
                                 dict(self._partitions))
         with self._ready:
             self._ready.notify_all()
+
+
+def _written_after(checkpoint: checkpoint_module.LoadedCheckpoint,
+                   other: checkpoint_module.LoadedCheckpoint) -> bool:
+    """Whether `checkpoint` was written after `other`: its offset is later on the same partition
+    of the checkpoint topic; across partitions (a checkpoint topic of several) offsets say
+    nothing, and the workers' `written_at` does (where both say it; else the later partition,
+    as before)."""
+    if checkpoint.partition == other.partition:
+        return checkpoint.offset > other.offset
+    mine, theirs = _written_at(checkpoint.payload), _written_at(other.payload)
+    if mine is None or theirs is None:
+        return checkpoint.partition > other.partition
+    return mine > theirs
 
 
 def _written_at(payload: bytes) -> float | None:
