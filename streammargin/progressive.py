@@ -36,6 +36,8 @@ per-record path, so the same predictions, the same model and scaler to the last 
 
 from __future__ import annotations
 
+import itertools
+import operator
 import typing
 
 import numpy as np
@@ -47,6 +49,8 @@ from streammargin.jit import progressive as jit
 __all__ = ["ModelSteps", "Rows", "Score", "Shapes", "model_steps", "predict_many"]
 
 _NO_SCALER = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+# (`map(operator.is_, values, _ALWAYS_TRUE)`: which values are the object True, in C)
+_ALWAYS_TRUE = itertools.repeat(True)
 
 
 class Shapes:
@@ -289,7 +293,7 @@ def predict_many(model: typing.Any, scaler: typing.Any, xs: typing.Sequence[dict
                 continue
             # (`True in` also finds a 1 or 1.0, which the exact flags then tell apart)
             if indicators and True in x.values():
-                flags = bytes(v is True for v in x.values())
+                flags = bytes(map(operator.is_, x.values(), _ALWAYS_TRUE))
             else:
                 flags = no_flags[len(x)] if len(x) < 9 else bytes(len(x))
             names = tuple(x)
