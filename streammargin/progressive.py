@@ -46,7 +46,8 @@ from streammargin.errors import StateError
 from streammargin.features import name_json
 from streammargin.jit import progressive as jit
 
-__all__ = ["ModelSteps", "Rows", "Score", "Shapes", "model_steps", "predict_many"]
+__all__ = ["ModelSteps", "PredictionShapes", "Rows", "Score", "Shapes", "model_steps",
+           "predict_many"]
 
 _NO_SCALER = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
 # (`map(operator.is_, values, _ALWAYS_TRUE)`: which values are the object True, in C)
@@ -155,6 +156,30 @@ class Shapes:
         return len(self._spans) - 1
 
 
+class PredictionShapes:
+    """The shapes `predict_many` resolved for a model and scaler that learn nothing meanwhile (a
+    served checkpoint's), kept from one call to the next: a server's requests bring the same
+    few shapes again and again. At most `MAX_SHAPES` shapes and `MAX_SHAPES * 4` name sets
+    (hostile requests may bring a new set each), then it starts again, empty."""
+
+    MAX_SHAPES = 1024
+
+    def __init__(self, model: typing.Any, scaler: typing.Any = None):
+        self.model, self.scaler = model, scaler
+        self.shapes = Shapes(model, scaler)
+        self.known: dict[tuple, int | None] = {}
+
+    def current(self, model: typing.Any, scaler: typing.Any
+                ) -> tuple[Shapes, dict[tuple, int | None]]:
+        """(shapes, the shape of each (names, flags) seen), emptied first when past its bound;
+        `ValueError` for another model or scaler than its own."""
+        if model is not self.model or scaler is not self.scaler:
+            raise ValueError("these prediction shapes are another model's")
+        if len(self.shapes) > self.MAX_SHAPES or len(self.known) > 4 * self.MAX_SHAPES:
+            self.shapes, self.known = Shapes(model, scaler), {}
+        return self.shapes, self.known
+
+
 class Rows:
     """A batch of rows: `rows[r]` = (shape, first hole, label code: -1 none, else the class
     code; binary 0 False, 1 True) and `holes`, every row's values in one array."""
@@ -257,13 +282,15 @@ class ModelSteps:
 
 
 def predict_many(model: typing.Any, scaler: typing.Any, xs: typing.Sequence[dict],
-                 indicators: bool = False) -> tuple[list, list[dict]]:
+                 indicators: bool = False, shapes: PredictionShapes | None = None
+                 ) -> tuple[list, list[dict]]:
     """The predicted label and the class probabilities of each feature dict of `xs`, exactly
     what `model.predict_with_proba_one(scaler.transform_one(x))` gives (x itself without a
     scaler), in one compiled call where the model has one; nothing is learnt.
 
     `indicators`: features of value True are category indicators, passed unscaled (the
-    Kafka worker's `--scale` with categories). A dict the compiled call cannot take (a value
+    Kafka worker's `--scale` with categories). `shapes`: the shapes of earlier calls, where
+    neither the model nor the scaler has learnt since (`PredictionShapes`). A dict the compiled call cannot take (a value
     other than a finite number, a name the feature space would hash) is predicted by the
     per-record calls in its place, which also raise for a bad value as they do.
 
@@ -280,8 +307,10 @@ def predict_many(model: typing.Any, scaler: typing.Any, xs: typing.Sequence[dict
     if steps is not None and xs:
         if type(xs) is not list:
             xs = list(xs)
-        shapes = Shapes(model, scaler)
-        known: dict[tuple, int | None] = {}
+        if shapes is None:
+            shapes, known = Shapes(model, scaler), {}
+        else:
+            shapes, known = shapes.current(model, scaler)
         native = _native_records()
         # The rows of each shape, wherever they are in xs: nothing is learnt, so the compiled
         # call may take them grouped by shape (a server's rows alternate between shapes: one

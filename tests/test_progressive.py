@@ -141,3 +141,19 @@ def test_predict_many_gives_each_dicts_per_record_prediction_and_learns_nothing(
     labels_out, probas = predict_many(model, scaler, xs, indicators)
     assert list(zip(labels_out, probas)) == expected
     assert state.dumps(model.to_state()) == saved
+    # The shapes kept from call to call (a server's): the same bits on every call, the rows in
+    # another order, and once past their bound, started again.
+    from streammargin.progressive import PredictionShapes
+
+    kept = PredictionShapes(model, scaler)
+    kept.MAX_SHAPES = 2
+    for _ in range(3):
+        assert predict_many(model, scaler, xs, indicators, kept) == (labels_out, probas)
+        assert len(kept.shapes) <= 2 + len(xs)
+        shuffled = rng.sample(range(n), n)
+        again = predict_many(model, scaler, [xs[i] for i in shuffled], indicators, kept)
+        assert again == ([labels_out[i] for i in shuffled], [probas[i] for i in shuffled])
+    assert state.dumps(model.to_state()) == saved
+    if xs:
+        with pytest.raises(ValueError, match="another model"):
+            predict_many(MODELS[name](), scaler, xs, indicators, kept)

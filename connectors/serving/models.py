@@ -38,6 +38,7 @@ from connectors.serving.partitioner import partition_of
 from connectors.serving.protocol import Limits, RequestError, Rows
 from connectors.task import PartitionTask
 from streammargin.errors import InvalidInput
+from streammargin.progressive import PredictionShapes
 
 __all__ = ["ServedVersion", "ServingView", "Scorer", "Scored", "version_name", "TOPIC_MODEL"]
 
@@ -71,6 +72,9 @@ class ServedVersion:
     next_offset: int | None  # the input offset the model had learnt up to
     labelled: int  # labelled records behind the model's metrics
     first_answer_at: float | None = None
+    # The shapes of the rows predicted so far (`Scorer`'s, under its lock): the task learns
+    # nothing once served, so they stay right.
+    shapes: PredictionShapes | None = None
 
     @property
     def classes(self) -> list:
@@ -229,7 +233,7 @@ class Scorer:
                 group[1].append(i)
                 group[2].append(x)
             for served, at, xs in groups.values():
-                found_labels, found_p = _predicted(served.task, at, xs)
+                found_labels, found_p = _predicted(served, at, xs)
                 for i, y_pred, p in zip(at, found_labels, found_p):
                     labels[i] = y_pred
                     probabilities[i] = p
@@ -244,14 +248,17 @@ class Scorer:
         return Scored(labels, rows_out, classes, used, routes)
 
 
-def _predicted(task: PartitionTask, at: list[int], xs: list[dict]) -> tuple[list, list]:
+def _predicted(served: ServedVersion, at: list[int], xs: list[dict]) -> tuple[list, list]:
     """The labels and probabilities (P(True) for a binary model, by class for a multiclass one)
     of the rows `at` (features `xs`), as `PartitionTask.predict` gives each: rows of one version
     in one compiled call (`PartitionTask.predict_many`, the same bits), a few rows one by one.
     `RequestError` naming the first row the model refuses."""
+    task = served.task
     if len(xs) >= MANY_ROWS:
+        if served.shapes is None:
+            served.shapes = PredictionShapes(task.model, task.scaler)
         try:
-            found_labels, probas = task.predict_many(xs)
+            found_labels, probas = task.predict_many(xs, served.shapes)
         except InvalidInput:
             pass  # (the rows one by one name the row the model refuses)
         else:

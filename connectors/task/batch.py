@@ -428,12 +428,15 @@ class BatchSteps:
     """`PartitionTask`'s batch path (its `process`, where the task's codec, model and detector
     have batch steps), and its predictions of many feature dicts (`predict_many`)."""
 
-    def predict_many(self, xs: typing.Sequence[dict]) -> tuple[list, list[dict]]:
+    def predict_many(self, xs: typing.Sequence[dict], shapes: typing.Any = None
+                     ) -> tuple[list, list[dict]]:
         """The label and the class probabilities the task would predict for each feature dict
         of `xs` (an event without a label: its scaler, category indicators passed unscaled,
         then its model), identical to its per-record prediction, in one compiled call where
         its model has one; nothing is learnt, counted or written. Raises what the per-record
-        prediction raises for a bad value (`streammargin.InvalidInput`).
+        prediction raises for a bad value (`streammargin.InvalidInput`). `shapes`: a
+        `streammargin.progressive.PredictionShapes` of this task's model and scaler, kept by a
+        caller whose task learns nothing between calls (a server's checkpoint).
 
         >>> from connectors.task import PartitionTask, TaskSettings
         >>> task = PartitionTask.new("events", 0, TaskSettings(scale=True))
@@ -441,7 +444,7 @@ class BatchSteps:
         >>> labels, sorted(probas[0])
         ([False, False], [False, True])
         """
-        return predict_many(self.model, self.scaler, xs, indicators=self._split)
+        return predict_many(self.model, self.scaler, xs, indicators=self._split, shapes=shapes)
 
     _batch: BatchPath | None | bool = False  # (False: not looked for yet)
 
