@@ -159,15 +159,26 @@ class Shapes:
 class PredictionShapes:
     """The shapes `predict_many` resolved for a model and scaler that learn nothing meanwhile (a
     served checkpoint's), kept from one call to the next: a server's requests bring the same
-    few shapes again and again. At most `MAX_SHAPES` shapes and `MAX_SHAPES * 4` name sets
-    (hostile requests may bring a new set each), then it starts again, empty."""
+    few shapes again and again.
 
-    MAX_SHAPES = 1024
+    Bounded, whatever the requests bring (a hostile one may bring a new set of names each row):
+    once the name sets kept hold more than `MAX_NAMES` names or `MAX_CHARS` characters of
+    them, it starts again, empty, before and after each call. What it holds then stays within
+    `BYTES` (the shapes' entries, ~200 bytes a name, and the names' strings), which
+    `connectors/serving/sizing.py` charges each version served."""
+
+    MAX_NAMES = 4_096
+    MAX_CHARS = 1 << 18
+    BYTES = 2 << 20
 
     def __init__(self, model: typing.Any, scaler: typing.Any = None):
         self.model, self.scaler = model, scaler
-        self.shapes = Shapes(model, scaler)
+        self._empty()
+
+    def _empty(self) -> None:
+        self.shapes = Shapes(self.model, self.scaler)
         self.known: dict[tuple, int | None] = {}
+        self.names = self.chars = 0
 
     def current(self, model: typing.Any, scaler: typing.Any
                 ) -> tuple[Shapes, dict[tuple, int | None]]:
@@ -175,9 +186,18 @@ class PredictionShapes:
         `ValueError` for another model or scaler than its own."""
         if model is not self.model or scaler is not self.scaler:
             raise ValueError("these prediction shapes are another model's")
-        if len(self.shapes) > self.MAX_SHAPES or len(self.known) > 4 * self.MAX_SHAPES:
-            self.shapes, self.known = Shapes(model, scaler), {}
+        self.settle()
         return self.shapes, self.known
+
+    def holds(self, names: tuple) -> None:
+        """Counts a name set the caller has just added to `known`."""
+        self.names += len(names)
+        self.chars += sum(len(name) if type(name) is str else 16 for name in names)
+
+    def settle(self) -> None:
+        """Empties it if past its bound (a call may take it past; the next one starts within)."""
+        if self.names > self.MAX_NAMES or self.chars > self.MAX_CHARS:
+            self._empty()
 
 
 class Rows:
@@ -307,10 +327,11 @@ def predict_many(model: typing.Any, scaler: typing.Any, xs: typing.Sequence[dict
     if steps is not None and xs:
         if type(xs) is not list:
             xs = list(xs)
-        if shapes is None:
+        kept = shapes
+        if kept is None:
             shapes, known = Shapes(model, scaler), {}
         else:
-            shapes, known = shapes.current(model, scaler)
+            shapes, known = kept.current(model, scaler)
         native = _native_records()
         # The rows of each shape, wherever they are in xs: nothing is learnt, so the compiled
         # call may take them grouped by shape (a server's rows alternate between shapes: one
@@ -329,6 +350,8 @@ def predict_many(model: typing.Any, scaler: typing.Any, xs: typing.Sequence[dict
             shape = known.get((names, flags), -1)
             if shape == -1:
                 shape = known[(names, flags)] = _prediction_shape(shapes, x, flags)
+                if kept is not None:
+                    kept.holds(names)
             if shape is None:
                 continue
             found = by_shape.get(shape)
@@ -376,6 +399,8 @@ def predict_many(model: typing.Any, scaler: typing.Any, xs: typing.Sequence[dict
                     code = int(codes[r])
                     results[i] = (labels[code] if code >= 0 else None,
                                   dict(zip(labels, proba[r, :len(labels)].tolist())))
+        if kept is not None:
+            kept.settle()
     out_labels, out_probas = [], []
     for x, found in zip(xs, results):
         if found is None:  # the per-record calls

@@ -142,14 +142,14 @@ def test_predict_many_gives_each_dicts_per_record_prediction_and_learns_nothing(
     assert list(zip(labels_out, probas)) == expected
     assert state.dumps(model.to_state()) == saved
     # The shapes kept from call to call (a server's): the same bits on every call, the rows in
-    # another order, and once past their bound, started again.
+    # another order, and never more names held after a call than their bound.
     from streammargin.progressive import PredictionShapes
 
     kept = PredictionShapes(model, scaler)
-    kept.MAX_SHAPES = 2
+    kept.MAX_NAMES = 6
     for _ in range(3):
         assert predict_many(model, scaler, xs, indicators, kept) == (labels_out, probas)
-        assert len(kept.shapes) <= 2 + len(xs)
+        assert kept.names <= 6 and sum(map(len, (names for names, _ in kept.known))) <= 6
         shuffled = rng.sample(range(n), n)
         again = predict_many(model, scaler, [xs[i] for i in shuffled], indicators, kept)
         assert again == ([labels_out[i] for i in shuffled], [probas[i] for i in shuffled])
@@ -157,3 +157,26 @@ def test_predict_many_gives_each_dicts_per_record_prediction_and_learns_nothing(
     if xs:
         with pytest.raises(ValueError, match="another model"):
             predict_many(MODELS[name](), scaler, xs, indicators, kept)
+
+
+@given(sets=st.lists(st.lists(st.text(min_size=1, max_size=40), min_size=1, max_size=30,
+                              unique=True), min_size=1, max_size=60))
+@settings(max_examples=40, deadline=None)
+def test_the_prediction_shapes_kept_stay_within_their_bound_whatever_names_come(sets):
+    """Hostile requests bring a new set of names each: what is kept after each call stays within
+    PredictionShapes' bound of names and characters, and every prediction is the per-record
+    call's."""
+    from streammargin.progressive import PredictionShapes, predict_many
+
+    model = streammargin.ALMAClassifier()
+    model.learn_one({"a": 1.0}, True)
+    model.learn_one({"a": -1.0}, False)
+    kept = PredictionShapes(model)
+    kept.MAX_NAMES, kept.MAX_CHARS = 50, 400
+    for names in sets:
+        xs = [{name: float(j) for j, name in enumerate(names)} for _ in range(5)]
+        labels, probas = predict_many(model, None, xs, shapes=kept)
+        assert (labels[0], probas[0]) == model.predict_with_proba_one(xs[0])
+        held = [names for names, _ in kept.known]
+        assert kept.names == sum(map(len, held)) <= 50
+        assert kept.chars <= 400

@@ -21,6 +21,7 @@ from connectors.state.checkpoint import LoadedCheckpoint
 from connectors.task import PartitionTask
 from connectors.worker.config import WorkerConfig
 from connectors.worker.memory_budget import PROCESS_BYTES
+from streammargin.progressive import PredictionShapes
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MiB = 1 << 20
@@ -104,6 +105,17 @@ def test_a_follower_holding_every_version_at_the_ceiling_stays_within_the_formul
             time.sleep(0.05)
         assert follower.counters.loaded == len(payloads), follower.counters
         assert follower.counters.refused == 0
+        # Each version's shapes of predicted rows filled as hostile requests would: a new set
+        # of long names every request, until each holds what its bound lets it.
+        for version, served in list(follower.view.versions.items()):
+            for r in range(PredictionShapes.MAX_NAMES):
+                names = [f"{version}-{r}-{j}-{'n' * 40}" for j in range(30)]
+                kept = served.shapes
+                if kept is not None and (kept.names + 30 > kept.MAX_NAMES or kept.chars + sum(
+                        map(len, names)) > kept.MAX_CHARS):
+                    break  # (one more would take it past its bound: it would start again)
+                follower.predict([{"x": {name: 1.0 for name in names}}] * 4, version=version)
+            assert served.shapes.names > PredictionShapes.MAX_NAMES - 60
         follower.close()
         gc.collect()
         held, peak = (m - before for m in tracemalloc.get_traced_memory())
@@ -116,9 +128,11 @@ def test_a_follower_holding_every_version_at_the_ceiling_stays_within_the_formul
     assert peak <= models + sizing.READ_COPIES * budget.checkpoint, (peak, budget.parts(2))
     assert held <= PARTITIONS * VERSIONS_KEPT * budget.model, (held, budget.model)
     if not scale:
-        # The versions really are at the ceiling: the bound is not met by holding little. (The
-        # scaler's term is its ceiling at 65,536 names, far above these 1,024.)
-        assert held >= 0.4 * PARTITIONS * VERSIONS_KEPT * budget.model, (held, budget.model)
+        # The versions and their shapes really are at their ceilings: the bound is not met by
+        # holding little. (The scaler's term is its ceiling at 65,536 names, far above these
+        # 1,024.)
+        assert held >= 0.4 * PARTITIONS * VERSIONS_KEPT * (
+            budget.model - PredictionShapes.BYTES), (held, budget.model)
 
 
 def test_the_docs_give_the_formula_the_code_computes():
@@ -144,12 +158,12 @@ def test_the_docs_give_the_formula_the_code_computes():
                                 "models": (12 * 3 + 2) * budget.model,
                                 "checkpoint": 2 * config.max_checkpoint_bytes,
                                 "requests": (16 + 8) * 4 * MiB}
-    # The docs' example: ALMA on 12 partitions with --scale, V = 3: m + s = 34 MiB, 38
-    # versions = 1.3 GiB; without --scale, 0.64 GiB; V = 1, 0.47 GiB.
+    # The docs' example: ALMA on 12 partitions with --scale, V = 3: m + s = 36 MiB, 38
+    # versions = 1.3 GiB; without --scale, 0.72 GiB; V = 1, 0.50 GiB.
     example = re.search(r"Example: ALMA.*?V to 1 for [\d.]+ GiB\.", sizing_section, re.S)[0]
     example = " ".join(example.split())
-    assert "m + s = 2 x 8.6 + 17 = 34 MiB, 38 versions = 1.3 GiB" in example
-    assert round(budget.model / MiB) == 34
+    assert "m + s = 2 x 8.6 + 2 + 17 = 36 MiB, 38 versions = 1.3 GiB" in example
+    assert round(budget.model / MiB) == 36
     assert round(budget.models(12) / 2**30, 1) == 1.3
     unscaled = sizing.budget_of(WorkerConfig(topics=["t"]), 3, 4 * MiB, 16)
     assert f"without `--scale`, {unscaled.models(12) / 2**30:.2f} GiB" in example

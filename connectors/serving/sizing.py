@@ -4,7 +4,8 @@
 For M models served (partition scope: the partitions of the input topics; topic scope: the
 topics), V versions kept (`--versions-kept`), a model's ceiling m (`streammargin.memory.
 memory_bound` of the workers' model at every class it may hold, and its stored names' Python
-objects, `stored_names` x NAME_OBJECT_BYTES, as the worker charges them) and the scaler's s
+objects, `stored_names` x NAME_OBJECT_BYTES, as the worker charges them, and the shapes its
+batches were predicted with, `streammargin.progressive.PredictionShapes.BYTES`) and the scaler's s
 (with `--scale`), checkpoints of at most C bytes (`--max-checkpoint-bytes`), request bodies of
 at most B bytes (`--max-request-bytes`) and Q requests taken at once (`--max-concurrent-requests`):
 
@@ -96,7 +97,10 @@ def budget_of(config: typing.Any, versions_kept: int, max_request_bytes: int,
     # (a served model may hold every class it may: its ceiling, as a checkpoint can bring it)
     model = settings.build_model()
     model_bound = memory_bound(model)
-    in_process = model_bound + NAME_OBJECT_BYTES * stored_names(model)
+    from streammargin.progressive import PredictionShapes
+
+    in_process = (model_bound + NAME_OBJECT_BYTES * stored_names(model)
+                  + PredictionShapes.BYTES)
     scaler = scaler_module.memory_bound() if config.scale else 0
     budget = ServingBudget(
         max_memory=config.max_memory if isinstance(config.max_memory, int) else None,
