@@ -37,6 +37,7 @@ from connectors.codec import DeadLetter
 from connectors.serving.partitioner import partition_of
 from connectors.serving.protocol import Limits, RequestError, Rows
 from connectors.task import PartitionTask
+from connectors.task.records import served_probability
 from streammargin.errors import InvalidInput
 from streammargin.progressive import PredictionShapes
 
@@ -262,18 +263,8 @@ def _predicted(served: ServedVersion, at: list[int], xs: list[dict]) -> tuple[li
         except InvalidInput:
             pass  # (the rows one by one name the row the model refuses)
         else:
-            if task.multiclass:
-                for proba in probas:
-                    for label, value in proba.items():
-                        if not 0.0 <= value <= 1.0:  # also False for NaN
-                            raise ArithmeticError(f"the model gave the probability {value!r} "
-                                                  f"to class {label!r:.60}")
-                return found_labels, probas
-            ps = [proba.get(True, 0.0) for proba in probas]
-            for p in ps:
-                if not 0.0 <= p <= 1.0:
-                    raise ArithmeticError(f"the model gave the probability {p!r}")
-            return found_labels, ps
+            multiclass = task.multiclass
+            return found_labels, [served_probability(proba, multiclass) for proba in probas]
     found_labels, ps = [], []
     for i, x in zip(at, xs):
         try:

@@ -30,7 +30,7 @@ from connectors.task.output_records import (
 )
 from streammargin.errors import InvalidInput
 
-__all__ = ["RecordSteps"]
+__all__ = ["RecordSteps", "served_probability"]
 
 
 def _json_id(event_id: typing.Any) -> str:
@@ -50,6 +50,22 @@ def _proba_json(proba: dict) -> str:
             raise ArithmeticError(f"the model gave the probability {p!r} to class {label!r:.60}")
         parts.append(f"{encode_basestring(label_key(label))}:{float(p)!r}")
     return "{" + ",".join(parts) + "}"
+
+
+def served_probability(proba: dict, multiclass: bool) -> typing.Any:
+    """What a prediction serves of the class probabilities `proba`: P(True) for a binary model,
+    the probabilities by class for a multiclass one; `ArithmeticError` for a probability that
+    is not a number in [0, 1] (a bug in the model)."""
+    if multiclass:
+        for label, value in proba.items():
+            if not 0.0 <= value <= 1.0:  # also False for NaN
+                raise ArithmeticError(f"the model gave the probability {value!r} to class "
+                                      f"{label!r:.60}")
+        return proba
+    p = proba.get(True, 0.0)
+    if not 0.0 <= p <= 1.0:
+        raise ArithmeticError(f"the model gave the probability {p!r}")
+    return p
 
 
 class RecordSteps:
@@ -82,16 +98,7 @@ class RecordSteps:
             y_pred, p = model.predict_one(scaled), model.predict_proba_one(scaled)
         else:
             y_pred, p = predict_with_proba(scaled)
-        if self.multiclass:
-            for label, value in p.items():
-                if not 0.0 <= value <= 1.0:  # also False for NaN
-                    raise ArithmeticError(f"the model gave the probability {value!r} to class "
-                                          f"{label!r:.60}")
-            return y_pred, p
-        p = p.get(True, 0.0)
-        if not 0.0 <= p <= 1.0:
-            raise ArithmeticError(f"the model gave the probability {p!r}")
-        return y_pred, p
+        return y_pred, served_probability(p, self.multiclass)
 
     def _learn_scaled(self, x: dict, y: typing.Any) -> None:
         # River's Pipeline order: the unsupervised scaler learns x, then the model learns the
