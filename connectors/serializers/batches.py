@@ -57,7 +57,26 @@ def _value_field(records: list, start: int, end: int) -> tuple[typing.Any, int]:
     return (kind if value_at >= 0 else None), value_at
 
 
-class JsonBatches:
+class _Skeletons:
+    """What the JSON and the Avro readers share: a record's skeleton and shape from what the
+    C reader found in it."""
+
+    def _described(self, value: bytes, found: tuple | None
+                   ) -> tuple[bytes | None, Shape | None]:
+        """(skeleton, shape) of a record from the reader's (skeleton, numbers, id text, label
+        text), or None for either (see `JsonBatches.describe`)."""
+        if found is None:
+            return None, None
+        skeleton, numbers, id_text, label_text = found
+        try:
+            return skeleton, self._shape(value, numbers, id_text, label_text)
+        except DeadLetter:
+            return None, None  # (its id or label, maybe: not the skeleton's fault)
+        except (ValueError, RecursionError):
+            return skeleton, None
+
+
+class JsonBatches(_Skeletons):
     """A JSON codec's records read a batch at a time (see the module doc); `batches_of(codec)`
     gives one where the codec and its mapping allow, else None."""
 
@@ -99,16 +118,7 @@ class JsonBatches:
     def describe(self, value: bytes) -> tuple[bytes | None, Shape | None]:
         """The skeleton of a record and the shape of its records, or None (the skeleton's
         records take the per-record path; a skeleton None: this record cannot be read)."""
-        found = self._module.describe_json(value, self.config)
-        if found is None:
-            return None, None
-        skeleton, numbers, id_text, label_text = found
-        try:
-            return skeleton, self._shape(value, numbers, id_text, label_text)
-        except DeadLetter:
-            return None, None  # (its id or label, maybe: not the skeleton's fault)
-        except (ValueError, RecursionError):
-            return skeleton, None
+        return self._described(value, self._module.describe_json(value, self.config))
 
     def label_text(self, value: typing.Any) -> bytes | None:
         """The JSON text of a record's label (None: none, or a record this cannot read)."""
@@ -154,7 +164,7 @@ class JsonBatches:
         return key not in self._skip
 
 
-class AvroBatches:
+class AvroBatches(_Skeletons):
     """A Schema Registry codec's Avro records read a batch at a time (see the module doc).
 
     A schema's records are read with its plan (`avro_events`: the instructions `events.c` runs
@@ -245,16 +255,7 @@ class AvroBatches:
             self._requests = self._registry.requests.total()
         if type(value) is not bytes or not self._plan(value[:5]):
             return None, None
-        found = self._module.describe_avro(value, self.config)
-        if found is None:
-            return None, None
-        skeleton, numbers, id_text, label_text = found
-        try:
-            return skeleton, self._shape(value, numbers, id_text, label_text)
-        except DeadLetter:
-            return None, None
-        except (ValueError, RecursionError):
-            return skeleton, None
+        return self._described(value, self._module.describe_avro(value, self.config))
 
     def label_text(self, value: typing.Any) -> bytes | None:
         """The JSON text of a record's label (None: none, or a record this cannot read)."""
