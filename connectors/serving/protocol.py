@@ -240,12 +240,12 @@ def _rows(request: InferenceRequest, binary: bytes, limits: Limits) -> Rows:
             other = next(name for name in columns if name != RECORD_INPUT)
             _refuse(f"input {other[:100]!r} beside input 'record': give the records whole "
                     "(input 'record') or as fields (an input per field), not both")
-        records = []
-        for i, value in enumerate(columns[RECORD_INPUT]):
+        column = columns[RECORD_INPUT]
+        for i, value in enumerate(column):
             if type(value) is not str:
                 _refuse(f"input 'record' element {i} is {_kind(value)}: each element is a "
                         "record's JSON, as a string")
-            records.append(value.encode("utf-8", "surrogatepass"))
+        records = [value.encode("utf-8", "surrogatepass") for value in column]
     else:
         trees = _trees(columns, n)
     return Rows(records, trees, keys, request.id, partition, topic, outputs)
@@ -320,6 +320,8 @@ def _json_column(name: str, datatype: str, n: int, data: typing.Any, limits: Lim
         # A column of [n, 1] may come nested: [[v], [v], ...].
         _refuse(f"input {shown} has {len(data)} elements where its shape [{n}] says {n}: give "
                 "data of the shape's size")
+    if _flat_and_valid(datatype, data, limits):
+        return list(data)  # (every element checked at once: no element needs a message)
     column = []
     check = _CHECKS[datatype]
     for i, value in enumerate(data):
@@ -330,6 +332,28 @@ def _json_column(name: str, datatype: str, n: int, data: typing.Any, limits: Lim
             value = value[0]
         column.append(None if value is None else check(shown, i, value, limits))
     return column
+
+
+def _flat_and_valid(datatype: str, data: list, limits: Limits) -> bool:
+    """Whether every element of `data` is one the element checks below pass as it is (a flat
+    column of the datatype's own type, within its range): a whole column at C speed, where a
+    request's thousand rows would take a check call each."""
+    types = set(map(type, data))
+    if len(types) != 1 or not data:
+        return False
+    kind = types.pop()
+    if datatype == "BYTES":
+        return kind is str and max(map(len, data)) <= limits.max_record_bytes
+    if datatype == "BOOL":
+        return kind is bool
+    if datatype in ("FP64", "FP32", "FP16"):
+        return kind is float
+    if kind is not int:
+        return False
+    bits = _INT_RANGES.get(datatype)
+    low, high = ((-(1 << bits), (1 << bits) - 1) if bits is not None
+                 else (0, (1 << _UINT_RANGES[datatype]) - 1))
+    return low <= min(data) and max(data) <= high
 
 
 def _check_bytes(shown: str, i: int, value: typing.Any, limits: Limits) -> str:
