@@ -20,6 +20,7 @@ from connectors.serving import sizing
 from connectors.state.checkpoint import LoadedCheckpoint
 from connectors.task import PartitionTask
 from connectors.worker.config import WorkerConfig
+from connectors.serving.record_rows import RecordRows
 from connectors.worker.memory_budget import PROCESS_BYTES
 from streammargin.progressive import PredictionShapes
 
@@ -138,10 +139,10 @@ def test_a_follower_holding_every_version_at_the_ceiling_stays_within_the_formul
 def test_the_docs_give_the_formula_the_code_computes():
     text = (ROOT / "docs" / "serving.md").read_text()
     sizing_section = text[text.index("## Sizing"):text.index("## Errors")]
-    formula = ("process (128 MiB) + fetch (16 MiB) + (M x V + 2) x (m + s) + 2 x C + "
+    formula = ("process (138 MiB) + fetch (16 MiB) + (M x V + 2) x (m + s) + 2 x C + "
                "(Q + 8) x B")
     assert formula in sizing_section
-    assert PROCESS_BYTES + sizing.SERVER_BYTES == 128 * MiB
+    assert PROCESS_BYTES + sizing.SERVER_BYTES + RecordRows.BYTES == 138 * MiB
     assert sizing.FETCH_BYTES == 16 * MiB
     assert sizing.READ_COPIES == 2 and sizing.REQUEST_OBJECTS == 8
     # Its defaults as the docs state them: B 4 MiB, Q 16, V 3.
@@ -154,7 +155,7 @@ def test_the_docs_give_the_formula_the_code_computes():
     # The parts, term by term, for M = 12, V = 3, Q = 16, B = 4 MiB.
     config = WorkerConfig(topics=["t"], scale=True)
     budget = sizing.budget_of(config, 3, 4 * MiB, 16)
-    assert budget.parts(12) == {"process": 128 * MiB, "fetch": 16 * MiB,
+    assert budget.parts(12) == {"process": 138 * MiB, "fetch": 16 * MiB,
                                 "models": (12 * 3 + 2) * budget.model,
                                 "checkpoint": 2 * config.max_checkpoint_bytes,
                                 "requests": (16 + 8) * 4 * MiB}

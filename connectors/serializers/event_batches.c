@@ -853,7 +853,9 @@ static PyObject *read_batch(PyObject *args, record_reader read_one, void *format
     for (; i < n; i++) {
         PyObject *record = PyList_GET_ITEM(records, start + i);
         PyObject *value;
-        if (Py_TYPE(record) == record_type && value_at < PyTuple_GET_SIZE(record)) {
+        if (PyBytes_CheckExact(record)) {
+            value = Py_NewRef(record); /* (a record's value itself: a server's request) */
+        } else if (Py_TYPE(record) == record_type && value_at < PyTuple_GET_SIZE(record)) {
             value = Py_NewRef(PyTuple_GET_ITEM(record, value_at)); /* (a named tuple's field) */
         } else {
             value = PyObject_GetAttr(record, value_name);
@@ -971,7 +973,8 @@ done:
  * field, label field, keep, skip, strings matter, max record bytes) (see `fields`), `skeletons`
  * a dict {skeleton: shape, or -1 for a refused one}, `labels` ((label text, code), ...), a
  * record without a label `absent_label`. A record of `record_type` (a named tuple, or None) is
- * read at its field `value_at`, any other at its attribute `value`. Stops before a record its
+ * read at its field `value_at`, a `bytes` is the value itself, any other is read at its
+ * attribute `value`. Stops before a record its
  * arrays have no room for (FULL): the caller calls again from there. */
 static PyObject *read_json(PyObject *self, PyObject *args) {
     if (PyTuple_GET_SIZE(args) < 4 || !PyTuple_Check(PyTuple_GET_ITEM(args, 3))) {

@@ -36,6 +36,7 @@ import typing
 from connectors.codec import DeadLetter
 from connectors.serving.partitioner import partition_of
 from connectors.serving.protocol import Limits, RequestError, Rows
+from connectors.serving.record_rows import record_rows_of
 from connectors.task import PartitionTask
 from connectors.task.records import served_probability
 from streammargin.errors import InvalidInput
@@ -177,6 +178,9 @@ class Scorer:
         self.reads_key = bool(getattr(codec, "reads_key", False))
         self.limits = limits
         self.lock = threading.Lock()
+        # The record form's records read and predicted in a few calls (None: the codec's
+        # mapping is not one the worker's batch reader reads, or it is not built).
+        self.record_rows = record_rows_of(codec, limits.max_fields)
 
     def score(self, view: ServingView, rows: Rows, pinned: ServedVersion | None = None,
               topic: str | None = None) -> Scored:
@@ -203,6 +207,15 @@ class Scorer:
         decode, event = self.codec.decode, self.mapper.event
         reads_key = self.reads_key
         with self.lock:
+            if (records is not None and n >= MANY_ROWS and self.record_rows is not None
+                    and not reads_key and (keys is None or pinned is not None
+                                           or view.scope == "topic"
+                                           or rows.partition is not None)):
+                # Every row answered by one version: read and predicted a batch at a time.
+                served, route = (pinned, "pinned") if pinned is not None else view.route(
+                    topic, None, rows.partition)
+                if served is not None:
+                    return self._score_records(served, route, records)
             for i in range(n):
                 key = None if keys is None else keys[i]
                 try:
@@ -239,14 +252,49 @@ class Scorer:
                     labels[i] = y_pred
                     probabilities[i] = p
         versions = {id(served): served for served, _, _ in groups.values()}
-        used = list(versions.values())
-        if all(not v.task.multiclass for v in used):
-            classes = [False, True]
-            rows_out = [[1.0 - p, p] for p in probabilities]
-        else:
-            classes = list(dict.fromkeys(c for v in used for c in v.classes))
-            rows_out = [[float(p.get(c, 0.0)) for c in classes] for p in probabilities]
-        return Scored(labels, rows_out, classes, used, routes)
+        return _scored(labels, probabilities, list(versions.values()), routes)
+
+    def _score_records(self, served: ServedVersion, route: str,
+                       records: list[bytes]) -> Scored:
+        """`score` of the record form's rows, every one answered by `served`: those
+        `RecordRows` takes in its compiled calls, the rest as `score` takes each."""
+        n = len(records)
+        labels: list = [None] * n
+        probabilities: list = [None] * n
+        left = self.record_rows.predict(served, records, labels, probabilities)
+        if left:
+            decode, max_fields = self.codec.decode, self.limits.max_fields
+            xs = []
+            for i in left:
+                try:
+                    x = decode(records[i])[1]
+                except DeadLetter as error:
+                    raise RequestError(400, f"record {i}: {error}") from None
+                if x is None:
+                    raise RequestError(400, f"record {i} has no features (only a label and an "
+                                            "id: a label record): send the event's features")
+                if len(x) > max_fields:
+                    raise RequestError(400, f"record {i} has {len(x)} features, above the limit "
+                                            f"of {max_fields} (--max-request-fields)")
+                xs.append(x)
+            found_labels, found_p = _predicted(served, left, xs)
+            for i, y_pred, p in zip(left, found_labels, found_p):
+                labels[i] = y_pred
+                probabilities[i] = p
+        return _scored(labels, probabilities, [served], [route] * n)
+
+
+def _scored(labels: list, probabilities: list, used: list[ServedVersion],
+            routes: list[str]) -> Scored:
+    """The `Scored` of rows' labels and probabilities (P(True) each, or by class) from the
+    versions `used`."""
+    if all(not v.task.multiclass for v in used):
+        classes = [False, True]
+        rows_out = [[1.0 - p, p] for p in probabilities]
+    else:
+        classes = list(dict.fromkeys(c for v in used for c in v.classes))
+        rows_out = [[float(p.get(c, 0.0)) for c in classes] for p in probabilities]
+    return Scored(labels, rows_out, classes, used, routes)
 
 
 def _predicted(served: ServedVersion, at: list[int], xs: list[dict]) -> tuple[list, list]:

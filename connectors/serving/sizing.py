@@ -12,7 +12,8 @@ at most B bytes (`--max-request-bytes`) and Q requests taken at once (`--max-con
     process + fetch + (M x V + 2) x (m + s) + 2 x C + (Q + REQUEST_OBJECTS) x B
 
 - process: the interpreter, the libraries, the compiled modules and Granian's runtime
-  (PROCESS_BYTES; numba's JIT where the compiled modules are not built, as the worker's);
+  (PROCESS_BYTES; numba's JIT where the compiled modules are not built, as the worker's), and
+  the record form's skeletons and scratch arrays (`record_rows.RecordRows.BYTES`);
 - fetch: the checkpoint reader's fetch buffers (a response held and one in flight);
 - M x V + 2: every version kept, one being decoded, and one just evicted that a request in
   flight may still hold;
@@ -97,6 +98,7 @@ def budget_of(config: typing.Any, versions_kept: int, max_request_bytes: int,
     # (a served model may hold every class it may: its ceiling, as a checkpoint can bring it)
     model = settings.build_model()
     model_bound = memory_bound(model)
+    from connectors.serving.record_rows import RecordRows
     from streammargin.progressive import PredictionShapes
 
     in_process = (model_bound + NAME_OBJECT_BYTES * stored_names(model)
@@ -104,7 +106,7 @@ def budget_of(config: typing.Any, versions_kept: int, max_request_bytes: int,
     scaler = scaler_module.memory_bound() if config.scale else 0
     budget = ServingBudget(
         max_memory=config.max_memory if isinstance(config.max_memory, int) else None,
-        process=PROCESS_BYTES + SERVER_BYTES + (NUMBA_BYTES if numba else 0),
+        process=PROCESS_BYTES + SERVER_BYTES + RecordRows.BYTES + (NUMBA_BYTES if numba else 0),
         fetch=FETCH_BYTES, model=in_process + scaler,
         versions_kept=versions_kept, checkpoint=config.max_checkpoint_bytes,
         requests=(concurrent_requests + REQUEST_OBJECTS) * max_request_bytes)
