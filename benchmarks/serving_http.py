@@ -6,10 +6,10 @@ generator this project did not write) on the other.
 
 Contenders (each in a process of its own, `taskset -c 0`; wrk on core 1, 1 thread):
 
-- `granian-rsgi`: `streammargin serve`'s app (connectors/serving/app.py) on Granian, embedded
-  (RSGI), the follower's thread beside it;
-- `uvicorn-asgi`: the same handler behind a raw ASGI adapter on uvicorn with httptools and
-  uvloop;
+- `serve`: `streammargin serve`'s app (connectors/serving/app.py, ASGI) as it serves it:
+  uvicorn with httptools and uvloop, the follower's thread beside it;
+- `granian-rsgi`: the same handler behind an RSGI adapter on Granian (a Rust server, hyper and
+  tokio), embedded;
 - `aiohttp`: the same handler in an aiohttp.web application;
 - `fastapi`: the baseline a team would write: FastAPI + uvicorn, pydantic models of the request,
   the same model and scaler (the same checkpoint) called by hand on each record.
@@ -41,7 +41,7 @@ import typing
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CONTENDERS = ("granian-rsgi", "uvicorn-asgi", "aiohttp", "fastapi")
+CONTENDERS = ("serve", "granian-rsgi", "aiohttp", "fastapi")
 MODEL_NAME = "fraud"
 
 
@@ -131,36 +131,34 @@ def served_app(checkpoint: pathlib.Path) -> typing.Any:
     return InferenceApp(follower)
 
 
-def run_granian(checkpoint: pathlib.Path, port: int) -> None:
+def run_serve(checkpoint: pathlib.Path, port: int) -> None:
     from connectors.serving.app import serve
 
     serve(served_app(checkpoint), "127.0.0.1", port)
 
 
-def run_uvicorn(checkpoint: pathlib.Path, port: int) -> None:
-    import uvicorn
+def run_granian(checkpoint: pathlib.Path, port: int) -> None:
+    import uvloop
+    from granian.constants import HTTPModes, Interfaces
+    from granian.server.embed import Server
 
     app = served_app(checkpoint)
 
-    async def asgi(scope, receive, send):
-        if scope["type"] != "http":
-            return
-        if scope["method"] == "POST":
-            chunks = []
-            while True:
-                message = await receive()
-                chunks.append(message.get("body", b""))
-                if not message.get("more_body"):
-                    break
-            response = app.infer(scope["path"], b"".join(chunks))
-        else:
-            response = app.get(scope["path"])
-        await send({"type": "http.response.start", "status": response.status,
-                    "headers": [(k.encode(), v.encode()) for k, v in response.headers]})
-        await send({"type": "http.response.body", "body": response.body})
+    class RSGI:
+        async def __rsgi__(self, scope, protocol):
+            if scope.proto != "http":
+                return
+            if scope.method == "POST":
+                response = app.infer(scope.path, await protocol(),
+                                     scope.headers.get("inference-header-content-length"))
+            else:
+                response = app.get(scope.path)
+            protocol.response_bytes(response.status, [(k.decode(), v.decode()) for k, v in
+                                                      response.headers], response.body)
 
-    uvicorn.run(asgi, host="127.0.0.1", port=port, http="httptools", loop="uvloop",
-                log_level="warning", access_log=False)
+    server = Server(RSGI(), address="127.0.0.1", port=port, interface=Interfaces.RSGI,
+                    http=HTTPModes.http1, websockets=False, backpressure=16, log_enabled=False)
+    uvloop.run(server.serve())
 
 
 def run_aiohttp(checkpoint: pathlib.Path, port: int) -> None:
@@ -239,7 +237,7 @@ def run_fastapi(checkpoint: pathlib.Path, port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
-SERVERS = {"granian-rsgi": run_granian, "uvicorn-asgi": run_uvicorn, "aiohttp": run_aiohttp,
+SERVERS = {"serve": run_serve, "granian-rsgi": run_granian, "aiohttp": run_aiohttp,
            "fastapi": run_fastapi}
 
 
@@ -369,6 +367,15 @@ def main() -> None:
         print(f"| {contender} | {kind} | {rps:,.0f} | {records:,.0f} | "
               f"{statistics.median(r['p50_ms'] for r in found):.2f} | "
               f"{statistics.median(r['p99_ms'] for r in found):.2f} | {ratio} |")
+    # Each round's ratio to the baseline measured beside it (the contenders took turns).
+    baseline_rounds = [r["rps"] for r in results.get(("fastapi", "single"), [])]
+    for (contender, kind), found in results.items():
+        if kind == "single" and contender != "fastapi" and len(found) == len(baseline_rounds):
+            ratios = [r["rps"] / b for r, b in zip(found, baseline_rounds)]
+            print(f"\n{contender} against fastapi, round by round: "
+                  f"{', '.join(f'{x:.2f}x' for x in ratios)} (median "
+                  f"{statistics.median(ratios):.2f}x)", end="")
+    print()
 
 
 if __name__ == "__main__":

@@ -152,7 +152,7 @@ def test_a_server_answers_with_the_workers_models_fresh_and_serves_on(kafka_brok
     client = triton.InferenceServerClient(url)
     try:
         # Liveness, then readiness once both partitions' models learnt the whole backlog.
-        # (a start on a loaded CI machine of two cores: the imports, then Granian)
+        # (a start on a loaded CI machine of two cores: the imports, then uvicorn)
         wait_for(lambda: _alive(client), 120, "the server to answer", tmp_path / "serve.log")
 
         def caught_up():

@@ -1,4 +1,4 @@
-"""`streammargin serve`'s HTTP side without a broker: the app on Granian in this process, its
+"""`streammargin serve`'s HTTP side without a broker: the app on uvicorn in this process, its
 follower fed checkpoints by hand. Hostile bodies (hypothesis) each get a 4xx naming the fault,
 and a valid request still works afterwards; the limits; topic scope's one model; the in-process
 `predict`."""
@@ -204,6 +204,48 @@ def test_a_valid_request_works_after_the_hostile_ones_and_the_limits_hold(server
         reply = sock.recv(1000)
     assert reply.startswith(b"HTTP/1.1 408"), reply[:100]
     assert infer(port, VALID)[0] == 200
+
+
+def test_a_slow_or_endless_request_head_closes_its_connection(server):
+    """uvicorn bounds neither the time nor the bytes of a request's head: `bounded_protocol`
+    does (the fixture's request timeout is 2 s)."""
+    port, _, _ = server
+    for slow in (False, True):  # a connection that sends nothing; a head that never ends
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            began = time.monotonic()
+            if slow:
+                sock.sendall(b"POST /v2/models/fraud/infer HTTP/1.1\r\nHost: x\r\n")
+                for _ in range(3):  # (a header now and then)
+                    time.sleep(0.5)
+                    try:
+                        sock.sendall(b"X-Slow: 1\r\n")
+                    except OSError:
+                        break
+            assert sock.recv(1000) == b""  # closed, without an answer
+            assert 1.5 < time.monotonic() - began < 4.5
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\n")
+        try:
+            for _ in range(100):
+                sock.sendall(b"X-Pad: " + b"a" * 1000 + b"\r\n")
+        except OSError:
+            pass
+        reply = sock.recv(1000)
+    assert reply.startswith(b"HTTP/1.1 400") and b"head is above 65536 bytes" in reply, reply
+    assert infer(port, VALID)[0] == 200
+    # A head just under the bound is answered.
+    status, _ = request(port, "GET", "/v2/health/live", headers={"X-Pad": "a" * 60_000})
+    assert status == 200
+
+
+def test_a_port_in_use_is_an_os_error():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        follower = ModelFollower(WorkerConfig(**OPTIONS), store=HandFed())
+        with pytest.raises(OSError, match="already in use|could not listen"):
+            serve(InferenceApp(follower), "127.0.0.1", port)
 
 
 def test_binary_tensors_and_the_table_form_give_the_record_forms_answers(server):

@@ -143,6 +143,12 @@ def test_the_docs_give_the_formula_the_code_computes():
                "(Q + 8) x B")
     assert formula in sizing_section
     assert PROCESS_BYTES + sizing.SERVER_BYTES + RecordRows.BYTES == 138 * MiB
+    # The connections' term: each connection's head and uvicorn's body read-ahead.
+    from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
+
+    from connectors.serving import app
+
+    assert sizing.SERVER_BYTES == app.MAX_CONNECTIONS * (app.MAX_HEAD_BYTES + HIGH_WATER_LIMIT)
     assert sizing.FETCH_BYTES == 16 * MiB
     assert sizing.READ_COPIES == 2 and sizing.REQUEST_OBJECTS == 8
     # Its defaults as the docs state them: B 4 MiB, Q 16, V 3.

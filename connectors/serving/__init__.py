@@ -7,7 +7,7 @@ and answered over the Open Inference Protocol (KServe's v2 REST), or in-process.
   answers a key), `Scorer` (the worker's mapping and `PartitionTask.predict`);
 - `protocol.py`: the protocol's requests and responses as validated structures, limits;
 - `partitioner.py`: the input partition of a record key (murmur2, crc32);
-- `app.py`: `InferenceApp`, the endpoints, on Granian (RSGI); `metrics.py`: Prometheus.
+- `app.py`: `InferenceApp`, the endpoints, on uvicorn (ASGI); `metrics.py`: Prometheus.
 
 `from connectors.serving import ModelFollower` reads the name from its module on first use, so
 that importing the package (or `connectors.serving.protocol` alone) imports no model library.

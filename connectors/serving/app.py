@@ -1,12 +1,13 @@
 """The HTTP side of `streammargin serve`: the Open Inference Protocol's REST endpoints
-(KServe's `inference_rest.md`, v2) and Prometheus' /metrics, as an RSGI application served by
-Granian (a Rust HTTP server, hyper and tokio: no HTTP parsing here).
+(KServe's `inference_rest.md`, v2) and Prometheus' /metrics, as an ASGI application served by
+uvicorn (httptools' HTTP parser, llhttp, on uvloop's event loop: no HTTP parsing here).
 
-Why Granian, and RSGI: `benchmarks/serving_http.py` ran this application's handler under each
-contender on one core, driven by wrk (single-record infer requests at 4 connections), and
-Granian's RSGI interface gave the most requests/s at the lowest p99 (docs/serving.md, "Why
-Granian"). It runs embedded (`granian.server.embed`) in the process that runs the follower's
-thread: one process holds the models, however many requests come.
+Why uvicorn: `benchmarks/serving_http.py` runs this application's handler under each contender
+on one core, driven by wrk (single-record infer requests at 4 connections), and uvicorn with
+httptools and uvloop gave the most requests/s at the lowest p99 (docs/serving.md, "Why
+uvicorn"): it runs the whole request on one thread, where Granian (Rust) hands each request
+between its threads and Python's. It runs in the process that runs the follower's thread: one
+process holds the models, however many requests come.
 
 Endpoints (the `/versions/{v}` forms pin a version kept):
 
@@ -22,8 +23,10 @@ Readiness answers 400 when false, as the protocol says (a 4xx), which every prob
 failure. Every error is a 4xx with `{"error": "..."}` naming the field and the fix: a body above
 `max_request_bytes` (413, refused from its Content-Length before it is read, or as soon as it
 passes the limit), a body that does not come within `body_timeout` seconds (408), an unknown
-path (404) or method (405). A request is answered before the next is taken: the handler runs on
-the event loop, and scoring holds the GIL anyway.
+path (404) or method (405). A request's head that does not come within the request timeout, or
+passes `MAX_HEAD_BYTES`, closes its connection (`bounded_protocol`: uvicorn bounds neither).
+At most `backpressure` requests are read and scored at once (the others wait, their bodies
+unread); the handler runs on the event loop, and scoring holds the GIL anyway.
 """
 
 from __future__ import annotations
@@ -56,13 +59,21 @@ log = logging.getLogger("connectors.serving")
 SERVER_NAME = "streammargin"
 #: The GIL's switch interval while serving (see `serve`).
 SWITCH_INTERVAL = 0.0005
-_JSON = [("content-type", "application/json")]
+#: Seconds between two looks for request bodies past their deadline (`expire_reads`): a slow
+#: body is answered 408 within `body_timeout` and this.
+EXPIRY_INTERVAL = 0.25
+#: Connections held at once (uvicorn's `limit_concurrency`: past it, a 503), and the bytes of a
+#: request's head (its line and headers): with uvicorn's 64 KiB of body read ahead a
+#: connection, what the connections hold is bounded (`sizing.SERVER_BYTES`).
+MAX_CONNECTIONS = 256
+MAX_HEAD_BYTES = 64 << 10
+_JSON = [(b"content-type", b"application/json")]
 _encode = msgspec.json.Encoder().encode
 
 
 class Response(typing.NamedTuple):
     status: int
-    headers: list[tuple[str, str]]
+    headers: list[tuple[bytes, bytes]]
     body: bytes
     endpoint: str
     records: int = 0
@@ -105,6 +116,14 @@ class InferenceApp:
         # The infer path of the served model, unpinned: the requests that matter, taken
         # without splitting the path.
         self._infer_path = f"/v2/models/{urllib.parse.quote(self.model_name, safe='')}/infer"
+        # The body reads in flight (their deadlines), and those cancelled for being late.
+        self._reads: dict[asyncio.Task, float] = {}
+        self._expired: set[asyncio.Task] = set()
+        self.backpressure(16)
+
+    def backpressure(self, requests: int) -> None:
+        """Read and score at most `requests` requests at once (the others wait)."""
+        self._slots = asyncio.Semaphore(requests)
 
     # Plain functions of a request (the benchmarks run them under each contender) --------------
 
@@ -252,69 +271,107 @@ class InferenceApp:
         parameters["routed_by"] = routes[0] if len(routes) == 1 else routes
         body, head = encode_response(self.model_name, ",".join(v.version for v in versions),
                                      rows.request_id, parameters, outputs)
-        headers = _JSON if head is None else [("content-type", "application/octet-stream"),
-                                              ("inference-header-content-length", str(head))]
+        headers = _JSON if head is None else [
+            (b"content-type", b"application/octet-stream"),
+            (b"inference-header-content-length", str(head).encode())]
         return Response(200, headers, body, "infer", n)
 
     def _metrics(self, accept: str) -> Response:
         from prometheus_client.exposition import choose_encoder
 
         encoder, content_type = choose_encoder(accept)
-        return Response(200, [("content-type", content_type)], encoder(self.registry), "metrics")
+        return Response(200, [(b"content-type", content_type.encode())],
+                        encoder(self.registry), "metrics")
 
-    # RSGI (Granian) ---------------------------------------------------------------------------
+    # ASGI (uvicorn) ---------------------------------------------------------------------------
 
-    async def __rsgi__(self, scope: typing.Any, protocol: typing.Any) -> None:
+    async def __call__(self, scope: dict, receive: typing.Callable,
+                       send: typing.Callable) -> None:
+        if scope["type"] != "http":
+            return  # (lifespan is off, websockets are not served)
         started = time.perf_counter()
-        if scope.proto != "http":
-            return
-        method = scope.method
-        path = scope.path
+        method = scope["method"]
+        # (the path as sent, percent-escapes kept: a model name may hold a '/', escaped)
+        path = scope["raw_path"].decode("latin-1")
         if method == "POST":
-            headers = scope.headers
-            body = await self._read(headers, protocol)
-            response = body if type(body) is Response else self.infer(
-                path, body, headers.get(HEADER_LENGTH))
+            declared = header_length = None
+            for name, value in scope["headers"]:
+                if name == b"content-length":
+                    declared = value.decode("latin-1")
+                elif name == b"inference-header-content-length":
+                    header_length = value.decode("latin-1")
+            async with self._slots:
+                body = await self._read(declared, receive)
+                if body is None:
+                    return  # (the client left: nobody to answer)
+                response = body if type(body) is Response else self.infer(
+                    path, body, header_length)
         elif method in ("GET", "HEAD"):
-            response = self.get(path, scope.headers.get("accept", ""))
+            accept = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"accept"),
+                          "")
+            response = self.get(path, accept)
         else:
             response = _error(405, f"{method} is not served: GET, or POST to .../infer", "other")
-        protocol.response_bytes(response.status, response.headers,
-                                b"" if method == "HEAD" else response.body)
+        body = response.body
+        # (the length given: uvicorn would send the body chunked without it; a HEAD's is its
+        # GET's)
+        await send({"type": "http.response.start", "status": response.status,
+                    "headers": [*response.headers, (b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
         self.metrics.request(response.endpoint, response.status,
                              time.perf_counter() - started, response.records)
 
-    async def _read(self, headers: typing.Any, protocol: typing.Any) -> bytes | Response:
-        """A request's body, read within the limits, or the error response."""
+    async def _read(self, declared: str | None,
+                    receive: typing.Callable) -> bytes | Response | None:
+        """A request's body, read within the limits, or the error response (408 once
+        `expire_reads` finds it past `body_timeout`), or None if the client left."""
         limit = self.max_request_bytes
-        declared = headers.get("content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                return _error(400, f"Content-Length {declared[:40]!r} is not a number", "infer")
+            if int(declared) > limit:
+                return _error(413, f"the request body of {declared} bytes is above the limit of "
+                                   f"{limit} (--max-request-bytes): send fewer records a "
+                                   "request", "infer")
+        task = asyncio.current_task()
+        self._reads[task] = time.monotonic() + self.body_timeout
         try:
-            async with asyncio.timeout(self.body_timeout):
-                if declared is not None:
-                    if not declared.isdigit():
-                        return _error(400, f"Content-Length {declared[:40]!r} is not a number",
-                                      "infer")
-                    if int(declared) > limit:
-                        return _error(413, f"the request body of {declared} bytes is above the "
-                                           f"limit of {limit} (--max-request-bytes): send fewer "
-                                           "records a request", "infer")
-                    # A body of a declared length within the limit: read whole, in one await
-                    # (the stream's chunks cost an await each; HTTP/1.1 holds the client to its
-                    # length).
-                    return await protocol()
-                chunks = []
-                size = 0
-                async for chunk in protocol:  # (chunked: counted as it comes)
-                    size += len(chunk)
-                    if size > limit:
-                        return _error(413, f"the request body is above the limit of {limit} "
-                                           "bytes (--max-request-bytes): send fewer records a "
-                                           "request", "infer")
-                    chunks.append(chunk)
-        except TimeoutError:
+            chunks = []
+            size = 0
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:  # (chunked: counted as it comes)
+                    return _error(413, f"the request body is above the limit of {limit} bytes "
+                                       "(--max-request-bytes): send fewer records a request",
+                                  "infer")
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        except asyncio.CancelledError:
+            if task not in self._expired:
+                raise
+            self._expired.discard(task)
+            task.uncancel()
             return _error(408, f"the request body did not arrive within {self.body_timeout:g} s "
                                "(--request-timeout): send it whole, at once", "infer")
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        finally:
+            del self._reads[task]
+
+    def expire_reads(self, now: float | None = None) -> int:
+        """Cancel the body reads past their deadline (each then answers 408); how many.
+        `serve` calls it every `EXPIRY_INTERVAL` seconds on the event loop: one timer for all
+        the requests, where a timer a request would cost each a few microseconds."""
+        now = time.monotonic() if now is None else now
+        late = [task for task, deadline in self._reads.items()
+                if deadline <= now and task not in self._expired]
+        for task in late:
+            self._expired.add(task)
+            task.cancel()
+        return len(late)
 
 
 def _label_type(classes: list) -> str:
@@ -345,40 +402,57 @@ def serve(app: InferenceApp, host: str, port: int, request_timeout: float = 10.0
           backlog: int = 1024, backpressure: int = 16,
           started: typing.Callable[[], None] | None = None,
           watch: typing.Callable[[], bool] | None = None) -> None:
-    """Serve `app` with Granian, embedded in this process (its event loop on the calling thread,
-    tokio's on threads of its own), until SIGTERM or SIGINT, or until `watch()` (called every
-    half second) says to stop. `request_timeout` bounds how long a request's headers may take
-    to arrive (a slow client is dropped); `backpressure` how many requests are taken at once
-    (the others wait in the listen queue of `backlog`)."""
-    from granian.constants import HTTPModes, Interfaces
-    from granian.http import HTTP1Settings
-    from granian.server.embed import Server
+    """Serve `app` with uvicorn (httptools' parser, uvloop's event loop) in this process, on the
+    calling thread, until SIGTERM or SIGINT, or until `watch()` (called every half second) says
+    to stop. `request_timeout` bounds how long a request's head and its body may take to
+    arrive (a slow head: the connection is closed; a slow body: 408) and how long an idle
+    connection is kept; `backpressure` how many requests are read and scored at once (the
+    others wait, their bodies unread); at most `MAX_CONNECTIONS` connections are held (past
+    them, uvicorn answers 503)."""
+    import uvicorn
 
-    # Granian says that its embedded server is experimental on every start: what is tested
-    # here is what this module uses (tests/test_serving.py, benchmarks/serving_http.py).
-    logging.getLogger("_granian").setLevel(logging.ERROR)
-    logging.getLogger("granian").setLevel(logging.ERROR)
-    server = Server(app, address=host, port=port, interface=Interfaces.RSGI,
-                    http=HTTPModes.http1, websockets=False, backlog=backlog,
-                    backpressure=backpressure, log_enabled=False,
-                    http1_settings=HTTP1Settings(header_read_timeout=int(request_timeout * 1000)))
+    app.backpressure(backpressure)
+    try:
+        import uvloop  # noqa: F401  (the serve extra installs it)
+    except ImportError:
+        loop = "asyncio"
+    else:
+        # uvloop's event loop (libuv): cheaper per request than asyncio's own
+        # (benchmarks/serving_http.py measures both).
+        loop = "uvloop"
+    config = uvicorn.Config(
+        app, host=host, port=port, loop=loop, http=bounded_protocol(request_timeout),
+        lifespan="off", ws="none", interface="asgi3", log_config=None, log_level="warning",
+        access_log=False, server_header=False, date_header=False, backlog=backlog,
+        limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=max(1, int(request_timeout)),
+        timeout_graceful_shutdown=request_timeout)
+    server = uvicorn.Server(config)
 
     async def main() -> None:
         import signal
-
         import threading
 
-        loop = asyncio.get_running_loop()
         if threading.current_thread() is threading.main_thread():
+            # uvicorn takes SIGTERM and SIGINT while it serves, then puts back the handlers it
+            # found and raises the signal again: with these, that ends nothing more than the
+            # serving (exit 0), where the default handlers would kill the process.
+            def stop(signum: int, frame: typing.Any) -> None:
+                server.should_exit = True
+
             for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, server.stop)
+                signal.signal(signum, stop)
         task = asyncio.ensure_future(server.serve())
+        loop = asyncio.get_running_loop()
         if started is not None:
             loop.call_later(0.2, started)
+        watched = time.monotonic()
         while not task.done():
-            await asyncio.wait([task], timeout=0.5)
-            if watch is not None and not task.done() and watch():
-                server.stop()
+            await asyncio.wait([task], timeout=EXPIRY_INTERVAL)
+            app.expire_reads()
+            if watch is not None and time.monotonic() - watched >= 0.5:
+                watched = time.monotonic()
+                if not task.done() and watch():
+                    server.should_exit = True
         task.result()
 
     # Python's GIL switch interval, shorter: the follower's thread decodes each new checkpoint
@@ -386,10 +460,61 @@ def serve(app: InferenceApp, host: str, port: int, request_timeout: float = 10.0
     # interval (5 ms by default, a p99 of its own).
     sys.setswitchinterval(SWITCH_INTERVAL)
     try:
-        import uvloop
-    except ImportError:  # (the serve extra installs it)
-        asyncio.run(main())
-    else:
-        # uvloop's event loop (libuv): Granian hands each request to it, and asyncio's own
-        # loop costs more per request (benchmarks/serving_http.py).
-        uvloop.run(main())
+        if loop == "uvloop":
+            import uvloop
+
+            uvloop.run(main())
+        else:
+            asyncio.run(main())
+    except SystemExit:  # (uvicorn's way out of a bind that failed, having logged why)
+        raise OSError(f"could not listen on {host}:{port}") from None
+
+
+def bounded_protocol(head_timeout: float, max_head_bytes: int = MAX_HEAD_BYTES) -> type:
+    """uvicorn's httptools protocol, with a bound on the time and the bytes of a request's head,
+    which uvicorn bounds neither of: a connection whose request head does not come whole within
+    `head_timeout` seconds of its start (or of the connection's) is closed, one whose head passes
+    `max_head_bytes` gets a 400 and is closed."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class BoundedHttpToolsProtocol(HttpToolsProtocol):
+        def connection_made(self, transport: typing.Any) -> None:
+            super().connection_made(transport)
+            self._head_bytes = 0
+            self._head_timer = self.loop.call_later(head_timeout, self._head_late)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._head_timer is not None and not self.transport.is_closing():
+                # (still in a head: everything read meanwhile counts, a body's first bytes
+                # too, so the bound is on what the parser holds at most)
+                self._head_bytes += len(data)
+                if self._head_bytes > max_head_bytes:
+                    self._disarm()
+                    self.send_400_response(f"the request head is above {max_head_bytes} bytes")
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            if self._head_timer is None:
+                self._head_bytes = 0
+                self._head_timer = self.loop.call_later(head_timeout, self._head_late)
+
+        def on_headers_complete(self) -> None:
+            self._disarm()
+            super().on_headers_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _disarm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_late(self) -> None:
+            self._head_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return BoundedHttpToolsProtocol

@@ -11,8 +11,9 @@ at most B bytes (`--max-request-bytes`) and Q requests taken at once (`--max-con
 
     process + fetch + (M x V + 2) x (m + s) + 2 x C + (Q + REQUEST_OBJECTS) x B
 
-- process: the interpreter, the libraries, the compiled modules and Granian's runtime
-  (PROCESS_BYTES; numba's JIT where the compiled modules are not built, as the worker's), and
+- process: the interpreter, the libraries, the compiled modules, the connections' buffers
+  (PROCESS_BYTES + SERVER_BYTES; numba's JIT where the compiled modules are not built, as the
+  worker's), and
   the record form's skeletons and scratch arrays (`record_rows.RecordRows.BYTES`);
 - fetch: the checkpoint reader's fetch buffers (a response held and one in flight);
 - M x V + 2: every version kept, one being decoded, and one just evicted that a request in
@@ -42,8 +43,9 @@ from connectors.worker.memory_budget import (
 
 __all__ = ["ServingBudget", "budget_of", "READ_COPIES", "REQUEST_OBJECTS", "SERVER_BYTES"]
 
-# Granian's runtime (tokio, hyper, its buffers) beside the worker's process: an idle server on
-# the compiled modules measured ~40 MiB more RSS than an idle worker (benchmarks/serving_http.py).
+# The connections uvicorn holds (`app.MAX_CONNECTIONS`, 256), each with a request head of at
+# most `app.MAX_HEAD_BYTES` (64 KiB) and uvicorn's 64 KiB of body read ahead before it stops
+# reading: 256 x 128 KiB.
 SERVER_BYTES = 32 << 20
 # A checkpoint being read holds its chunks and the payload they make (CheckpointStore: "peak
 # about twice the checkpoint").
