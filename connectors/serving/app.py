@@ -265,12 +265,17 @@ class InferenceApp:
             "classes": classes,
             "written_at": first.written_at,
         }
+        one = len(versions) == 1
         if self.follower.view.scope == "partition":
-            parameters["partitions"] = list(dict.fromkeys(v.partition for v in versions))
-        routes = list(dict.fromkeys(scored.routes))
+            parameters["partitions"] = [first.partition] if one else list(
+                dict.fromkeys(v.partition for v in versions))
+        routes = scored.routes
+        if len(routes) > 1:
+            routes = list(dict.fromkeys(routes))
         parameters["routed_by"] = routes[0] if len(routes) == 1 else routes
-        body, head = encode_response(self.model_name, ",".join(v.version for v in versions),
-                                     rows.request_id, parameters, outputs)
+        version = first.version if one else ",".join(v.version for v in versions)
+        body, head = encode_response(self.model_name, version, rows.request_id, parameters,
+                                     outputs)
         headers = _JSON if head is None else [
             (b"content-type", b"application/octet-stream"),
             (b"inference-header-content-length", str(head).encode())]
@@ -375,6 +380,8 @@ class InferenceApp:
 
 
 def _label_type(classes: list) -> str:
+    if len(classes) == 2 and classes[0] is False and classes[1] is True:
+        return "BOOL"  # (a binary model's: every response of one)
     kinds = {type(c) for c in classes}
     if not classes or kinds == {bool}:
         return "BOOL"

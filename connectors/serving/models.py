@@ -195,51 +195,36 @@ class Scorer:
             have = sorted(p for t, p in view.current if t == topic)
             raise RequestError(404, f"partition {rows.partition} of {topic} has no model: "
                                     f"partitions with one: {have[:50]}")
-        n = len(rows)
         keys = rows.keys
         records, trees = rows.records, rows.trees
-        max_fields = self.limits.max_fields
-        labels: list = [None] * n
-        probabilities: list = [None] * n
-        # The rows each version answers, in order: (row, features) by id(version).
-        groups: dict[int, tuple[ServedVersion, list[int], list[dict]]] = {}
-        routes: list[str] = [""] * n
-        decode, event = self.codec.decode, self.mapper.event
-        reads_key = self.reads_key
+        n = len(records) if records is not None else len(trees or ())
         with self.lock:
+            if n == 1:  # (a request's usual size: none of the loop's lists)
+                key = None if keys is None else keys[0]
+                x = self._features(0, records[0] if records is not None else trees[0], key,
+                                   records is None)
+                served, route = self._served(view, topic, key, rows.partition, pinned)
+                found_labels, found_p = _predicted(served, [0], [x])
+                return _scored(found_labels, found_p, [served], [route])
             if (records is not None and n >= MANY_ROWS and self.record_rows is not None
-                    and not reads_key and (keys is None or pinned is not None
-                                           or view.scope == "topic"
-                                           or rows.partition is not None)):
+                    and not self.reads_key and (keys is None or pinned is not None
+                                                or view.scope == "topic"
+                                                or rows.partition is not None)):
                 # Every row answered by one version: read and predicted a batch at a time.
                 served, route = (pinned, "pinned") if pinned is not None else view.route(
                     topic, None, rows.partition)
                 if served is not None:
                     return self._score_records(served, route, records)
+            labels: list = [None] * n
+            probabilities: list = [None] * n
+            # The rows each version answers, in order: (row, features) by id(version).
+            groups: dict[int, tuple[ServedVersion, list[int], list[dict]]] = {}
+            routes: list[str] = [""] * n
             for i in range(n):
                 key = None if keys is None else keys[i]
-                try:
-                    if records is not None:
-                        found = decode(records[i], key) if reads_key else decode(records[i])
-                    else:
-                        found = event(trees[i], key)
-                except DeadLetter as error:
-                    raise RequestError(400, f"record {i}: {error}") from None
-                x = found[1]
-                if x is None:
-                    raise RequestError(400, f"record {i} has no features (only a label and an "
-                                            "id: a label record): send the event's features")
-                if len(x) > max_fields:
-                    raise RequestError(400, f"record {i} has {len(x)} features, above the limit "
-                                            f"of {max_fields} (--max-request-fields)")
-                if pinned is not None:
-                    served, route = pinned, "pinned"
-                else:
-                    served, route = view.route(topic, key, rows.partition)
-                    if served is None:
-                        raise RequestError(503, "no model has been loaded yet: the workers "
-                                                "have written no checkpoint this server could "
-                                                "read (see /v2/health/ready)")
+                x = self._features(i, records[i] if records is not None else trees[i], key,
+                                   records is None)
+                served, route = self._served(view, topic, key, rows.partition, pinned)
                 routes[i] = route
                 group = groups.get(id(served))
                 if group is None:
@@ -254,6 +239,38 @@ class Scorer:
         versions = {id(served): served for served, _, _ in groups.values()}
         return _scored(labels, probabilities, list(versions.values()), routes)
 
+    def _features(self, i: int, row: typing.Any, key: bytes | None, tree: bool) -> dict:
+        """The features of row `i` (a record's bytes, or a table row's tree) as the worker's
+        codec decodes them; `RequestError` naming the row and the fix for one the worker would
+        dead-letter or one without features."""
+        try:
+            if tree:
+                found = self.mapper.event(row, key)
+            else:
+                found = self.codec.decode(row, key) if self.reads_key else self.codec.decode(row)
+        except DeadLetter as error:
+            raise RequestError(400, f"record {i}: {error}") from None
+        x = found[1]
+        if x is None:
+            raise RequestError(400, f"record {i} has no features (only a label and an id: a "
+                                    "label record): send the event's features")
+        if len(x) > self.limits.max_fields:
+            raise RequestError(400, f"record {i} has {len(x)} features, above the limit of "
+                                    f"{self.limits.max_fields} (--max-request-fields)")
+        return x
+
+    @staticmethod
+    def _served(view: ServingView, topic: str, key: bytes | None, partition: int | None,
+                pinned: ServedVersion | None) -> tuple[ServedVersion, str]:
+        """The version that answers a row and how it was chosen; 503 when none can yet."""
+        if pinned is not None:
+            return pinned, "pinned"
+        served, route = view.route(topic, key, partition)
+        if served is None:
+            raise RequestError(503, "no model has been loaded yet: the workers have written no "
+                                    "checkpoint this server could read (see /v2/health/ready)")
+        return served, route
+
     def _score_records(self, served: ServedVersion, route: str,
                        records: list[bytes]) -> Scored:
         """`score` of the record form's rows, every one answered by `served`: those
@@ -263,20 +280,7 @@ class Scorer:
         probabilities: list = [None] * n
         left = self.record_rows.predict(served, records, labels, probabilities)
         if left:
-            decode, max_fields = self.codec.decode, self.limits.max_fields
-            xs = []
-            for i in left:
-                try:
-                    x = decode(records[i])[1]
-                except DeadLetter as error:
-                    raise RequestError(400, f"record {i}: {error}") from None
-                if x is None:
-                    raise RequestError(400, f"record {i} has no features (only a label and an "
-                                            "id: a label record): send the event's features")
-                if len(x) > max_fields:
-                    raise RequestError(400, f"record {i} has {len(x)} features, above the limit "
-                                            f"of {max_fields} (--max-request-fields)")
-                xs.append(x)
+            xs = [self._features(i, records[i], None, False) for i in left]
             found_labels, found_p = _predicted(served, left, xs)
             for i, y_pred, p in zip(left, found_labels, found_p):
                 labels[i] = y_pred
@@ -288,7 +292,7 @@ def _scored(labels: list, probabilities: list, used: list[ServedVersion],
             routes: list[str]) -> Scored:
     """The `Scored` of rows' labels and probabilities (P(True) each, or by class) from the
     versions `used`."""
-    if all(not v.task.multiclass for v in used):
+    if not any(v.task.multiclass for v in used):
         classes = [False, True]
         rows_out = [[1.0 - p, p] for p in probabilities]
     else:

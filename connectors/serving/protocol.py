@@ -75,6 +75,7 @@ REQUEST_PARAMETERS = ("key", "partition", "topic", "binary_data_output")
 #: Triton's binary tensor data extension: the JSON's length at the head of the body.
 HEADER_LENGTH = "inference-header-content-length"
 
+_KNOWN_PARAMETERS = frozenset(REQUEST_PARAMETERS)
 _NUMBER_TYPES = {
     "FP64": ("<d", float), "FP32": ("<f", float), "FP16": ("<e", float),
     "INT64": ("<q", int), "INT32": ("<i", int), "INT16": ("<h", int), "INT8": ("<b", int),
@@ -191,7 +192,7 @@ def parse_infer(body: bytes, header_length: str | None, limits: Limits) -> Rows:
 
 def _rows(request: InferenceRequest, binary: bytes, limits: Limits) -> Rows:
     parameters = request.parameters
-    unknown = sorted(set(parameters) - set(REQUEST_PARAMETERS))
+    unknown = sorted(set(parameters) - _KNOWN_PARAMETERS) if parameters else ()
     if unknown:
         _refuse(f"request parameter {unknown[0][:60]!r} is not one this server reads: give "
                 f"{', '.join(REQUEST_PARAMETERS)}")
@@ -216,7 +217,7 @@ def _rows(request: InferenceRequest, binary: bytes, limits: Limits) -> Rows:
         _refuse(f"the request has {len(inputs)} inputs, above the limit of {limits.max_fields} "
                 "fields (--max-request-fields): send fewer fields, or raise the limit")
     names = [tensor.name for tensor in inputs]
-    if len(set(names)) != len(names):
+    if len(names) > 1 and len(set(names)) != len(names):
         duplicate = next(name for name in names if names.count(name) > 1)
         _refuse(f"input {duplicate[:100]!r} is given twice: give each input once")
     columns = _columns(inputs, binary, limits)
@@ -254,7 +255,7 @@ def _rows(request: InferenceRequest, binary: bytes, limits: Limits) -> Rows:
 def _outputs(requested: list[RequestedOutput] | None,
              binary_out: bool) -> list[tuple[str, bool]]:
     if requested is None:
-        return [(name, binary_out) for name in OUTPUT_NAMES]
+        return _EVERY_OUTPUT[binary_out]
     if not requested:
         _refuse(f"'outputs' is empty: leave it out for every output, or name some of "
                 f"{', '.join(OUTPUT_NAMES)}")
@@ -270,6 +271,10 @@ def _outputs(requested: list[RequestedOutput] | None,
     return wanted
 
 
+# Every output, as JSON or as binary tensors (shared: a request's outputs are only read).
+_EVERY_OUTPUT = {flag: [(name, flag) for name in OUTPUT_NAMES] for flag in (False, True)}
+
+
 def _columns(inputs: list[RequestTensor], binary: bytes,
              limits: Limits) -> dict[str, list]:
     """Each input's elements, one per row: checked against its datatype and shape."""
@@ -283,8 +288,9 @@ def _columns(inputs: list[RequestTensor], binary: bytes,
             _refuse(f"input {shown} has datatype {datatype[:20]!r}: give one of "
                     f"{', '.join(DATATYPES)}")
         shape = tensor.shape
-        if not 1 <= len(shape) <= 2 or any(d < 0 for d in shape) or (
-                len(shape) == 2 and shape[1] != 1):
+        if not (len(shape) == 1 and shape[0] >= 0) and (
+                not 1 <= len(shape) <= 2 or any(d < 0 for d in shape) or (
+                    len(shape) == 2 and shape[1] != 1)):
             _refuse(f"input {shown} has shape {shape!r:.60}: each input is one column, shape [n] "
                     "or [n, 1] for n records")
         n = shape[0]
