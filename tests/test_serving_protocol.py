@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import http.client
 import json
+import logging
 import socket
 import threading
 import time
@@ -236,6 +237,18 @@ def test_a_slow_or_endless_request_head_closes_its_connection(server):
     # A head just under the bound is answered.
     status, _ = request(port, "GET", "/v2/health/live", headers={"X-Pad": "a" * 60_000})
     assert status == 200
+
+
+def test_a_clients_bad_requests_write_no_log_line(server, caplog):
+    """uvicorn logs a WARNING a request it cannot parse: a line per request, at the client's
+    will. The server keeps them below its level."""
+    port, _, _ = server
+    with caplog.at_level(logging.DEBUG):
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+                assert sock.recv(1000).startswith(b"HTTP/1.1 400")
+    assert not [r for r in caplog.records if r.name.startswith("uvicorn")], caplog.text
 
 
 def test_a_port_in_use_is_an_os_error():

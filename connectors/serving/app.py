@@ -429,7 +429,9 @@ def serve(app: InferenceApp, host: str, port: int, request_timeout: float = 10.0
         loop = "uvloop"
     config = uvicorn.Config(
         app, host=host, port=port, loop=loop, http=bounded_protocol(request_timeout),
-        lifespan="off", ws="none", interface="asgi3", log_config=None, log_level="warning",
+        # (uvicorn's WARNINGs are a client's doing, one line a bad request: a flood at will;
+        # its ERRORs, an exception in this application, are a bug and stay loud)
+        lifespan="off", ws="none", interface="asgi3", log_config=None, log_level="error",
         access_log=False, server_header=False, date_header=False, backlog=backlog,
         limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=max(1, int(request_timeout)),
         timeout_graceful_shutdown=request_timeout)
