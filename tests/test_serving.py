@@ -142,7 +142,7 @@ def test_a_server_answers_with_the_workers_models_fresh_and_serves_on(kafka_brok
     produce(bootstrap, name, [(keys[i % 16], payment(rng, i)) for i in range(2_000)])
     group = f"{name}.group"
     worker = start(command("kafka", bootstrap, name, "--checkpoint-interval", "1",
-                           "--checkpoint-every", "1000000", "--session-timeout-ms", "6000",
+                           "--checkpoint-every", "50000", "--session-timeout-ms", "6000",
                            "--heartbeat-interval-ms", "1000"), tmp_path / "worker.log")
     port = free_port()
     server = start(command("serve", bootstrap, name, "--serve-port", str(port),
@@ -331,7 +331,7 @@ def test_topic_scope_serves_the_workers_shared_model(kafka_broker, tmp_path):
     scope = ["--model-scope", "topic", "--model-topic", f"{name}.models", "--mix-every", "100",
              "--max-model-bytes-share", "none", "--max-exchange-cpu-share", "none"]
     workers = [start(command("kafka", bootstrap, name, *scope, "--checkpoint-interval", "1",
-                             "--checkpoint-every", "1000000", "--session-timeout-ms", "6000",
+                             "--checkpoint-every", "50000", "--session-timeout-ms", "6000",
                              "--heartbeat-interval-ms", "1000"), tmp_path / f"worker{i}.log")
                for i in range(2)]
     port = free_port()
