@@ -5,6 +5,8 @@ and answered over the Open Inference Protocol (KServe's v2 REST), or in-process.
   the request path, swapped in atomically; its `predict` is the in-process API;
 - `models.py`: `ServedVersion`, `ServingView` (the models served at one moment, which one
   answers a key), `Scorer` (the worker's mapping and `PartitionTask.predict`);
+- `record_rows.py`: `RecordRows`, a request's records read and predicted a batch at a time, as
+  the worker's batch path reads a topic;
 - `protocol.py`: the protocol's requests and responses as validated structures, limits;
 - `partitioner.py`: the input partition of a record key (murmur2, crc32);
 - `app.py`: `InferenceApp`, the endpoints, on uvicorn (ASGI); `metrics.py`: Prometheus.
