@@ -9,6 +9,7 @@ import collections
 import http.client
 import json
 import logging
+import re
 import socket
 import threading
 import time
@@ -207,10 +208,24 @@ def test_a_valid_request_works_after_the_hostile_ones_and_the_limits_hold(server
     assert infer(port, VALID)[0] == 200
 
 
+def refusals(port: int) -> dict[str, float]:
+    """`streammargin_serve_connections_refused_total` by reason, as /metrics gives it."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode()
+    finally:
+        connection.close()
+    found = re.findall(r'^streammargin_serve_connections_refused_total\{reason="(\w+)"\} (\S+)$',
+                       text, re.M)
+    return {reason: float(value) for reason, value in found}
+
+
 def test_a_slow_or_endless_request_head_closes_its_connection(server):
     """uvicorn bounds neither the time nor the bytes of a request's head: `bounded_protocol`
-    does (the fixture's request timeout is 2 s)."""
+    does (the fixture's request timeout is 2 s), and counts each connection it ends."""
     port, _, _ = server
+    before = refusals(port)
     for slow in (False, True):  # a connection that sends nothing; a head that never ends
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             began = time.monotonic()
@@ -234,6 +249,10 @@ def test_a_slow_or_endless_request_head_closes_its_connection(server):
         reply = sock.recv(1000)
     assert reply.startswith(b"HTTP/1.1 400") and b"head is above 65536 bytes" in reply, reply
     assert infer(port, VALID)[0] == 200
+    after = refusals(port)
+    assert after["head_timeout"] - before["head_timeout"] == 2
+    assert after["head_too_large"] - before["head_too_large"] == 1
+    assert after["unparsable"] == before["unparsable"]
     # A head just under the bound is answered.
     status, _ = request(port, "GET", "/v2/health/live", headers={"X-Pad": "a" * 60_000})
     assert status == 200
@@ -243,12 +262,39 @@ def test_a_clients_bad_requests_write_no_log_line(server, caplog):
     """uvicorn logs a WARNING a request it cannot parse: a line per request, at the client's
     will. The server keeps them below its level."""
     port, _, _ = server
+    before = refusals(port)["unparsable"]
     with caplog.at_level(logging.DEBUG):
         for _ in range(3):
             with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
                 sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
                 assert sock.recv(1000).startswith(b"HTTP/1.1 400")
     assert not [r for r in caplog.records if r.name.startswith("uvicorn")], caplog.text
+    # Counted instead, and said in at most one line a minute (with the fix).
+    assert refusals(port)["unparsable"] - before == 3
+    said = [r for r in caplog.records if "(unparsable)" in r.getMessage()]
+    assert len(said) <= 1 and all("check what connects to this port" in r.getMessage()
+                                  for r in said)
+
+
+def test_connections_past_the_limit_are_answered_503_and_counted(server):
+    from connectors.serving.app import MAX_CONNECTIONS
+
+    port, _, _ = server
+    before = refusals(port)["too_many_connections"]
+    held = []
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        time.sleep(0.2)  # (each accepted: the connections are the server's)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(1000).startswith(b"HTTP/1.1 503")
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.2)
+    assert refusals(port)["too_many_connections"] - before == 1
+    assert request(port, "GET", "/v2/health/live")[0] == 200
 
 
 def test_a_port_in_use_is_an_os_error():

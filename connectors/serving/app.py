@@ -428,7 +428,8 @@ def serve(app: InferenceApp, host: str, port: int, request_timeout: float = 10.0
         # (benchmarks/serving_http.py measures both).
         loop = "uvloop"
     config = uvicorn.Config(
-        app, host=host, port=port, loop=loop, http=bounded_protocol(request_timeout),
+        app, host=host, port=port, loop=loop,
+        http=bounded_protocol(request_timeout, refused=app.metrics.refused),
         # (uvicorn's WARNINGs are a client's doing, one line a bad request: a flood at will;
         # its ERRORs, an exception in this application, are a bug and stay loud)
         lifespan="off", ws="none", interface="asgi3", log_config=None, log_level="error",
@@ -479,12 +480,17 @@ def serve(app: InferenceApp, host: str, port: int, request_timeout: float = 10.0
         raise OSError(f"could not listen on {host}:{port}") from None
 
 
-def bounded_protocol(head_timeout: float, max_head_bytes: int = MAX_HEAD_BYTES) -> type:
+def bounded_protocol(head_timeout: float, max_head_bytes: int = MAX_HEAD_BYTES,
+                     refused: typing.Callable[[str], None] | None = None) -> type:
     """uvicorn's httptools protocol, with a bound on the time and the bytes of a request's head,
     which uvicorn bounds neither of: a connection whose request head does not come whole within
     `head_timeout` seconds of its start (or of the connection's) is closed, one whose head passes
-    `max_head_bytes` gets a 400 and is closed."""
+    `max_head_bytes` gets a 400 and is closed. Each connection ended so, or by uvicorn itself
+    (a request it cannot parse: 400; past its connection limit: 503), is told to `refused`
+    with its reason (`metrics.REFUSALS`)."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    tell = refused if refused is not None else (lambda reason: None)
 
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
         def connection_made(self, transport: typing.Any) -> None:
@@ -500,7 +506,15 @@ def bounded_protocol(head_timeout: float, max_head_bytes: int = MAX_HEAD_BYTES) 
                 self._head_bytes += len(data)
                 if self._head_bytes > max_head_bytes:
                     self._disarm()
+                    tell("head_too_large")
+                    self._told = True
                     self.send_400_response(f"the request head is above {max_head_bytes} bytes")
+
+        def send_400_response(self, msg: str) -> None:
+            if not getattr(self, "_told", False):
+                tell("unparsable")  # (uvicorn's own 400: the parser refused the request)
+            self._told = False
+            super().send_400_response(msg)
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -510,6 +524,10 @@ def bounded_protocol(head_timeout: float, max_head_bytes: int = MAX_HEAD_BYTES) 
 
         def on_headers_complete(self) -> None:
             self._disarm()
+            limit = self.limit_concurrency
+            if limit is not None and (len(self.connections) >= limit
+                                      or len(self.tasks) >= limit):
+                tell("too_many_connections")  # (uvicorn answers it 503, as below)
             super().on_headers_complete()
 
         def connection_lost(self, exc: Exception | None) -> None:
@@ -524,6 +542,7 @@ def bounded_protocol(head_timeout: float, max_head_bytes: int = MAX_HEAD_BYTES) 
         def _head_late(self) -> None:
             self._head_timer = None
             if not self.transport.is_closing():
+                tell("head_timeout")
                 self.transport.close()
 
     return BoundedHttpToolsProtocol

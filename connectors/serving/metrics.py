@@ -11,6 +11,7 @@ collectors, as the worker's).
 from __future__ import annotations
 
 import bisect
+import logging
 import math
 import threading
 import time
@@ -21,6 +22,21 @@ __all__ = ["ServingMetrics", "Histogram", "metrics_registry", "LATENCY_BUCKETS",
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 FRESHNESS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: Connections the HTTP layer ends before a request reaches the app (`app.bounded_protocol`),
+#: by reason, with the fix each one's log line names.
+REFUSALS = {
+    "head_timeout": "a request head did not arrive within --request-timeout: clients must send "
+                    "a request whole, or raise --request-timeout",
+    "head_too_large": "a request head (its line and headers) was above 64 KiB: send fewer or "
+                      "shorter headers",
+    "unparsable": "a request was not HTTP/1.1 the parser could read: check what connects to "
+                  "this port",
+    "too_many_connections": "256 connections were held at once (one more is answered 503): "
+                            "clients should reuse connections, or run more replicas",
+}
+#: Seconds between two log lines of one refusal reason.
+REFUSAL_LOG_INTERVAL = 60.0
+log = logging.getLogger("connectors.serving")
 #: The endpoints requests are counted by (a closed set: a scan of random paths makes no series).
 ENDPOINTS = ("infer", "model_metadata", "model_ready", "server_metadata", "live", "ready",
              "metrics", "other")
@@ -58,6 +74,21 @@ class ServingMetrics:
         self.first_answer = Histogram(FRESHNESS_BUCKETS)
         self.load_delay = Histogram(FRESHNESS_BUCKETS)
         self._lock = threading.Lock()  # (first answers and loads come from other threads)
+        self.refusals = dict.fromkeys(REFUSALS, 0)
+        self._refusals_logged: dict[str, tuple[float, int]] = {}  # reason -> (when, count then)
+
+    def refused(self, reason: str) -> None:
+        """A connection ended by the HTTP layer before its request reached the app: counted,
+        and logged once a `REFUSAL_LOG_INTERVAL` a reason (with the count since and the
+        fix)."""
+        self.refusals[reason] += 1
+        now = time.monotonic()
+        when, before = self._refusals_logged.get(reason, (-math.inf, 0))
+        if now - when >= REFUSAL_LOG_INTERVAL:
+            count = self.refusals[reason]
+            self._refusals_logged[reason] = (now, count)
+            log.warning("%d connection(s) refused since the last line (%s): %s", count - before,
+                        reason, REFUSALS[reason])
 
     def request(self, endpoint: str, status: int, seconds: float, records: int = 0) -> None:
         self.latency[endpoint].observe(seconds)
@@ -126,6 +157,14 @@ class _Collector:
         for (endpoint, status), count in sorted(metrics.responses.items()):
             requests.add_metric([endpoint, str(status)], count)
         yield requests
+        refused = CounterMetricFamily(
+            "streammargin_serve_connections_refused",
+            "Connections the HTTP layer ended before their request reached the server, by "
+            "reason (head_timeout, head_too_large, unparsable, too_many_connections).",
+            labels=["reason"])
+        for reason, count in metrics.refusals.items():
+            refused.add_metric([reason], count)
+        yield refused
         latency = HistogramMetricFamily(
             "streammargin_serve_request_duration_seconds",
             "Time from a request's body read to its response handed to the server, by "
