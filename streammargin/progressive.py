@@ -310,9 +310,10 @@ def predict_many(model: typing.Any, scaler: typing.Any, xs: typing.Sequence[dict
 
     `indicators`: features of value True are category indicators, passed unscaled (the
     Kafka worker's `--scale` with categories). `shapes`: the shapes of earlier calls, where
-    neither the model nor the scaler has learnt since (`PredictionShapes`). A dict the compiled call cannot take (a value
-    other than a finite number, a name the feature space would hash) is predicted by the
-    per-record calls in its place, which also raise for a bad value as they do.
+    neither the model nor the scaler has learnt since (`PredictionShapes`). A dict the
+    compiled call cannot take (a value other than a finite number, a name the feature space
+    would hash) is predicted by the per-record calls in its place, which also raise for a bad
+    value as they do.
 
     >>> import streammargin
     >>> from streammargin.progressive import predict_many

@@ -160,7 +160,7 @@ def test_a_server_answers_with_the_workers_models_fresh_and_serves_on(kafka_brok
             models = metadata.get("parameters", {}).get("models", []) if status == 200 else []
             return len(models) == 2 and sum(m["next_offset"] for m in models) == 2_000 and models
 
-        models = wait_for(caught_up, 90, "both partitions' checkpoints of the backlog")
+        wait_for(caught_up, 90, "both partitions' checkpoints of the backlog")
         assert client.is_server_live() and client.is_server_ready()
         assert client.is_model_ready(group)
         metadata = client.get_model_metadata(group)

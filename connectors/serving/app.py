@@ -4,8 +4,8 @@ uvicorn (httptools' HTTP parser, llhttp, on uvloop's event loop: no HTTP parsing
 
 Why uvicorn: `benchmarks/serving_http.py` runs this application's handler under each contender
 on one core, driven by wrk (single-record infer requests at 4 connections), and uvicorn with
-httptools and uvloop gave the most requests/s at the lowest p99 (docs/serving.md, "Why
-uvicorn"): it runs the whole request on one thread, where Granian (Rust) hands each request
+httptools and uvloop gave the most requests/s, at a p99 as low as Granian's (docs/serving.md,
+"Why uvicorn"): it runs the whole request on one thread, where Granian (Rust) hands each request
 between its threads and Python's. It runs in the process that runs the follower's thread: one
 process holds the models, however many requests come.
 
@@ -68,6 +68,7 @@ EXPIRY_INTERVAL = 0.25
 MAX_CONNECTIONS = 256
 MAX_HEAD_BYTES = 64 << 10
 _JSON = [(b"content-type", b"application/json")]
+_HEADER_LENGTH = HEADER_LENGTH.encode()
 _encode = msgspec.json.Encoder().encode
 
 
@@ -278,7 +279,7 @@ class InferenceApp:
                                      outputs)
         headers = _JSON if head is None else [
             (b"content-type", b"application/octet-stream"),
-            (b"inference-header-content-length", str(head).encode())]
+            (_HEADER_LENGTH, str(head).encode())]
         return Response(200, headers, body, "infer", n)
 
     def _metrics(self, accept: str) -> Response:
@@ -303,7 +304,7 @@ class InferenceApp:
             for name, value in scope["headers"]:
                 if name == b"content-length":
                     declared = value.decode("latin-1")
-                elif name == b"inference-header-content-length":
+                elif name == _HEADER_LENGTH:
                     header_length = value.decode("latin-1")
             async with self._slots:
                 body = await self._read(declared, receive)
@@ -422,13 +423,13 @@ def serve(app: InferenceApp, host: str, port: int, request_timeout: float = 10.0
     try:
         import uvloop  # noqa: F401  (the serve extra installs it)
     except ImportError:
-        loop = "asyncio"
+        loop_name = "asyncio"
     else:
         # uvloop's event loop (libuv): cheaper per request than asyncio's own
         # (benchmarks/serving_http.py measures both).
-        loop = "uvloop"
+        loop_name = "uvloop"
     config = uvicorn.Config(
-        app, host=host, port=port, loop=loop,
+        app, host=host, port=port, loop=loop_name,
         http=bounded_protocol(request_timeout, refused=app.metrics.refused),
         # (uvicorn's WARNINGs are a client's doing, one line a bad request: a flood at will;
         # its ERRORs, an exception in this application, are a bug and stay loud)
@@ -470,7 +471,7 @@ def serve(app: InferenceApp, host: str, port: int, request_timeout: float = 10.0
     # interval (5 ms by default, a p99 of its own).
     sys.setswitchinterval(SWITCH_INTERVAL)
     try:
-        if loop == "uvloop":
+        if loop_name == "uvloop":
             import uvloop
 
             uvloop.run(main())
@@ -496,6 +497,7 @@ def bounded_protocol(head_timeout: float, max_head_bytes: int = MAX_HEAD_BYTES,
         def connection_made(self, transport: typing.Any) -> None:
             super().connection_made(transport)
             self._head_bytes = 0
+            self._told = False  # (this connection's 400 is told already: its head's size)
             self._head_timer = self.loop.call_later(head_timeout, self._head_late)
 
         def data_received(self, data: bytes) -> None:
@@ -511,7 +513,7 @@ def bounded_protocol(head_timeout: float, max_head_bytes: int = MAX_HEAD_BYTES,
                     self.send_400_response(f"the request head is above {max_head_bytes} bytes")
 
         def send_400_response(self, msg: str) -> None:
-            if not getattr(self, "_told", False):
+            if not self._told:
                 tell("unparsable")  # (uvicorn's own 400: the parser refused the request)
             self._told = False
             super().send_400_response(msg)

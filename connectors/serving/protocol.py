@@ -211,7 +211,7 @@ def _rows(request: InferenceRequest, binary: bytes, limits: Limits) -> Rows:
     outputs = _outputs(request.outputs, binary_out)
     inputs = request.inputs
     if not inputs:
-        _refuse(f"the request has no inputs: give one BYTES input named 'record' (each element "
+        _refuse("the request has no inputs: give one BYTES input named 'record' (each element "
                 "a record's JSON), or one input per field")
     if len(inputs) > limits.max_fields + 1:
         _refuse(f"the request has {len(inputs)} inputs, above the limit of {limits.max_fields} "
