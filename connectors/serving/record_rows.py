@@ -28,6 +28,7 @@ import typing
 import numpy as np
 
 from connectors.codec import DeadLetter
+from connectors.task.records import served_probability
 from streammargin.progressive import Rows, Score, model_steps
 from streammargin.jit import progressive as jit
 
@@ -118,8 +119,9 @@ class RecordRows:
                                                Score.fresh(steps.n_classes))
                 self._put(task, steps, (taken[:done] + start).tolist(), predicted, done,
                           labels, probabilities)
-            taken_set = set(taken[:done].tolist())
-            left.extend(start + k for k in range(end - start) if k not in taken_set)
+            untaken = np.ones(end - start, bool)
+            untaken[taken[:done]] = False
+            left.extend((np.flatnonzero(untaken) + start).tolist())
         kept.settle()
         return left
 
@@ -129,6 +131,7 @@ class RecordRows:
         if steps.binary:
             signed = predicted[:done]
             ps = np.abs(signed)
+            # `served_probability`'s check of P(True), over the rows at once
             if not ((ps >= 0.0) & (ps <= 1.0)).all():  # (also False for NaN: a bug, loudly)
                 bad = ps[~((ps >= 0.0) & (ps <= 1.0))][0]
                 raise ArithmeticError(f"the model gave the probability {float(bad)!r}")
@@ -143,12 +146,8 @@ class RecordRows:
             width = len(classes)
             found_labels = [classes[code] if code >= 0 else None
                             for code in codes[:done].tolist()]
-            found_ps = [dict(zip(classes, row)) for row in proba[:done, :width].tolist()]
-            for row in found_ps:
-                for label, value in row.items():
-                    if not 0.0 <= value <= 1.0:
-                        raise ArithmeticError(f"the model gave the probability {value!r} to "
-                                              f"class {label!r:.60}")
+            found_ps = [served_probability(dict(zip(classes, row)), True)
+                        for row in proba[:done, :width].tolist()]
         for i, y_pred, p in zip(at, found_labels, found_ps):
             labels[i] = y_pred
             probabilities[i] = p
