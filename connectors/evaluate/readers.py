@@ -243,19 +243,20 @@ def _plain_csv_rows(path: str | pathlib.Path, names: list, position: int, width:
                 label = cells.pop(position)
                 found = labels.get(label)
                 y = found[0] if found is not None else parse_label(label)
-                try:
-                    # The common case, every cell a number: one pass in C.
-                    x = dict(zip(names, map(float, cells)))
-                except ValueError:
-                    x = {
-                        name: parse_cell(cell.strip())
-                        for name, cell in zip(names, cells)
-                        if cell.strip() != ""
-                    }
-                yield prefix + str(number), x, y, None
+                yield prefix + str(number), _features(names, cells), y, None
             offset += len(block)
             if not chunk:
                 return None
+
+
+def _features(names: list, cells: list[str]) -> dict:
+    """The features of a CSV row's cells (its label's taken out): every cell a number in one
+    pass in C, the common case; else each cell parsed, blank ones left out."""
+    try:
+        return dict(zip(names, map(float, cells)))
+    except ValueError:
+        return {name: parse_cell(cell.strip()) for name, cell in zip(names, cells)
+                if cell.strip() != ""}
 
 
 def _quoted_csv_rows(path: str | pathlib.Path, names: list, position: int, width: int,
@@ -293,16 +294,7 @@ def _quoted_csv_rows(path: str | pathlib.Path, names: list, position: int, width
             yield f"{path}:{line}", None, None, f"{len(cells)} fields where the header has {width}"
             continue
         label = cells.pop(position)
-        try:
-            # The common case, every cell a number: one pass in C.
-            x = dict(zip(names, map(float, cells)))
-        except ValueError:
-            x = {
-                name: parse_cell(cell.strip())
-                for name, cell in zip(names, cells)
-                if cell.strip() != ""
-            }
-        yield f"{path}:{line}", x, parse_label(label), None
+        yield f"{path}:{line}", _features(names, cells), parse_label(label), None
     for number, reason in problems:
         yield f"{path}:{number}", None, None, reason
 
