@@ -15,27 +15,19 @@ import tracemalloc
 
 import pytest
 
-from connectors.serving import ModelFollower
-from connectors.serving import sizing
+from test_memory_budget import _Record  # (a record as a task reads it)
+
+from connectors.serving import ModelFollower, sizing
+from connectors.serving.record_rows import RecordRows
 from connectors.state.checkpoint import LoadedCheckpoint
 from connectors.task import PartitionTask
 from connectors.worker.config import WorkerConfig
-from connectors.serving.record_rows import RecordRows
 from connectors.worker.memory_budget import PROCESS_BYTES
 from streammargin.progressive import PredictionShapes
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MiB = 1 << 20
 PARTITIONS, VERSIONS_KEPT, LOADS = 2, 3, 5  # 5 checkpoints a partition: 2 evicted from each
-
-
-class _Record:
-    headers: list = []
-    timestamp = 0
-
-    def __init__(self, topic, partition, offset, key, value):
-        self.topic, self.partition, self.offset, self.key, self.value = (
-            topic, partition, offset, key, value)
 
 
 class Reader:
