@@ -15,6 +15,7 @@ from connectors.serving import ModelFollower, RequestError
 from connectors.serving.protocol import Limits
 from connectors.serving.record_rows import RecordRows
 from connectors.worker.config import WorkerConfig
+from tests.test_common import state_bytes
 from tests.test_serving_protocol import OPTIONS, HandFed, _wait, trained
 
 FOLLOWERS = {}
@@ -137,3 +138,20 @@ def test_records_read_in_chunks_get_the_same_answers(monkeypatch, chunk):
     records = [json.dumps({"amount": i * 0.5, "tip": -i, "country": "FR"}).encode()
                for i in range(30)]
     assert _outcome(follower, records, fast=True) == _outcome(follower, records, fast=False)
+
+
+@pytest.mark.parametrize("model", ["alma", "linearmpu", "convexpolytope"])
+def test_scoring_at_once_leaves_the_served_task_as_it_was(model):
+    """The compiled calls only predict: the served model's and scaler's states are the same
+    bytes after a batch went through them."""
+    follower = _follower(model, True)
+    served = follower.view.route("payments", None, None)[0]
+    state = (state_bytes(served.task.model), state_bytes(served.task.scaler))
+    # (labelled: a compiled call that learnt would learn from them)
+    records = [json.dumps({"amount": i * 1.5 - 20, "tip": float(i % 7), "is_fraud": i % 2 == 0,
+                           "country": "BR FR US".split()[i % 3]}).encode() for i in range(60)]
+    assert _outcome(follower, records, fast=True) == _outcome(follower, records, fast=False)
+    labels, probabilities = [None] * 60, [None] * 60
+    left = follower.scorer.record_rows.predict(served, records, labels, probabilities)
+    assert len(left) < 60  # (rows went through the compiled calls)
+    assert (state_bytes(served.task.model), state_bytes(served.task.scaler)) == state
